@@ -1,0 +1,1 @@
+"""roll-cluster: configuration, catalogs and node scripts behind the Pulumi components."""

@@ -1,0 +1,60 @@
+"""Turn a node script under infra/scripts/ into the command string a pulumi-command step runs.
+
+pulumi-command passes `environment` as SSH env requests, which a stock sshd refuses (AcceptEnv), so the
+variables a script needs are exported at the top of the command itself. The command runs through the remote
+login shell (sh or bash), so it only uses POSIX syntax before handing the script to bash:
+
+    export ROLL_STEP='docker'
+    export NODE_NAME='roll-cluster-dev-0'
+    exec bash -c '<lib.sh><script>' roll-cluster-docker
+
+Values are single-quoted with shlex.quote; secrets may be Outputs and keep their secretness in the result.
+The script text is passed as an argument, not on stdin, so commands inside it may read stdin safely.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pulumi
+
+SCRIPTS_DIR = Path(__file__).parent / "scripts"
+LIB_SCRIPT = "lib.sh"
+
+
+def script_path(name: str) -> Path:
+    path = SCRIPTS_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"node script {name} not found under {SCRIPTS_DIR}")
+    return path
+
+
+def script_text(names: Sequence[str]) -> str:
+    """lib.sh followed by the named scripts, each without its shebang line."""
+    parts = []
+    for name in [LIB_SCRIPT, *names]:
+        lines = script_path(name).read_text().splitlines()
+        if lines and lines[0].startswith("#!"):
+            lines = lines[1:]
+        parts.append(f"# ---- {name} ----\n" + "\n".join(lines) + "\n")
+    return "".join(parts)
+
+
+def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str]) -> str:
+    """The command for known, plain values (what tests and the e2e tier run)."""
+    exports = [f"export ROLL_STEP={shlex.quote(step)}"]
+    exports += [f"export {key}={shlex.quote(str(value))}" for key, value in sorted(env.items())]
+    body = script_text(scripts)
+    return "\n".join(exports) + f"\nexec bash -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
+
+
+def render(step: str, scripts: Sequence[str], env: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
+    """The command for a step whose environment may hold Outputs (IPs, secrets)."""
+    keys = sorted(env)
+
+    def build(values: list[str]) -> str:
+        return render_plain(step, scripts, dict(zip(keys, values, strict=True)))
+
+    return pulumi.Output.all(*[env[k] for k in keys]).apply(build)
