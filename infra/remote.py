@@ -50,11 +50,6 @@ def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str]) -> s
     return "\n".join(exports) + f"\nexec bash -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
 
 
-def render(step: str, scripts: Sequence[str], env: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
-    """The command for a step whose environment may hold Outputs (IPs, secrets)."""
-    keys = sorted(env)
-
-    def build(values: list[str]) -> str:
-        return render_plain(step, scripts, dict(zip(keys, values, strict=True)))
-
-    return pulumi.Output.all(*[env[k] for k in keys]).apply(build)
+def render(step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]]) -> pulumi.Output[str]:
+    """The command for a step whose environment may hold Outputs (IPs, secrets), or be one Output as a whole."""
+    return pulumi.Output.from_input(env).apply(lambda values: render_plain(step, scripts, values))

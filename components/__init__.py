@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources of roll-cluster; each takes a typed args object."""

@@ -1,0 +1,186 @@
+"""Bootstrap one node: host preparation, Docker + NVIDIA toolkit, the image pull overlapping the driver
+installation, GPU readiness that survives the installer's reboot, the training container, framework code.
+
+Order on a node (nothing here waits for another node):
+
+    prepare-host -> docker -> pull-image -> gpu-ready -> container -> code
+                                  (driver installs since first boot, in parallel with all of the above)
+
+The image pull starts as soon as Docker runs, while the driver installer (started by the first-boot user data)
+is still working. gpu-ready comes after the pull because it is the step that reboots the node when the
+installer asks for it: so no step is ever running while the node reboots. It is a local command that polls the
+node over ssh and reconnects across the reboot (a remote command would fail with the dropped connection).
+The container is created by pulumi-docker over SSH, through a provider that is only used once Docker is
+installed. Values that depend on the cluster's size (WORLD_SIZE, device mappings) are not in the container:
+they belong to the job, so growing the cluster never recreates a running node's container.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from components.node import DATA_DISK_DEVICE, GpuNode
+from components.storage import SHARED_MOUNT
+from infra import steps
+from infra.config import ClusterConfig
+from infra.offline import PROJECT_DIR
+
+DATA_MOUNT = "/data"
+NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
+GPU_READY_TIMEOUT_S = 2400
+
+
+@dataclass(frozen=True)
+class NodeBootstrapArgs:
+    config: ClusterConfig
+    node: GpuNode
+    node_name: str
+    rank: int
+    gpus_per_node: int
+    head_private_ip: pulumi.Input[str]
+    nas_server: pulumi.Input[str] | None
+    private_key: pulumi.Output[str]
+    registry_password: pulumi.Output[str] | None
+    code_env: dict[str, str] | None
+
+
+class NodeBootstrap(pulumi.ComponentResource):
+    container_name: str
+    container: docker.Container
+    ready: pulumi.Resource  # the last bootstrap step: Ray steps depend on it
+    ready_key: str  # its step key ("node-1/code")
+
+    def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("roll-cluster:index:NodeBootstrap", name, None, opts)
+        config = args.config
+        ctx = steps.StepContext(node=args.node_name, host=args.node.public_ip, key=args.private_key, parent=self)
+        has_data_disk = config.nodes.data_disk_gb > 0
+
+        prepare = steps.remote_step(
+            ctx,
+            "prepare-host",
+            ["prepare_host.sh"],
+            {
+                "DATA_DISK_DEVICE": DATA_DISK_DEVICE if has_data_disk else "",
+                "DATA_MOUNT": DATA_MOUNT,
+                "NAS_SERVER": args.nas_server or "",
+                "SHARED_MOUNT": SHARED_MOUNT,
+            },
+        )
+        install_docker = steps.remote_step(
+            ctx,
+            "docker",
+            ["install_docker.sh"],
+            {"DOCKER_DATA_ROOT": f"{DATA_MOUNT}/docker" if has_data_disk else ""},
+            after=[(f"{args.node_name}/prepare-host", prepare)],
+        )
+        pull = steps.remote_step(
+            ctx,
+            "pull-image",
+            ["pull_image.sh"],
+            {
+                "IMAGE": config.container.image,
+                "REGISTRY_USERNAME": config.container.registry_username or "",
+                "REGISTRY_PASSWORD": args.registry_password or "",
+            },
+            after=[(f"{args.node_name}/docker", install_docker)],
+        )
+        gpu_ready = command.local.Command(
+            f"{args.node_name}-gpu-ready",
+            create="bash infra/scripts/local/gpu_ready.sh",
+            dir=str(PROJECT_DIR),
+            environment={
+                "HOST": args.node.public_ip,
+                "SSH_USER": "root",
+                "SSH_PORT": "22",
+                "SSH_KEY_PATH": config.access.ssh_private_key_path,
+                "EXPECTED_GPUS": str(args.gpus_per_node),
+                "GPU_DRIVER": config.nodes.gpu_driver,
+                "TIMEOUT_S": str(GPU_READY_TIMEOUT_S),
+                "NODE_NAME": args.node_name,
+            },
+            # Reruns when the node is replaced (new instance id), not on every up.
+            triggers=[args.node.instance_id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pull]),
+        )
+        steps.record(args.node_name, "gpu-ready", "local", ["local/gpu_ready.sh", "gpu_check.sh"],
+                     [f"{args.node_name}/pull-image"], f"{args.node_name}-gpu-ready")
+
+        registry_auth = None
+        if config.container.registry_username and args.registry_password is not None:
+            registry_auth = [
+                docker.ProviderRegistryAuthArgs(
+                    address=config.container.registry_host,
+                    username=config.container.registry_username,
+                    password=args.registry_password,
+                )
+            ]
+        provider = docker.Provider(
+            f"{args.node_name}-docker-engine",
+            host=pulumi.Output.concat("ssh://root@", args.node.public_ip),
+            ssh_opts=["-i", config.access.ssh_private_key_path, "-o", "StrictHostKeyChecking=accept-new",
+                      "-o", "ConnectTimeout=15"],
+            # The daemon exists only after the docker step; the provider must not probe it at configure time.
+            disable_docker_daemon_check=True,
+            registry_auth=registry_auth,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[install_docker]),
+        )
+        on_node = pulumi.ResourceOptions(parent=self, provider=provider)
+        image = docker.RemoteImage(
+            f"{args.node_name}-image",
+            name=config.container.image,
+            keep_locally=True,
+            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[pull])),
+        )
+        steps.record(args.node_name, "image", "docker", [], [f"{args.node_name}/pull-image"], f"{args.node_name}-image")
+        self.container_name = config.container.name
+        volumes = [
+            docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
+            docker.ContainerVolumeArgs(host_path=f"{DATA_MOUNT}/workspace", container_path="/workspace"),
+        ]
+        if config.storage.nas:
+            volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))
+        self.container = docker.Container(
+            f"{args.node_name}-container",
+            name=config.container.name,
+            image=image.image_id,
+            command=["sleep", "infinity"],
+            gpus="all",
+            network_mode="host",
+            ipc_mode="host",
+            shm_size=config.container.shm_size_mb,
+            volumes=volumes,
+            envs=[
+                f"NCCL_SOCKET_IFNAME={NIC}",
+                f"GLOO_SOCKET_IFNAME={NIC}",
+                pulumi.Output.concat("MASTER_ADDR=", args.head_private_ip),
+                f"MASTER_PORT={config.ray.gcs_port}",
+                f"RANK={args.rank}",
+                f"NODE_RANK={args.rank}",
+            ],
+            restart="unless-stopped",
+            must_run=True,
+            ulimits=[docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1),
+                     docker.ContainerUlimitArgs(name="nofile", soft=1048576, hard=1048576)],
+            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[gpu_ready, image])),
+        )
+        steps.record(args.node_name, "container", "docker", [],
+                     [f"{args.node_name}/gpu-ready", f"{args.node_name}/image"], f"{args.node_name}-container")
+        self.ready = self.container
+        self.ready_key = f"{args.node_name}/container"
+        if args.code_env is not None:
+            self.ready = steps.remote_step(
+                ctx,
+                "code",
+                ["fetch_code.sh"],
+                args.code_env,
+                after=[(f"{args.node_name}/container", self.container)],
+                # A recreated container lost its pip installs: install again.
+                triggers=[self.container.id],
+            )
+            self.ready_key = f"{args.node_name}/code"
+        self.register_outputs({"container": self.container.id})

@@ -1,0 +1,52 @@
+"""Read and validate the stack's configuration from the Pulumi runtime, before any resource exists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+
+from infra.config import PROJECT, SECRETS, ClusterConfig, ConfigError, parse_cluster_config
+
+
+@dataclass(frozen=True)
+class StackSecrets:
+    wandb_api_key: pulumi.Output[str] | None
+    hf_token: pulumi.Output[str] | None
+    registry_password: pulumi.Output[str] | None
+
+
+def _project_keys() -> list[str]:
+    keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
+    return sorted(k.split(":", 1)[1] for k in keys if k.startswith(PROJECT + ":"))
+
+
+def load() -> tuple[ClusterConfig, StackSecrets]:
+    keys = _project_keys()
+    raw = {key: runtime_config.get_config(f"{PROJECT}:{key}") for key in keys}
+    problems: list[str] = []
+    for key in SECRETS:
+        if key in keys and not runtime_config.is_config_secret(f"{PROJECT}:{key}"):
+            problems.append(
+                f"{PROJECT}:{key}: must be a secret (pulumi config set --secret {PROJECT}:{key} ...); "
+                "got a plain value, which Pulumi would store and show in clear text"
+            )
+    try:
+        config = parse_cluster_config(raw, runtime_config.get_config("alicloud:region"))
+    except ConfigError as error:
+        raise ConfigError(error.problems + problems) from None
+    if problems:
+        raise ConfigError(problems)
+    settings = pulumi.Config(PROJECT)
+    secrets = StackSecrets(
+        wandb_api_key=settings.get_secret("wandbApiKey"),
+        hf_token=settings.get_secret("hfToken"),
+        registry_password=settings.get_secret("registryPassword"),
+    )
+    if config.container.registry_username and secrets.registry_password is None:
+        raise ConfigError([
+            f"{PROJECT}:registryPassword: required when container.registryUsername is set "
+            f"(pulumi config set --secret {PROJECT}:registryPassword ...); got nothing"
+        ])
+    return config, secrets

@@ -1,0 +1,128 @@
+"""Node steps: the remote and local commands that bootstrap nodes and run Ray, with a record of each.
+
+Every step is a pulumi-command resource whose `create` is a script under infra/scripts rendered by
+infra/remote.py. The record (node, step, scripts, dependencies) is what the offline plan prints and what the
+tests and the benchmark analyse (ordering, parallelism, critical path); it is kept alongside the resources
+because Pulumi's mocks do not expose resource options.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from pathlib import Path
+
+import pulumi
+import pulumi_command as command
+
+from infra import remote
+
+# Generous dial limits: nodes are new (sshd may not be up yet) and the GPU driver installer reboots them.
+DIAL_ERROR_LIMIT = 120
+PER_DIAL_TIMEOUT_S = 15
+OFFLINE_PRIVATE_KEY = "offline-plan-placeholder: no private key is read offline"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    node: str  # "node-0"
+    step: str  # "docker"
+    kind: str  # "remote", "local" or "docker"
+    scripts: tuple[str, ...]
+    depends_on: tuple[str, ...]  # "node-0/docker", ...
+    resource_name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}/{self.step}"
+
+
+RECORDED: list[StepRecord] = []
+# Facts the offline plan shows that are not resource inputs (placement notes, the job spec); reset per run.
+NOTES: dict[str, Any] = {}
+
+
+def record(node: str, step: str, kind: str, scripts: Sequence[str], depends_on: Sequence[str], resource: str) -> None:
+    RECORDED.append(StepRecord(node, step, kind, tuple(scripts), tuple(depends_on), resource))
+
+
+def private_key(path: str) -> pulumi.Output[str]:
+    """The SSH private key text as a secret. Offline runs (plan, tests) never read a key."""
+    if os.environ.get("ROLL_CLUSTER_OFFLINE") == "1":
+        return pulumi.Output.secret(OFFLINE_PRIVATE_KEY)
+    key_file = Path(path).expanduser()
+    if not key_file.is_file():
+        raise FileNotFoundError(
+            f"roll-cluster:access.sshPrivateKeyPath: no private key at {key_file}; it must match "
+            "access.sshPublicKey (pulumi config set --path 'roll-cluster:access.sshPrivateKeyPath' <path>)"
+        )
+    return pulumi.Output.secret(key_file.read_text())
+
+
+def connection(host: pulumi.Input[str], key: pulumi.Output[str]) -> command.remote.ConnectionArgs:
+    return command.remote.ConnectionArgs(
+        host=host,
+        user="root",
+        private_key=key,
+        dial_error_limit=DIAL_ERROR_LIMIT,
+        per_dial_timeout=PER_DIAL_TIMEOUT_S,
+    )
+
+
+@dataclass
+class StepContext:
+    """What every step of one node shares."""
+
+    node: str
+    host: pulumi.Input[str]
+    key: pulumi.Output[str]
+    parent: pulumi.Resource
+    node_env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+
+
+def remote_step(
+    ctx: StepContext,
+    step: str,
+    scripts: Sequence[str],
+    env: Mapping[str, pulumi.Input[str]],
+    *,
+    dynamic_env: pulumi.Output[dict[str, str]] | None = None,
+    after: Sequence[tuple[str, pulumi.Resource]] = (),
+    delete_scripts: Sequence[str] = (),
+    delete_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] | None = None,
+    triggers: Sequence[pulumi.Input[str]] | None = None,
+    delete_before_replace: bool = False,
+) -> command.remote.Command:
+    """A remote.Command running `scripts` on the node; `after` lists (step key, resource) it depends on.
+
+    env: variables whose names are known up front (values may be Outputs); dynamic_env: a whole env dict that
+    is only known once other resources exist (built from their addresses), merged over env.
+    """
+    resource_name = f"{ctx.node}-{step}"
+    static_env: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node, **ctx.node_env, **env}
+    full_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = static_env
+    if dynamic_env is not None:
+        full_env = pulumi.Output.all(pulumi.Output.from_input(static_env), dynamic_env).apply(
+            lambda parts: {**parts[0], **parts[1]}
+        )
+    delete = None
+    if delete_scripts:
+        node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
+        delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {}))
+        delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}))
+    resource = command.remote.Command(
+        resource_name,
+        connection=connection(ctx.host, ctx.key),
+        create=remote.render(step, scripts, full_env),
+        delete=delete,
+        triggers=list(triggers) if triggers is not None else None,
+        opts=pulumi.ResourceOptions(
+            parent=ctx.parent,
+            depends_on=[r for _, r in after],
+            delete_before_replace=delete_before_replace,
+        ),
+    )
+    record(ctx.node, step, "remote", scripts, [k for k, _ in after], resource_name)
+    return resource

@@ -1,0 +1,202 @@
+"""The Alibaba Cloud layer under the offline cloud: placement by stock, sticky placement, the hardened security
+group, nodes (disks, spot, key pair, tags), NAS kept on destroy, and the price."""
+
+from __future__ import annotations
+
+import pytest
+from offline_helpers import INSTANCE, RULE, custom_resources, env_of, run, step_command
+
+from infra.config import ConfigError
+from infra.offline import OfflineCloud
+from infra.placement import PlacementError
+
+
+def test_first_type_with_stock_wins_and_second_type_is_the_fallback():
+    first = run("dev")
+    assert first.outputs["instanceType"] == "ecs.gn6v-c8g1.2xlarge"
+    no_v100_16 = OfflineCloud(stock={"ecs.gn6v": [], "ecs.gn6e": ["cn-hangzhou-i"]})
+    fallback = run("dev", cloud=no_v100_16)
+    assert fallback.outputs["instanceType"] == "ecs.gn6e-c12g1.3xlarge"
+    assert fallback.outputs["zone"] == "cn-hangzhou-i"
+    instance = no_v100_16.of_type(INSTANCE)[0]
+    assert instance.inputs["instanceType"] == "ecs.gn6e-c12g1.3xlarge"
+
+
+def test_pinned_zone_is_honoured_even_when_another_zone_sorts_first():
+    result = run("dev", config={"roll-cluster:nodes": {"zone": "cn-hangzhou-k"}})
+    assert result.outputs["zone"] == "cn-hangzhou-k"
+    vswitch = result.cloud.of_type("alicloud:vpc/switch:Switch")[0]
+    assert vswitch.inputs["zoneId"] == "cn-hangzhou-k"
+
+
+def test_no_stock_stops_before_any_resource_with_what_was_tried_and_what_to_do():
+    cloud = OfflineCloud(stock={})
+    with pytest.raises(PlacementError) as error:
+        run("dev", cloud=cloud)
+    message = str(error.value)
+    assert "ecs.gn6v-c8g1.2xlarge: no stock in any zone of cn-hangzhou" in message
+    assert "ecs.gn6e-c12g1.3xlarge: no stock" in message
+    assert "another region" in message and "spot" in message and "Nothing was created" in message
+    assert custom_resources(cloud) == []
+
+
+def test_pinned_zone_without_stock_names_the_zone():
+    cloud = OfflineCloud()
+    with pytest.raises(PlacementError, match="no stock in zone cn-hangzhou-b"):
+        run("dev", cloud=cloud, config={"roll-cluster:nodes": {"zone": "cn-hangzhou-b"}})
+
+
+def test_invalid_config_is_rejected_before_any_resource():
+    cloud = OfflineCloud()
+    with pytest.raises(ConfigError, match=r"roll-cluster:nodes\.count"):
+        run("dev", cloud=cloud, config={"roll-cluster:nodes": {"count": 0}})
+    assert custom_resources(cloud) == []
+    assert cloud.invokes == []
+
+
+def test_placement_is_sticky_when_stock_moves_after_the_cluster_exists():
+    first_cloud = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i"]})
+    first = run("multi", cloud=first_cloud)
+    vswitch = first_cloud.of_type("alicloud:vpc/switch:Switch")[0]
+    # Later: the first type sold out in zone i, only zone k has the second type. The engine keeps the vSwitch's
+    # ignored properties (zoneId, tags) from state; the offline cloud emulates that from `previous`.
+    moved = OfflineCloud(
+        stock={"ecs.gn6v": [], "ecs.gn6e": ["cn-hangzhou-k"]},
+        previous={vswitch.name: dict(vswitch.outputs)},
+    )
+    second = run("multi", cloud=moved, config={"roll-cluster:nodes": {"count": 3}})
+    assert second.outputs["zone"] == first.outputs["zone"] == "cn-hangzhou-i"
+    assert second.outputs["instanceType"] == first.outputs["instanceType"] == "ecs.gn6v-c8g1.4xlarge"
+    # Every node, including the new third one, is of the recorded type: the cluster stays homogeneous.
+    assert {r.inputs["instanceType"] for r in moved.of_type(INSTANCE)} == {"ecs.gn6v-c8g1.4xlarge"}
+    assert set(moved.options[vswitch.name].ignore_changes or []) >= {"zoneId", "tags"}
+
+
+def rules(result):
+    return [r.inputs for r in result.cloud.of_type(RULE)]
+
+
+def test_security_group_allows_members_everything_and_admins_only_ssh_in_tunnel_mode():
+    result = run("dev")  # access.dashboard: tunnel
+    found = {(r["ipProtocol"], r["portRange"], r.get("cidrIp") or "group") for r in rules(result)}
+    assert found == {
+        ("tcp", "1/65535", "group"),
+        ("udp", "1/65535", "group"),
+        ("tcp", "22/22", "203.0.113.0/24"),
+    }
+    group_rules = [r for r in rules(result) if "sourceSecurityGroupId" in r]
+    assert all(r["sourceSecurityGroupId"] for r in group_rules) and len(group_rules) == 2
+    assert all(r["type"] == "ingress" and r["policy"] == "accept" for r in rules(result))
+
+
+def test_dashboard_rule_only_from_admin_cidrs_and_nothing_world_open_by_default():
+    result = run("multi", config={"roll-cluster:access": {"adminCidrs": ["203.0.113.0/24", "2001:db8::/48"]}})
+    found = {(r["portRange"], r.get("cidrIp") or r.get("ipv6CidrIp")) for r in rules(result) if r["portRange"] != "1/65535"}
+    assert found == {
+        ("22/22", "203.0.113.0/24"), ("8265/8265", "203.0.113.0/24"),
+        ("22/22", "2001:db8::/48"), ("8265/8265", "2001:db8::/48"),
+    }
+    for stack in ("dev", "multi", "large", "verl", "openrlhf"):
+        for rule in rules(run(stack)):
+            assert rule.get("cidrIp") not in ("0.0.0.0/0",) and rule.get("ipv6CidrIp") != "::/0", (stack, rule)
+
+
+def test_world_is_open_only_with_allow_world():
+    with pytest.raises(ConfigError, match="allowWorld"):
+        run("dev", config={"roll-cluster:access": {"adminCidrs": ["0.0.0.0/0"]}})
+    opened = run("dev", config={"roll-cluster:access": {"adminCidrs": ["0.0.0.0/0"], "allowWorld": True}})
+    assert ("22/22", "0.0.0.0/0") in {(r["portRange"], r.get("cidrIp")) for r in rules(opened)}
+
+
+def test_custom_dashboard_port_is_the_one_opened():
+    result = run("multi", config={"roll-cluster:ray": {"gcsPort": 8100, "dashboardPort": 8101, "clientPort": 8102}})
+    assert "8101/8101" in {r["portRange"] for r in rules(result)}
+    assert "8265/8265" not in {r["portRange"] for r in rules(result)}
+
+
+def test_nodes_have_essd_disks_public_ip_key_pair_tags_and_rank_host_names():
+    result = run("multi")
+    instances = result.cloud.of_type(INSTANCE)
+    assert [i.inputs["hostName"] for i in instances] == ["roll-multi-0", "roll-multi-1"]
+    assert [i.inputs["tags"]["roll-cluster-role"] for i in instances] == ["head", "worker"]
+    assert [i.inputs["tags"]["roll-cluster-rank"] for i in instances] == ["0", "1"]
+    key_pair = result.cloud.of_type("alicloud:ecs/ecsKeyPair:EcsKeyPair")[0]
+    for instance in instances:
+        inputs = instance.inputs
+        assert inputs["systemDiskCategory"] == "cloud_essd" and inputs["systemDiskSize"] == 200
+        assert inputs["dataDisks"] == [{"size": 200.0, "category": "cloud_essd", "name": inputs["hostName"] + "-data",
+                                        "deleteWithInstance": True}]
+        assert inputs["internetChargeType"] == "PayByTraffic" and inputs["internetMaxBandwidthOut"] == 100
+        assert inputs["keyName"] == key_pair.inputs["keyPairName"]
+        assert inputs["imageId"].startswith("m-") and inputs["spotStrategy"] == "NoSpot"
+        assert "userData" in inputs
+    assert key_pair.inputs["publicKey"].startswith("ssh-ed25519 ")
+    ips = [i.outputs["privateIp"] for i in instances]
+    assert len(set(ips)) == 2 and all(ip.startswith("10.20.") for ip in ips)
+
+
+def test_without_data_disk_docker_and_ray_stay_on_the_system_disk():
+    result = run("multi", config={"roll-cluster:nodes": {"dataDiskGb": 0}})
+    assert "dataDisks" not in result.cloud.of_type(INSTANCE)[0].inputs
+    assert env_of(step_command(result, "node-0-docker"))["DOCKER_DATA_ROOT"] == ""
+    assert env_of(step_command(result, "node-0-prepare-host"))["DATA_DISK_DEVICE"] == ""
+    with_disk = run("multi")
+    assert env_of(step_command(with_disk, "node-0-docker"))["DOCKER_DATA_ROOT"] == "/data/docker"
+    assert env_of(step_command(with_disk, "node-0-prepare-host"))["DATA_DISK_DEVICE"] == "/dev/vdb"
+
+
+def test_spot_options_reach_stock_queries_and_instances():
+    cloud = OfflineCloud()
+    run("dev", cloud=cloud, config={"roll-cluster:nodes": {"spotPriceLimit": 9.5}})
+    instance = cloud.of_type(INSTANCE)[0].inputs
+    assert instance["spotStrategy"] == "SpotWithPriceLimit" and instance["spotPriceLimit"] == 9.5
+    zone_queries = [args for token, args in cloud.invokes if token == "alicloud:index/getZones:getZones"]
+    assert zone_queries and all(q["spotStrategy"] == "SpotWithPriceLimit" for q in zone_queries)
+    market = OfflineCloud()
+    run("dev", cloud=market, config={"roll-cluster:nodes": {"spot": True}})
+    assert market.of_type(INSTANCE)[0].inputs["spotStrategy"] == "SpotAsPriceGo"
+
+
+def test_nas_is_kept_on_destroy_by_default_and_mounted_on_every_node():
+    result = run("multi")
+    fs = result.cloud.of_type("alicloud:nas/fileSystem:FileSystem")[0]
+    assert result.cloud.options[fs.name].retain_on_delete is True
+    domain = result.cloud.of_type("alicloud:nas/mountTarget:MountTarget")[0].outputs["mountTargetDomain"]
+    assert domain.endswith(".cn-hangzhou.nas.aliyuncs.com")
+    for node in ("node-0", "node-1"):
+        assert env_of(step_command(result, f"{node}-prepare-host"))["NAS_SERVER"] == domain
+    rule = result.cloud.of_type("alicloud:nas/accessRule:AccessRule")[0]
+    assert rule.inputs["sourceCidrIp"] == "10.20.0.0/20"
+    dropped = run("multi", config={"roll-cluster:storage": {"retainOnDestroy": False}})
+    fs = dropped.cloud.of_type("alicloud:nas/fileSystem:FileSystem")[0]
+    assert not dropped.cloud.options[fs.name].retain_on_delete
+
+
+def test_no_nas_means_no_file_system_and_no_mount():
+    result = run("dev")
+    assert result.cloud.of_type("alicloud:nas/fileSystem:FileSystem") == []
+    assert env_of(step_command(result, "node-0-prepare-host"))["NAS_SERVER"] == ""
+
+
+def test_outputs_report_zone_type_nodes_gpus_and_hourly_price():
+    cloud = OfflineCloud(prices={"ecs.gn6v-c8g1.4xlarge": 54.25})
+    result = run("multi", cloud=cloud)
+    out = result.outputs
+    assert out["gpus"] == 4 and out["instanceType"] == "ecs.gn6v-c8g1.4xlarge"
+    assert out["hourlyPrice"] == 108.5
+    assert [n["rank"] for n in out["nodes"]] == [0, 1]
+    assert all(n["instanceId"].startswith("i-") and n["publicIp"] and n["privateIp"] for n in out["nodes"])
+
+
+def test_live_gpu_count_wins_over_the_catalog(monkeypatch):
+    cloud = OfflineCloud()
+    original = cloud._instance_types
+
+    def four_gpus(args):
+        answer = original(args)
+        for t in answer["instanceTypes"]:
+            t["gpus"] = [{"amount": "2", "category": "NVIDIA V100"}]
+        return answer
+
+    monkeypatch.setattr(cloud, "_instance_types", four_gpus)
+    assert run("dev", cloud=cloud).outputs["gpus"] == 2
