@@ -8,6 +8,7 @@ removed ones (the delete command) before their instances go. `pulumi destroy` st
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,65 +36,71 @@ class RayClusterArgs:
     secret_env: dict[str, pulumi.Output[str]]  # WANDB_API_KEY, HF_TOKEN: reach jobs via the raylet's environment
 
 
+def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[str, ...]) -> ray_commands.RaySettings:
+    on_data_disk = config.nodes.data_disk_gb > 0
+    return ray_commands.RaySettings(
+        container_name=config.container.name,
+        gpus_per_node=gpus_per_node,
+        ports=ray_commands.RayPorts(config.ray.gcs_port, config.ray.dashboard_port, config.ray.client_port),
+        # The dashboard is remote code execution: it listens on the head's addresses only when the security
+        # group limits it to the admin CIDRs, otherwise on loopback for the SSH tunnel.
+        dashboard_host="0.0.0.0" if config.access.dashboard == "admin-cidrs" else "127.0.0.1",
+        temp_dir=f"{DATA_MOUNT}/ray/tmp" if on_data_disk else "",
+        spill_dir=f"{DATA_MOUNT}/ray/spill" if on_data_disk else "",
+        extra_env_names=secret_names,
+        ready_timeout_s=config.ray.ready_timeout_seconds,
+    )
+
+
 class RayCluster(pulumi.ComponentResource):
     head_private_ip: pulumi.Output[str]
     ready: pulumi.Resource
+    settings: ray_commands.RaySettings
 
     def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:RayCluster", name, None, opts)
         config = args.config
         head = args.nodes[0]
         self.head_private_ip = head.node.private_ip
-        node_settings = ray_commands.RayNodeSettings(
-            container_name=config.container.name,
-            gcs_port=config.ray.gcs_port,
-            dashboard_port=config.ray.dashboard_port,
-            client_port=config.ray.client_port,
-            dashboard_host="0.0.0.0" if config.access.dashboard == "admin-cidrs" else "127.0.0.1",
-            num_gpus=args.gpus_per_node,
-            temp_dir=f"{DATA_MOUNT}/ray/tmp" if config.nodes.data_disk_gb else "",
-            spill_dir=f"{DATA_MOUNT}/ray/spill" if config.nodes.data_disk_gb else "",
-            extra_env_names=tuple(sorted(args.secret_env)),
-        )
+        node_settings = ray_settings(config, args.gpus_per_node, tuple(sorted(args.secret_env)))
+        self.settings = node_settings
         started: list[tuple[str, pulumi.Resource]] = []
         head_ctx = self._context(head, args)
         head_start = steps.remote_step(
             head_ctx,
-            "ray-head",
-            ray_commands.HEAD_SCRIPTS,
+            ray_commands.HEAD_STEP.step,
+            ray_commands.HEAD_STEP.scripts,
             args.secret_env,
             dynamic_env=head.node.private_ip.apply(lambda ip: ray_commands.head_env(node_settings, ip)),
             after=[(head.bootstrap.ready_key, head.bootstrap.ready)],
-            delete_scripts=ray_commands.STOP_SCRIPTS,
-            delete_env=ray_commands.stop_env(node_settings),
+            delete_scripts=ray_commands.RAY_STOP_STEP.scripts,
+            delete_env=ray_commands.ray_stop_env(node_settings),
             triggers=[head.bootstrap.container.id],
         )
         started.append((f"{head.name}/ray-head", head_start))
         for rank, worker in enumerate(args.nodes[1:], start=1):
             env = pulumi.Output.all(worker.node.private_ip, head.node.private_ip).apply(
-                lambda ips, rank=rank: ray_commands.worker_env(node_settings, ips[0], ips[1], rank)
+                functools.partial(_worker_env, node_settings, rank)
             )
             join = steps.remote_step(
                 self._context(worker, args),
-                "ray-worker",
-                ray_commands.WORKER_SCRIPTS,
+                ray_commands.WORKER_STEP.step,
+                ray_commands.WORKER_STEP.scripts,
                 args.secret_env,
                 dynamic_env=env,
                 after=[(worker.bootstrap.ready_key, worker.bootstrap.ready), (f"{head.name}/ray-head", head_start)],
-                delete_scripts=ray_commands.STOP_SCRIPTS,
-                delete_env=ray_commands.stop_env(node_settings),
+                delete_scripts=ray_commands.RAY_STOP_STEP.scripts,
+                delete_env=ray_commands.ray_stop_env(node_settings),
                 triggers=[worker.bootstrap.container.id],
             )
             started.append((f"{worker.name}/ray-worker", join))
         all_ips = pulumi.Output.all(*[n.node.private_ip for n in args.nodes])
         self.ready = steps.remote_step(
             head_ctx,
-            "ray-ready",
-            ray_commands.READY_SCRIPTS,
+            ray_commands.READY_STEP.step,
+            ray_commands.READY_STEP.scripts,
             {},
-            dynamic_env=all_ips.apply(
-                lambda ips: ray_commands.ready_env(node_settings, list(ips), config.ray.ready_timeout_seconds)
-            ),
+            dynamic_env=all_ips.apply(lambda ips: ray_commands.ready_env(node_settings, ips[0], ips)),
             after=started,
         )
         self.register_outputs({"headPrivateIp": self.head_private_ip})
@@ -103,3 +110,8 @@ class RayCluster(pulumi.ComponentResource):
         return steps.StepContext(node=ray_node.name, host=ray_node.node.public_ip, key=args.private_key,
                                  parent=ray_node.bootstrap)
 
+
+
+def _worker_env(settings: ray_commands.RaySettings, rank: int, ips: list[str]) -> dict[str, str]:
+    worker_ip, head_ip = ips
+    return ray_commands.worker_env(settings, worker_ip, head_ip, rank)

@@ -58,34 +58,51 @@ class TrainingJob(pulumi.ComponentResource):
         ctx = steps.StepContext(node=args.head.name, host=args.head.node.public_ip, key=args.private_key,
                                 parent=self)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
-        reward = config.training.openrlhf.reward_server if config.training.framework == "openrlhf" else None
-        if reward is not None:
+        settings = args.ray.settings
+        submission = self.spec.apply(to_submission)
+        if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
             server = steps.remote_step(
                 ctx,
-                "reward-server",
-                ray_commands.REWARD_SCRIPTS,
+                ray_commands.REWARD_SERVER_STEP.step,
+                ray_commands.REWARD_SERVER_STEP.scripts,
                 {},
-                dynamic_env=self.spec.apply(lambda spec: ray_commands.reward_env(config.container.name, spec)),
+                dynamic_env=self.spec.apply(lambda spec: ray_commands.reward_server_env(settings, to_reward(spec))),
                 after=after,
-                delete_scripts=ray_commands.REWARD_STOP_SCRIPTS,
-                delete_env=ray_commands.reward_stop_env(config.container.name),
             )
-            after = [*after, (f"{args.head.name}/reward-server", server)]
+            after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
         if config.training.auto_start:
+            submit = ray_commands.submit_step(ray_commands.JobSpec("probe", "/", "true"))
             steps.remote_step(
                 ctx,
                 "job",
-                ray_commands.SUBMIT_SCRIPTS,
+                submit.scripts,
                 {},
-                dynamic_env=self.spec.apply(
-                    lambda spec: ray_commands.submit_env(config.container.name, config.ray.dashboard_port, spec)
-                ),
+                dynamic_env=submission.apply(lambda job: ray_commands.submit_env(settings, job)),
                 after=after,
-                delete_scripts=ray_commands.JOB_STOP_SCRIPTS,
-                delete_env=self.job_id.apply(
-                    lambda job_id: ray_commands.job_stop_env(config.container.name, config.ray.dashboard_port, job_id)
-                ),
+                delete_scripts=ray_commands.JOB_STOP_STEP.scripts,
+                delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),
                 triggers=[self.job_id],
                 delete_before_replace=True,
             )
         self.register_outputs({"jobId": self.job_id})
+
+
+def to_reward(spec: JobSpec) -> ray_commands.RewardServer:
+    if spec.reward_server is None:
+        raise ValueError(f"job {spec.job_id} has no reward server")
+    server = spec.reward_server
+    return ray_commands.RewardServer(server.command, server.port, server.health_timeout_s, workdir=spec.workdir)
+
+
+def to_submission(spec: JobSpec) -> ray_commands.JobSpec:
+    """What job_submit.sh needs of the framework's job. The reward server is its own step (it must not be
+    restarted when only the job changes)."""
+    return ray_commands.JobSpec(
+        job_id=spec.job_id,
+        workdir=spec.workdir,
+        entrypoint=spec.entrypoint,
+        runtime_env=spec.runtime_env,
+        files=spec.files,
+        prepare=spec.prepare or "",
+        pre_submit_check=spec.pre_submit_check or "",
+    )

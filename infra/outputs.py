@@ -36,10 +36,9 @@ def export_all(
     pulumi.export(
         "nodes",
         [
-            pulumi.Output.all(n.node.instance_id, n.node.public_ip, n.node.private_ip).apply(
-                lambda v, rank=rank, name=n.name: {
-                    "name": name, "rank": rank, "instanceId": v[0], "publicIp": v[1], "privateIp": v[2]
-                }
+            pulumi.Output.all(
+                name=n.name, rank=rank, instanceId=n.node.instance_id, publicIp=n.node.public_ip,
+                privateIp=n.node.private_ip,
             )
             for rank, n in enumerate(nodes)
         ],
@@ -48,25 +47,25 @@ def export_all(
     pulumi.export("gpuModel", placement.gpu_model)
     price = hourly_price(placement, config.nodes.count)
     pulumi.export("hourlyPrice", price)
-    pulumi.export("sshHead", head.public_ip.apply(lambda ip: ray_commands.ssh_command(key, ip)))
+    pulumi.export("sshHead", head.public_ip.apply(lambda ip: ray_commands.ssh_command(ip, key)))
     pulumi.export(
         "dashboardTunnel",
-        head.public_ip.apply(lambda ip: ray_commands.dashboard_tunnel_command(key, ip, ports.dashboard_port)),
+        head.public_ip.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port)),
     )
     if config.access.dashboard == "admin-cidrs":
-        pulumi.export("dashboardUrl", head.public_ip.apply(lambda ip: f"http://{ip}:{ports.dashboard_port}"))
+        pulumi.export("dashboardUrl", head.public_ip.apply(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port)))
     pulumi.export("rayAddress", head.private_ip.apply(lambda ip: ray_commands.ray_address(ip, ports.gcs_port)))
     pulumi.export("jobId", job.job_id)
     status_and_logs: Any = pulumi.Output.all(head.public_ip, job.job_id)
     pulumi.export(
         "jobStatus",
         status_and_logs.apply(
-            lambda v: ray_commands.job_status_command(key, v[0], container, ports.dashboard_port, v[1])
+            lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port)
         ),
     )
     pulumi.export(
         "jobLogs",
-        status_and_logs.apply(lambda v: ray_commands.job_logs_command(key, v[0], container, ports.dashboard_port, v[1])),
+        status_and_logs.apply(lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)),
     )
     if not config.training.auto_start:
         pulumi.export("jobSubmitted", False)
