@@ -1,0 +1,1 @@
+"""Benchmarks: scripts whose figures go into the README (not timed tests)."""

@@ -1,0 +1,13 @@
+"""`python -m bench`: the program benchmark; `python -m bench ray` runs the real-host Ray benchmark."""
+
+import sys
+
+if len(sys.argv) > 1 and sys.argv[1] == "ray":
+    sys.argv.pop(1)
+    from bench import ray_ready_bench
+
+    ray_ready_bench.main()
+else:
+    from bench import program_bench
+
+    program_bench.main()

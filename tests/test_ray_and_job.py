@@ -1,0 +1,212 @@
+"""The Ray cluster and the training job under the offline cloud: each shipped stack's submission (ROLL dev,
+multi and large with their generated configs, verl, OpenRLHF with its reward server), custom ports, scaling,
+config changes that replace only the job, autoStart, teardown order and secrets."""
+
+from __future__ import annotations
+
+import base64
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from offline_helpers import env_of, run, step_command
+
+from infra.offline import is_secret, reveal, unwrap
+
+FIXTURES = Path(__file__).parent / "fixtures" / "roll_examples"
+
+
+def job_env(result):
+    return env_of(step_command(result, "training-job"))
+
+
+def render_on_stand_in_head(result, tmp_path: Path) -> dict:
+    """Run the job's prepare (render) and pre-submit check the way job_submit.sh does on the head, in a temp
+    directory standing in for /workspace/ROLL (the ROLL checkout is replaced by our own example stand-ins)."""
+    env = job_env(result)
+    checkout = tmp_path / "ROLL"
+    shutil.copytree(FIXTURES, checkout / "examples", ignore=shutil.ignore_patterns("README.md"))
+    archive = tarfile.open(fileobj=io.BytesIO(base64.b64decode(env["JOB_FILES_B64"])), mode="r:gz")
+    for member in archive.getmembers():
+        target = tmp_path / Path(member.name).relative_to("workspace")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(archive.extractfile(member).read())
+    for command in (env["JOB_PREPARE"], env["JOB_PRE_SUBMIT_CHECK"]):
+        done = subprocess.run(["bash", "-c", command.replace("/workspace/ROLL", str(checkout))],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    name = env["JOB_ENTRYPOINT"].split("--config_name ")[1].split()[0]
+    return yaml.safe_load((checkout / "examples" / "pulumi" / f"{name}.yaml").read_text())
+
+
+def test_dev_submits_roll_agentic_with_fp16_on_one_v100(tmp_path):
+    result = run("dev")
+    env = job_env(result)
+    assert env["JOB_WORKDIR"] == "/workspace/ROLL"
+    assert "examples/start_agentic_pipeline.py --config_path pulumi --config_name" in env["JOB_ENTRYPOINT"]
+    assert env["JOB_ID"] == result.outputs["jobId"] and env["JOB_ID"].startswith("roll-dev-")
+    config = render_on_stand_in_head(result, tmp_path)
+    for role in ("actor_train", "actor_infer", "reference"):
+        assert config[role]["model_args"]["dtype"] == "fp16", role
+        assert config[role]["device_mapping"] == "list(range(0,1))", role
+
+
+def test_multi_maps_roles_across_both_nodes_and_checkpoints_to_nas(tmp_path):
+    result = run("multi")
+    config = render_on_stand_in_head(result, tmp_path)
+    assert config["actor_train"]["device_mapping"] == "list(range(0,4))"
+    assert config["actor_infer"]["model_args"]["dtype"] == "fp16"
+    assert config["checkpoint_config"]["output_dir"].startswith("/mnt/shared/")
+
+
+def test_large_runs_rlvr_on_16_gpus_in_bf16(tmp_path):
+    result = run("large")
+    env = job_env(result)
+    assert "examples/start_rlvr_pipeline.py" in env["JOB_ENTRYPOINT"]
+    config = render_on_stand_in_head(result, tmp_path)
+    assert config["actor_train"]["device_mapping"] == "list(range(0,16))"
+    assert config["actor_train"]["model_args"].get("dtype") != "fp16"
+
+
+def test_verl_gets_nodes_and_gpus_from_the_cluster_and_prepares_data():
+    env = job_env(run("verl"))
+    entry = env["JOB_ENTRYPOINT"]
+    assert "python3 -m verl.trainer.main_ppo" in entry
+    assert "trainer.nnodes=2" in entry and "trainer.n_gpus_per_node=8" in entry
+    assert "algorithm.adv_estimator=grpo" in entry
+    assert "gsm8k" in env["JOB_PREPARE"]
+
+
+def test_openrlhf_reward_server_is_up_before_the_job_and_the_job_gets_its_url():
+    result = run("openrlhf")
+    head_ip = result.outputs["nodes"][0]["privateIp"]
+    server = env_of(step_command(result, "reward-server"))
+    assert server["REWARD_PORT"] == "5001" and "serve_rm" in server["REWARD_COMMAND"]
+    job = next(r for r in result.steps if r.step == "job")
+    assert "node-0/reward-server" in job.depends_on
+    entry = job_env(result)["JOB_ENTRYPOINT"]
+    assert f"--reward.remote_url http://{head_ip}:5001/get_reward" in entry
+    assert "--actor.num_nodes 2" in entry and "--vllm.num_engines 4" in entry
+
+
+def test_custom_ports_reach_every_step_output_and_rule():
+    result = run("openrlhf", config={"roll-cluster:access": {"dashboard": "admin-cidrs"}})
+    head = env_of(step_command(result, "node-0-ray-head"))
+    assert (head["GCS_PORT"], head["DASHBOARD_PORT"], head["CLIENT_PORT"]) == ("8100", "8101", "8102")
+    assert env_of(step_command(result, "node-1-ray-worker"))["GCS_PORT"] == "8100"
+    assert env_of(step_command(result, "ray-ready"))["GCS_PORT"] == "8100"
+    assert job_env(result)["DASHBOARD_PORT"] == "8101"
+    out = result.outputs
+    assert out["rayAddress"].endswith(":8100") and out["dashboardUrl"].endswith(":8101")
+    assert "127.0.0.1:8101" in out["jobStatus"] and "127.0.0.1:8101" in out["jobLogs"]
+    container = result.cloud.named("node-1-container").inputs
+    assert "MASTER_PORT=8100" in container["envs"]
+
+
+def test_dashboard_listens_on_loopback_in_tunnel_mode_and_on_all_addresses_for_admin_cidrs():
+    assert env_of(step_command(run("dev"), "node-0-ray-head"))["DASHBOARD_HOST"] == "127.0.0.1"
+    assert env_of(step_command(run("multi"), "node-0-ray-head"))["DASHBOARD_HOST"] == "0.0.0.0"
+    assert "dashboardUrl" not in run("dev").outputs
+
+
+def test_ray_head_and_workers_get_their_addresses_gpus_and_disks():
+    result = run("large")
+    ips = [n["privateIp"] for n in result.outputs["nodes"]]
+    head = env_of(step_command(result, "node-0-ray-head"))
+    worker = env_of(step_command(result, "node-1-ray-worker"))
+    assert head["NODE_IP"] == ips[0] and head["NUM_GPUS"] == "8" and head["RAY_TEMP_DIR"] == "/data/ray/tmp"
+    assert worker["HEAD_IP"] == ips[0] and worker["NODE_IP"] == ips[1] and worker["NODE_RANK"] == "1"
+    ready = env_of(step_command(result, "ray-ready"))
+    assert ready["EXPECTED_NODE_IPS"].split() == ips and ready["GPUS_PER_NODE"] == "8"
+
+
+def test_scaling_from_two_to_three_nodes_leaves_head_and_first_worker_unchanged():
+    two = run("multi")
+    three = run("multi", config={"roll-cluster:nodes": {"count": 3}})
+    before = {r.name: unwrap(r.inputs) for r in two.cloud.resources if r.name.startswith(("node-0", "node-1"))}
+    after = {r.name: unwrap(r.inputs) for r in three.cloud.resources if r.name.startswith(("node-0", "node-1"))}
+    assert before.keys() == after.keys()
+    changed = [name for name in before if before[name] != after[name]]
+    assert changed == []
+    added = {r.name for r in three.cloud.resources} - {r.name for r in two.cloud.resources}
+    assert "node-2-ray-worker" in added and "node-2-instance" in added
+    # The gate and the job see the new size.
+    assert len(env_of(step_command(three, "ray-ready"))["EXPECTED_NODE_IPS"].split()) == 3
+    assert two.outputs["jobId"] != three.outputs["jobId"]
+
+
+def test_a_training_override_changes_only_the_job():
+    base = run("dev")
+    tuned = run("dev", config={"roll-cluster:training": {"overrides": {"max_steps": 50}}})
+    before = {r.name: unwrap(r.inputs) for r in base.cloud.resources}
+    after = {r.name: unwrap(r.inputs) for r in tuned.cloud.resources}
+    assert [name for name in before if before[name] != after.get(name)] == ["training-job"]
+    assert base.outputs["jobId"] != tuned.outputs["jobId"]
+    job = tuned.cloud.named("training-job")
+    assert job.inputs["triggers"] == [tuned.outputs["jobId"]]
+    assert tuned.cloud.options["training-job"].delete_before_replace is True
+
+
+def test_teardown_stops_the_job_and_ray_before_the_nodes_go():
+    result = run("multi")
+    job = result.cloud.named("training-job").inputs
+    assert "job_stop.sh" in reveal(job["delete"]) and result.outputs["jobId"] in reveal(job["delete"])
+    for name in ("node-0-ray-head", "node-1-ray-worker"):
+        assert "ray_stop.sh" in reveal(result.cloud.named(name).inputs["delete"])
+    # Deletion runs in reverse dependency order: job -> gate -> Ray steps -> containers -> instances.
+    deps = {r.key: set(r.depends_on) for r in result.steps}
+    assert "node-0/ray-ready" in deps["node-0/job"]
+    assert {"node-0/ray-head", "node-1/ray-worker"} <= deps["node-0/ray-ready"]
+
+
+def test_auto_start_false_prepares_everything_and_submits_nothing():
+    result = run("dev", config={"roll-cluster:training": {"autoStart": False}})
+    names = {r.name for r in result.cloud.resources}
+    assert "training-job" not in names and "ray-ready" in names
+    assert result.outputs["jobSubmitted"] is False and result.outputs["jobId"].startswith("roll-dev-")
+
+
+def test_custom_framework_submits_the_entrypoint():
+    result = run("dev", replace_config={"roll-cluster:training": {
+        "framework": "custom", "custom": {"entrypoint": "python3 probe.py --all-nodes", "workingDir": "/workspace"}}})
+    env = job_env(result)
+    assert env["JOB_ENTRYPOINT"] == "python3 probe.py --all-nodes" and env["JOB_WORKDIR"] == "/workspace"
+    assert "node-0-code" not in {r.name for r in result.cloud.resources}
+
+
+@pytest.mark.parametrize("stack", ["dev", "multi", "large", "verl", "openrlhf"])
+def test_wandb_and_hf_tokens_reach_ray_as_secrets_and_never_appear_in_plain(stack):
+    secrets = {"roll-cluster:wandbApiKey": "wandb-0123456789", "roll-cluster:hfToken": "hf_abcdefghijkl"}
+    result = run(stack, secrets=secrets)
+    head = result.cloud.named("node-0-ray-head").inputs["create"]
+    assert is_secret(head)
+    env = env_of(reveal(head))
+    assert env["WANDB_API_KEY"] == "wandb-0123456789" and env["HF_TOKEN"] == "hf_abcdefghijkl"
+    assert env["RAY_EXTRA_ENV_NAMES"] == "HF_TOKEN WANDB_API_KEY"
+    for resource in result.cloud.resources:
+        for key, value in resource.inputs.items():
+            if any(s in str(value) for s in secrets.values()):
+                assert is_secret(value), (resource.name, key)
+    assert not any(s in str(result.outputs) for s in secrets.values())
+    for record in result.steps:
+        assert not any(s in str(record) for s in secrets.values())
+
+
+def test_a_secret_given_in_plain_text_is_rejected():
+    from infra.config import ConfigError
+
+    with pytest.raises(ConfigError, match="roll-cluster:hfToken: must be a secret"):
+        run("dev", config={"roll-cluster:hfToken": "hf_plain"})
+
+
+@pytest.mark.parametrize("stack", ["dev", "multi", "large", "verl", "openrlhf"])
+def test_every_shipped_stack_exports_the_contracts_outputs(stack):
+    out = run(stack).outputs
+    for key in ("dashboardTunnel", "sshHead", "rayAddress", "zone", "instanceType", "nodes", "gpus",
+                "hourlyPrice", "jobId", "jobStatus", "jobLogs"):
+        assert out.get(key) not in (None, ""), key
+    assert out["sshHead"].startswith("ssh -i ~/.ssh/id_ed25519 root@")
