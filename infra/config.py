@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import difflib
 import ipaddress
 import json
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import annotated_types
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 from infra import catalog
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
@@ -36,6 +48,13 @@ ROLL_PIPELINES = (
     "onpolicy_distill",
 )
 WORLD_CIDRS = ("0.0.0.0/0", "::/0")
+SSH_KEY_TYPES = (
+    "ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+RAY_PORT_KEYS = ("gcsPort", "dashboardPort", "clientPort")
+
+KeyPath = tuple[int | str, ...]
 
 
 class ConfigError(ValueError):
@@ -44,6 +63,39 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("invalid stack configuration:\n  " + "\n  ".join(problems))
+
+
+class _Problems(ValueError):
+    """Raised by validators: problems, each at a key path relative to where pydantic reports the error (the field
+    for a field validator, the model for a model validator). A `..` part steps up one level, so that a field
+    validator, which sees the fields validated before it, can report a cross-field rule on the key at fault."""
+
+    def __init__(self, *problems: tuple[KeyPath, str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(message for _, message in problems))
+
+
+def _problem(message: str, *path: int | str) -> _Problems:
+    return _Problems((path, message))
+
+
+def _shown(value: Any, limit: int = 100) -> str:
+    """A given value as the user wrote it in the stack file (JSON: true, null, "text"), cut if long."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def _catalog_gpus(instance_types: list[str]) -> int | None:
+    """GPUs per node of the first candidate the catalog knows; None when it knows none (the live answer decides)."""
+    known = [t for t in (catalog.lookup(n) for n in instance_types) if t is not None]
+    return known[0].gpus if known else None
 
 
 class Section(BaseModel):
@@ -57,8 +109,9 @@ class NodesConfig(Section):
     count: int = Field(1, ge=1, le=256, description="GPU nodes; rank 0 is the Ray head and runs the training driver.")
     instance_types: list[str] = Field(
         min_length=1,
-        description="ECS GPU instance types in order of preference; every node gets the same type (ROLL needs "
-        "identical nodes). The first type with stock in the region (or in `zone`) is taken.",
+        description="ECS GPU instance types (e.g. `ecs.gn7i-c8g1.2xlarge`) in order of preference, each listed once "
+        "and all with the same number of GPUs; every node gets the same type (ROLL needs identical nodes). The "
+        "first type with stock in the region (or in `zone`) is taken.",
     )
     zone: str = Field(
         "auto",
@@ -99,33 +152,42 @@ class NodesConfig(Section):
     @field_validator("instance_types")
     @classmethod
     def _gpu_types(cls, types: list[str]) -> list[str]:
+        problems: list[tuple[KeyPath, str]] = []
+        families = ", ".join(sorted(catalog.FAMILIES))
         for index, name in enumerate(types):
             if not catalog.is_gpu_family(name):
-                families = ", ".join(sorted(catalog.FAMILIES))
-                raise ValueError(f"[{index}] must be an ECS GPU instance type of a known family ({families}); got {name!r}")
-        if len(set(types)) != len(types):
-            raise ValueError(f"lists a type twice; got {types}")
+                problems.append((
+                    (index,),
+                    f"must be an ECS GPU instance type of a known family ({families}), such as "
+                    f"`ecs.gn7i-c8g1.2xlarge`; got {_shown(name)}",
+                ))
+        repeated = [name for index, name in enumerate(types) if name in types[:index]]
+        if repeated:
+            problems.append(((), f"must list each type once; got {', '.join(map(_shown, repeated))} more than once"))
         known = [t for t in (catalog.lookup(n) for n in types) if t is not None]
         if len({t.gpus for t in known}) > 1:
-            detail = ", ".join(f"{t.name} ({t.gpus})" for t in known)
-            raise ValueError(
+            detail = ", ".join(f"{t.name} ({_gpus(t.gpus)})" for t in known)
+            problems.append((
+                (),
                 "all candidate types must have the same number of GPUs per node, because the training "
-                f"configuration is sized from it; got {detail}"
-            )
+                f"configuration is sized from it; got {detail}",
+            ))
+        if problems:
+            raise _Problems(*problems)
         return types
 
     @field_validator("zone")
     @classmethod
     def _zone(cls, zone: str) -> str:
         if zone != "auto" and not re.fullmatch(r"[a-z]{2}-[a-z0-9]+(-[a-z0-9]+)*-[a-z0-9]", zone):
-            raise ValueError(f"must be `auto` or a zone id such as `cn-hangzhou-k`; got {zone!r}")
+            raise _problem(f"must be `auto` or a zone id such as `cn-hangzhou-k`; got {_shown(zone)}")
         return zone
 
     @field_validator("data_disk_gb")
     @classmethod
     def _data_disk(cls, size: int) -> int:
         if size != 0 and not 100 <= size <= 32768:
-            raise ValueError(f"must be 0 (no data disk) or between 100 and 32768; got {size}")
+            raise _problem(f"must be 0 (no data disk) or between 100 and 32768; got {size}")
         return size
 
     @field_validator("os_image")
@@ -134,25 +196,34 @@ class NodesConfig(Section):
         try:
             re.compile(pattern)
         except re.error as error:
-            raise ValueError(f"must be a valid regular expression ({error}); got {pattern!r}") from None
+            raise _problem(f"must be a valid regular expression ({error}); got {_shown(pattern)}") from None
         return pattern
 
     @model_validator(mode="before")
     @classmethod
     def _price_limit_implies_spot(cls, data: Any) -> Any:
-        # An explicit `spot: false` is kept so that the contradiction is reported below, after field checks.
+        # An explicit `spot: false` is kept so that the contradiction is reported below.
         if isinstance(data, dict) and data.get("spotPriceLimit") is not None and "spot" not in data:
             data = {**data, "spot": True}
         return data
 
-    @model_validator(mode="after")
-    def _price_limit_needs_spot(self) -> NodesConfig:
-        if self.spot_price_limit is not None and not self.spot:
-            raise ValueError(
-                "spot: must not be false when spotPriceLimit is set (a price limit implies spot); "
-                f"got spot=false, spotPriceLimit={self.spot_price_limit}"
+    @field_validator("spot_price_limit")
+    @classmethod
+    def _price_limit_needs_spot(cls, limit: float | None, info: ValidationInfo) -> float | None:
+        # `spot` is declared before `spotPriceLimit`, so info.data holds it when it is valid; a field validator
+        # (unlike a model validator) runs even when other fields of the section are wrong.
+        if limit is not None and info.data.get("spot") is False:
+            raise _problem(
+                "must not be false when spotPriceLimit is set (a price limit implies spot: leave spot out or set "
+                f"it to true); got false with spotPriceLimit {_shown(limit)}",
+                "..", "spot",
             )
-        return self
+        return limit
+
+    @property
+    def gpus_per_node(self) -> int | None:
+        """GPUs per node from the catalog; None when no candidate type is in it (the live answer decides)."""
+        return _catalog_gpus(self.instance_types)
 
     @property
     def spot_strategy(self) -> str:
@@ -164,10 +235,15 @@ class NodesConfig(Section):
 # --------------------------------------------------------------------------------------------------- access
 class AccessConfig(Section):
     admin_cidrs: list[str] = Field(
-        min_length=1, description="The only sources that may reach SSH and (in `admin-cidrs` mode) the dashboard."
+        min_length=1,
+        description="CIDRs (IPv4 or IPv6, without host bits, e.g. `203.0.113.0/24`): the only sources that may reach "
+        "SSH and (in `admin-cidrs` mode) the dashboard.",
     )
     allow_world: bool = Field(False, description="Must be true for `0.0.0.0/0` or `::/0` in `adminCidrs`.")
-    ssh_public_key: str = Field(description="OpenSSH public key installed on every node (root).")
+    ssh_public_key: str = Field(
+        description="OpenSSH public key line (`ssh-ed25519 AAAA... comment`; ed25519, RSA, ECDSA or a security "
+        "key), installed on every node for root. Never a private key."
+    )
     ssh_private_key_path: str = Field(
         "~/.ssh/id_ed25519",
         description="The matching private key on the machine that runs `pulumi up`; used for the SSH steps.",
@@ -181,53 +257,96 @@ class AccessConfig(Section):
     @field_validator("admin_cidrs")
     @classmethod
     def _cidrs(cls, cidrs: list[str]) -> list[str]:
+        problems: list[tuple[KeyPath, str]] = []
         for index, cidr in enumerate(cidrs):
             try:
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError as error:
-                raise ValueError(f"[{index}] must be a CIDR such as 203.0.113.0/24 ({error}); got {cidr!r}") from None
+                hint = ""
+                with contextlib.suppress(ValueError):  # not an address at all: there is nothing to suggest
+                    hint = f"; did you mean {ipaddress.ip_network(cidr, strict=False)}?"
+                problems.append(
+                    ((index,), f"must be a CIDR such as 203.0.113.0/24 ({error}{hint}); got {_shown(cidr)}")
+                )
+        if problems:
+            raise _Problems(*problems)
         return cidrs
+
+    @field_validator("allow_world")
+    @classmethod
+    def _world_needs_opt_in(cls, allow_world: bool, info: ValidationInfo) -> bool:
+        # adminCidrs is declared before allowWorld, so info.data holds it when it is valid.
+        world = [c for c in info.data.get("admin_cidrs", []) if ipaddress.ip_network(c).prefixlen == 0]
+        if world and not allow_world:
+            raise _problem(
+                f"{' and '.join(world)} opens SSH and the Ray dashboard (remote code execution) to the whole "
+                "internet; allowed only with allowWorld: true (better: use your own address range); got "
+                f"{_shown(world)} without allowWorld",
+                "..", "adminCidrs",
+            )
+        return allow_world
 
     @field_validator("ssh_public_key")
     @classmethod
     def _public_key(cls, key: str) -> str:
         key = key.strip()
         if "PRIVATE KEY" in key:
-            raise ValueError("must be a public key; got a private key (never put a private key in the stack config)")
-        match = re.fullmatch(
-            r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
-            r"sk-ecdsa-sha2-nistp256@openssh\.com) ([A-Za-z0-9+/]+={0,3})(?: .*)?",
-            key,
-        )
-        if not match:
-            raise ValueError(f"must be an OpenSSH public key ('ssh-ed25519 AAAA... comment'); got {key[:40]!r}")
+            # The value is not echoed: it is a secret that must not reach the console or CI logs.
+            raise _problem(
+                "must be a public key (the contents of the .pub file); got a private key. Never put a private "
+                "key in the stack config; give its location in access.sshPrivateKeyPath instead"
+            )
+        parts = key.split(maxsplit=2)
+        shown = _shown(key if len(key) <= 40 else key[:40] + "...")
+        if "\n" in key or len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
+            raise _problem(
+                "must be one OpenSSH public key line `<type> <base64 key data> [comment]` (the contents of the "
+                f".pub file) with type one of {', '.join(SSH_KEY_TYPES)}; got {shown}"
+            )
         try:
-            blob = base64.b64decode(match.group(2), validate=True)
+            blob = base64.b64decode(parts[1], validate=True)
         except binascii.Error:
-            raise ValueError("must be an OpenSSH public key; its base64 part does not decode") from None
-        if match.group(1).encode() not in blob[:64]:
-            raise ValueError(f"is not a valid {match.group(1)} key: its key data names another type")
+            raise _problem(f"must be an OpenSSH public key, but its key data is not base64; got {shown}") from None
+        named = _ssh_blob_type(blob)
+        if named != parts[0]:
+            raise _problem(
+                f"must be a valid {parts[0]} key, but its key data is "
+                f"{'for ' + named if named else 'not an SSH key'}; got {shown}"
+            )
         return key
 
-    @model_validator(mode="after")
-    def _world_needs_opt_in(self) -> AccessConfig:
-        world = [c for c in self.admin_cidrs if ipaddress.ip_network(c).prefixlen == 0]
-        if world and not self.allow_world:
-            raise ValueError(
-                f"adminCidrs: {', '.join(world)} opens SSH and the Ray dashboard (remote code execution) to the "
-                "whole internet; allowed only with allowWorld: true. Use your own address range instead"
-            )
-        return self
+
+def _ssh_blob_type(blob: bytes) -> str | None:
+    """The key type an OpenSSH key blob starts with (a length-prefixed string), or None if it has none."""
+    if len(blob) < 4:
+        return None
+    length = int.from_bytes(blob[:4], "big")
+    name = blob[4 : 4 + length]
+    if not 0 < length <= 64 or len(name) != length:
+        return None
+    return name.decode("ascii", errors="replace")
 
 
 # ------------------------------------------------------------------------------------------------ container
+_IMAGE_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    # Docker's reference grammar: [host[:port]/]path[:tag][@digest]; a lower-case host is also a valid first
+    # path component, so the host needs no pattern of its own beyond the port.
+    rf"{_IMAGE_PATH_COMPONENT}(?::[0-9]+)?(?:/{_IMAGE_PATH_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?"
+)
+
+
 class ContainerConfig(Section):
     image: str = Field(
         DEFAULT_ROLL_IMAGE,
-        description="The training image, pulled on every node. The default is ROLL's torch 2.6 / vLLM 0.8.4 image "
-        "(CUDA 12.4, runs on V100). For speed, mirror it into your own ACR in the training region.",
+        description="The training image `[registry/]repository[:tag][@sha256:digest]`, pulled on every node. The "
+        "default is ROLL's torch 2.6 / vLLM 0.8.4 image (CUDA 12.4, runs on V100). For speed, mirror it into your own "
+        "ACR in the training region.",
     )
-    shm_size: str = Field("16g", description="Size of the container's /dev/shm, e.g. `16g` or `512m`.")
+    shm_size: str = Field(
+        "16g", description="Size of the container's /dev/shm in megabytes or gigabytes, e.g. `16g` or `512m`."
+    )
     registry_username: str | None = Field(
         None, description="User for a private registry; the password is the secret `registryPassword`."
     )
@@ -236,16 +355,23 @@ class ContainerConfig(Section):
     @field_validator("image")
     @classmethod
     def _image(cls, image: str) -> str:
-        if not re.fullmatch(r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?", image):
-            raise ValueError(f"must be an image reference such as registry/repo:tag; got {image!r}")
+        if not _IMAGE_REFERENCE.fullmatch(image):
+            raise _problem(
+                "must be an image reference `[registry/]repository[:tag][@sha256:digest]` in lower case, such as "
+                f"`registry.cn-hangzhou.aliyuncs.com/me/roll:v1`; got {_shown(image)}"
+            )
         return image
 
     @field_validator("shm_size")
     @classmethod
     def _shm(cls, size: str) -> str:
-        if not re.fullmatch(r"[1-9][0-9]*[mg]", size):
-            raise ValueError(f"must be a size in m or g such as `16g`; got {size!r}")
-        return size
+        # Docker reads `16G` and `16gb` as `16g`; the canonical form is kept so that shm_size_mb stays simple.
+        match = re.fullmatch(r"([1-9][0-9]*)([mMgG])[bB]?", size)
+        if not match:
+            raise _problem(
+                f"must be a whole number of megabytes or gigabytes such as `16g` or `512m`; got {_shown(size)}"
+            )
+        return match.group(1) + match.group(2).lower()
 
     @property
     def shm_size_mb(self) -> int:
@@ -256,28 +382,49 @@ class ContainerConfig(Section):
     @property
     def registry_host(self) -> str:
         first = self.image.split("/", 1)[0]
-        return first if "/" in self.image and ("." in first or ":" in first) else "docker.io"
+        is_host = "." in first or ":" in first or first == "localhost"
+        return first if "/" in self.image and is_host else "docker.io"
 
 
 # ------------------------------------------------------------------------------------------------------ ray
 class RayConfig(Section):
-    gcs_port: int = Field(6379, ge=1, le=65535, description="Ray GCS port (workers join here).")
+    gcs_port: int = Field(
+        6379, ge=1, le=65535,
+        description="Ray GCS port (workers join here). The three Ray ports differ from each other and from 22.",
+    )
     dashboard_port: int = Field(8265, ge=1, le=65535, description="Ray dashboard and Jobs API port.")
     client_port: int = Field(10001, ge=1, le=65535, description="Ray Client server port.")
     ready_timeout_seconds: int = Field(
         900, ge=30, le=7200, description="How long the readiness gate waits for all nodes and GPUs to join."
     )
 
-    @model_validator(mode="after")
-    def _ports(self) -> RayConfig:
-        ports = {"gcsPort": self.gcs_port, "dashboardPort": self.dashboard_port, "clientPort": self.client_port}
-        for key, port in ports.items():
-            if port == 22:
-                raise ValueError(f"{key}: must not be 22 (SSH); got 22")
-        if len(set(ports.values())) != len(ports):
-            given = ", ".join(f"{k}={v}" for k, v in ports.items())
-            raise ValueError(f"gcsPort, dashboardPort and clientPort must be distinct; got {given}")
-        return self
+    @field_validator("gcs_port", "dashboard_port", "client_port")
+    @classmethod
+    def _not_ssh(cls, port: int) -> int:
+        if port == 22:
+            raise _problem("must not be 22, the nodes' SSH port; got 22")
+        return port
+
+    @field_validator("client_port")
+    @classmethod
+    def _distinct(cls, client_port: int, info: ValidationInfo) -> int:
+        # clientPort is the last port declared: info.data holds the valid ones before it.
+        ports = [
+            (key, info.data.get(name) if name != "client_port" else client_port)
+            for key, name in zip(RAY_PORT_KEYS, ("gcs_port", "dashboard_port", "client_port"), strict=True)
+        ]
+        problems: list[tuple[KeyPath, str]] = []
+        for index, (key, port) in enumerate(ports):
+            clash = next((other for other, used in ports[:index] if port is not None and used == port), None)
+            if clash is not None:
+                problems.append((
+                    ("..", key),
+                    f"must be distinct from {clash} (gcsPort, dashboardPort and clientPort are separate "
+                    f"listeners); got {port} for both",
+                ))
+        if problems:
+            raise _Problems(*problems)
+        return client_port
 
 
 # ------------------------------------------------------------------------------------------------- training
@@ -306,10 +453,10 @@ class RollConfig(Section):
     @field_validator("base_config")
     @classmethod
     def _inside_examples(cls, path: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\.ya?ml", path) or ".." in path.split("/"):
-            raise ValueError(
-                "must be `<dir>/<name>.yaml` inside ROLL's examples/ (no absolute path, no `..`), e.g. "
-                f"`agentic_demo/agent_val_frozen_lake_single_node_demo.yaml`; got {path!r}"
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\.ya?ml", path) or {".", ".."} & set(path.split("/")):
+            raise _problem(
+                "must be `<dir>/<name>.yaml` inside ROLL's examples/ (no absolute path, no `..`, a directory "
+                f"part), e.g. `agentic_demo/agent_val_frozen_lake_single_node_demo.yaml`; got {_shown(path)}"
             )
         return path
 
@@ -335,7 +482,9 @@ class VerlConfig(Section):
     @classmethod
     def _absolute(cls, path: str) -> str:
         if not path.startswith("/"):
-            raise ValueError(f"must be an absolute path (relative paths land in Ray's temporary working_dir); got {path!r}")
+            raise _problem(
+                f"must be an absolute path (relative paths land in Ray's temporary working_dir); got {_shown(path)}"
+            )
         return path
 
 
@@ -354,7 +503,11 @@ class OpenRlhfConfig(Section):
         "Ray 2.48.0 and takes the dotted flag names).",
     )
     entrypoint_module: str = Field("openrlhf.cli.train_ppo_ray", description="Module run with `python3 -m`.")
-    vllm_num_engines: int = Field(2, ge=1, description="vLLM engines (`--vllm.num_engines`).")
+    vllm_num_engines: int = Field(
+        2, ge=1,
+        description="vLLM engines (`--vllm.num_engines`); engines x `vllmTensorParallelSize` must fit the cluster's "
+        "GPUs.",
+    )
     vllm_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine.")
     reward_server: RewardServerConfig | None = Field(
         None, description="A remote reward-model server started on the head and health-checked before the job."
@@ -373,18 +526,23 @@ class TrainingConfig(Section):
     overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Deep-merged last into the framework's configuration: ROLL YAML keys, verl Hydra keys "
-        "(`a.b.c: value`), OpenRLHF flags (`actor.num_nodes: 2`).",
+        "(`a.b.c: value`), OpenRLHF flags (`actor.num_nodes: 2`). ROLL `device_mapping` values are checked against "
+        "the cluster's GPUs (global indices 0 to nodes x GPUs per node - 1).",
     )
-    roll: RollConfig = Field(default_factory=RollConfig, description="ROLL settings.")  # type: ignore[arg-type]
-    verl: VerlConfig = Field(default_factory=VerlConfig, description="verl settings.")  # type: ignore[arg-type]
-    openrlhf: OpenRlhfConfig = Field(default_factory=OpenRlhfConfig, description="OpenRLHF settings.")  # type: ignore[arg-type]
+    roll: RollConfig = Field(default_factory=RollConfig, description="ROLL settings.")
+    verl: VerlConfig = Field(default_factory=VerlConfig, description="verl settings.")
+    openrlhf: OpenRlhfConfig = Field(default_factory=OpenRlhfConfig, description="OpenRLHF settings.")
     custom: CustomConfig | None = Field(None, description="Any Ray program; required when framework is `custom`.")
 
-    @model_validator(mode="after")
-    def _custom_needs_entrypoint(self) -> TrainingConfig:
-        if self.framework == "custom" and self.custom is None:
-            raise ValueError("custom: required when framework is `custom` (give custom.entrypoint); got nothing")
-        return self
+    @field_validator("custom")
+    @classmethod
+    def _custom_needs_entrypoint(cls, custom: CustomConfig | None, info: ValidationInfo) -> CustomConfig | None:
+        if custom is None and info.data.get("framework") == "custom":
+            raise _problem(
+                "required when framework is `custom`: the shell command submitted as the Ray job; got nothing",
+                "entrypoint",
+            )
+        return custom
 
 
 # -------------------------------------------------------------------------------------------------- storage
@@ -398,37 +556,69 @@ class StorageConfig(Section):
 
 # ---------------------------------------------------------------------------------------------------- whole
 class ClusterConfig(Section):
-    region: str = Field(description="`alicloud:region` of the stack.")
-    nodes: NodesConfig
-    access: AccessConfig
-    container: ContainerConfig = Field(default_factory=ContainerConfig)  # type: ignore[arg-type]
-    ray: RayConfig = Field(default_factory=RayConfig)  # type: ignore[arg-type]
-    training: TrainingConfig = Field(default_factory=TrainingConfig)  # type: ignore[arg-type]
-    storage: StorageConfig = Field(default_factory=StorageConfig)  # type: ignore[arg-type]
+    region: str = Field(
+        description="`alicloud:region` of the stack (the provider's standard key), e.g. `cn-hangzhou`."
+    )
+    nodes: NodesConfig = Field(description="The GPU instances.")
+    access: AccessConfig = Field(description="Who may reach the nodes, and with which SSH key.")
+    container: ContainerConfig = Field(
+        default_factory=ContainerConfig, description="The training container started on every node."
+    )
+    ray: RayConfig = Field(
+        default_factory=RayConfig, description="The Ray cluster formed by the containers."
+    )
+    training: TrainingConfig = Field(
+        default_factory=TrainingConfig, description="The training job submitted to the Ray cluster."
+    )
+    storage: StorageConfig = Field(
+        default_factory=StorageConfig, description="Storage shared by all nodes."
+    )
 
     @field_validator("region")
     @classmethod
     def _region(cls, region: str) -> str:
         if not re.fullmatch(r"[a-z]{2}-[a-z0-9]+(-[a-z0-9]+)*", region):
-            raise ValueError(f"must be an Alibaba Cloud region id such as `cn-hangzhou`; got {region!r}")
+            raise _problem(f"must be an Alibaba Cloud region id such as `cn-hangzhou`; got {_shown(region)}")
         return region
 
-    @model_validator(mode="after")
-    def _cluster_rules(self) -> ClusterConfig:
-        gpus = self.gpus_per_node * self.nodes.count
-        problems: list[str] = []
-        if self.training.framework == "roll":
-            problems += _roll_device_mappings_fit(self.training.overrides, gpus)
-        if self.training.framework == "openrlhf":
-            o = self.training.openrlhf
-            if o.vllm_num_engines * o.vllm_tensor_parallel_size > gpus:
-                problems.append(
-                    f"training.openrlhf.vllmNumEngines x vllmTensorParallelSize must fit the cluster's {gpus} GPUs; "
-                    f"got {o.vllm_num_engines} x {o.vllm_tensor_parallel_size}"
-                )
+    @field_validator("nodes")
+    @classmethod
+    def _zone_in_region(cls, nodes: NodesConfig, info: ValidationInfo) -> NodesConfig:
+        region = info.data.get("region")
+        if region is not None and nodes.zone != "auto" and not nodes.zone.startswith(region + "-"):
+            raise _problem(
+                f"must be `auto` or a zone of alicloud:region {region} (such as `{region}-k`); "
+                f"got {_shown(nodes.zone)}",
+                "zone",
+            )
+        return nodes
+
+    @field_validator("training")
+    @classmethod
+    def _training_fits_nodes(cls, training: TrainingConfig, info: ValidationInfo) -> TrainingConfig:
+        # A field validator sees `nodes` (declared before `training`) as soon as that section is valid, so these
+        # rules are reported together with problems in other sections, not only after those are fixed.
+        nodes: NodesConfig | None = info.data.get("nodes")
+        per_node = nodes.gpus_per_node if nodes is not None else None
+        if nodes is None or per_node is None:
+            # No candidate type is in the catalog (or nodes is invalid): the GPU count is known only at deployment.
+            return training
+        gpus = per_node * nodes.count
+        cluster = f"{nodes.count} node{'s' if nodes.count > 1 else ''} x {_gpus(per_node)} = {_gpus(gpus)}"
+        problems: list[tuple[KeyPath, str]] = []
+        if training.framework == "roll":
+            problems += _roll_device_mappings_fit(training.overrides, gpus, cluster, ("overrides",))
+        if training.framework == "openrlhf":
+            engines, tp = training.openrlhf.vllm_num_engines, training.openrlhf.vllm_tensor_parallel_size
+            if engines * tp > gpus:
+                problems.append((
+                    ("openrlhf", "vllmNumEngines"),
+                    f"vllmNumEngines x vllmTensorParallelSize must fit the cluster's {cluster}; got {engines} x {tp} "
+                    f"= {_gpus(engines * tp)}",
+                ))
         if problems:
-            raise ValueError("; ".join(problems))
-        return self
+            raise _Problems(*problems)
+        return training
 
     @property
     def instance_type_info(self) -> catalog.GpuInstanceType | None:
@@ -436,46 +626,85 @@ class ClusterConfig(Section):
 
     @property
     def gpus_per_node(self) -> int:
-        known = [t for t in (catalog.lookup(n) for n in self.nodes.instance_types) if t]
-        return known[0].gpus if known else 1
+        """From the catalog; 1 when no candidate type is in it (the live answer at deployment decides)."""
+        return self.nodes.gpus_per_node or 1
 
 
-def _roll_device_mappings_fit(overrides: Mapping[str, Any], gpus: int, path: str = "training.overrides") -> list[str]:
-    problems = []
-    for key, value in overrides.items():
-        here = f"{path}.{key}"
-        if isinstance(value, Mapping):
-            problems += _roll_device_mappings_fit(value, gpus, here)
-        elif key == "device_mapping":
+def _roll_device_mappings_fit(value: Any, gpus: int, cluster: str, path: KeyPath) -> list[tuple[KeyPath, str]]:
+    """Every `device_mapping` anywhere in ROLL overrides must name GPUs the cluster has (ROLL's indices are global
+    across nodes). A dotted key (`actor_train.device_mapping`) counts as well; null means "no such worker"."""
+    problems: list[tuple[KeyPath, str]] = []
+    children: list[tuple[int | str, Any]] = []
+    if isinstance(value, Mapping):
+        children = list(value.items())
+    elif isinstance(value, list):
+        children = list(enumerate(value))
+    for key, child in children:
+        here = (*path, key)
+        if isinstance(key, str) and key.split(".")[-1] == "device_mapping" and child is not None:
             try:
-                indices = parse_device_mapping(value)
+                indices = parse_device_mapping(child)
             except DeviceMappingError as error:
-                problems.append(f"{here}: {error}; got {value!r}")
+                problems.append((here, f"{error}; got {_shown(child)}"))
                 continue
             if indices and max(indices) >= gpus:
-                problems.append(
-                    f"{here}: GPU indices must be within 0..{gpus - 1} (the cluster has {gpus} GPUs); got {value!r}"
-                )
+                problems.append((
+                    here,
+                    f"GPU indices must be within 0..{gpus - 1}, because the cluster has {cluster}; got "
+                    f"{_shown(child)}, which uses index {max(indices)}",
+                ))
+        else:
+            problems += _roll_device_mappings_fit(child, gpus, cluster, here)
     return problems
 
 
 # ---------------------------------------------------------------------------------------------- error format
-def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+#
+# Every problem is one line `<key path>: <what is allowed>; got <given value>`, with the key path as the user writes
+# it (`roll-cluster:nodes.instanceTypes[1]`, `alicloud:region`) and the given value as JSON, the way the stack file
+# spells it (`true`, `null`, `"16G"`). Private keys are never echoed.
+
+
+def _field_at(model: type[BaseModel], name: str) -> FieldInfo | None:
+    return next((f for n, f in model.model_fields.items() if (f.alias or n) == name), None)
+
+
+def _model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
     """The model class that owns the field at loc (for suggestions on unknown fields)."""
     current: type[BaseModel] | None = model
     for part in loc:
         if current is None or isinstance(part, int):
             continue
-        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
+        field = _field_at(current, part)
         if field is None:
             return None
         annotation = field.annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        candidates = [annotation, *typing.get_args(annotation)]
         current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
     return current
 
 
-def _format(loc: tuple[int | str, ...]) -> str:
+def _field_of(loc: KeyPath) -> FieldInfo | None:
+    """The field definition at loc, if loc ends at a field (not inside a list)."""
+    if not loc or not isinstance(loc[-1], str):
+        return None
+    owner = _model_at(ClusterConfig, loc[:-1])
+    return _field_at(owner, loc[-1]) if owner else None
+
+
+def _join(loc: KeyPath, relative: KeyPath) -> KeyPath:
+    parts = list(loc)
+    for part in relative:
+        if part == "..":
+            parts.pop()
+        else:
+            parts.append(part)
+    return tuple(parts)
+
+
+def _format(loc: KeyPath) -> str:
+    if loc[:1] == ("region",):
+        return "alicloud:region"
     path = PROJECT + ":"
     for i, part in enumerate(loc):
         if isinstance(part, int):
@@ -485,66 +714,124 @@ def _format(loc: tuple[int | str, ...]) -> str:
     return path
 
 
+def _allowed(item: Any, loc: KeyPath) -> str:
+    """What a built-in pydantic check allows, in the stack file's terms."""
+    kind, ctx = item["type"], item.get("ctx", {})
+    field = _field_of(loc)
+    if kind in ("greater_than_equal", "less_than_equal") and field is not None:
+        low = next((m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)), None)
+        high = next((m.le for m in field.metadata if isinstance(m, annotated_types.Le)), None)
+        if low is not None and high is not None:
+            return f"must be between {low} and {high}"
+    if kind == "literal_error" and field is not None:
+        return "must be one of " + ", ".join(_shown(v) for v in typing.get_args(field.annotation))
+    if kind == "string_pattern_mismatch":
+        example = f" such as {_shown(field.default)}" if field is not None and isinstance(field.default, str) else ""
+        return f"must match the regular expression `{ctx.get('pattern')}`{example}"
+    simple = {
+        "greater_than_equal": f"must be at least {ctx.get('ge')}",
+        "less_than_equal": f"must be at most {ctx.get('le')}",
+        "greater_than": f"must be greater than {ctx.get('gt')}",
+        "int_type": "must be a whole number",
+        "int_parsing": "must be a whole number",
+        "int_from_float": "must be a whole number",
+        "float_type": "must be a number",
+        "float_parsing": "must be a number",
+        "bool_type": "must be true or false",
+        "bool_parsing": "must be true or false",
+        "string_type": "must be a string",
+        "list_type": "must be a list",
+        "dict_type": "must be an object with fields",
+        "model_type": "must be an object with fields",
+        "model_attributes_type": "must be an object with fields",
+    }
+    if kind == "too_short":
+        count = ctx.get("min_length")
+        return f"must list at least {count} {'item' if count == 1 else 'items'}"
+    if kind in simple:
+        return simple[kind]
+    message = str(item["msg"])
+    return message[0].lower() + message[1:]
+
+
 def _messages(error: ValidationError) -> list[str]:
-    problems = []
+    problems: list[str] = []
     for item in error.errors():
-        loc = tuple(p for p in item["loc"] if p not in ("function-after[_cidrs(), list[str]]",))
-        # Union branches add the member type name to the location; drop those.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("RewardServerConfig", "CustomConfig"))))
-        kind = item["type"]
-        if kind == "extra_forbidden":
+        loc: KeyPath = tuple(item["loc"])
+        cause = item.get("ctx", {}).get("error")
+        if isinstance(cause, _Problems):
+            problems += [f"{_format(_join(loc, path))}: {message}" for path, message in cause.problems]
+        elif item["type"] == "extra_forbidden":
             owner = _model_at(ClusterConfig, loc[:-1])
             names = [f.alias or n for n, f in owner.model_fields.items()] if owner else []
             if not loc[:-1]:
                 names = list(SECTIONS)
             guess = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
-            hint = f"; did you mean {guess[0]!r}?" if guess else ""
+            hint = f"; did you mean {guess[0]!r}?" if guess else "."
             problems.append(f"{_format(loc)}: unknown field{hint} Allowed: {', '.join(names)}")
-            continue
-        message = str(item["msg"])
-        if message.startswith("Value error, "):
-            message = message[len("Value error, "):]
-            # Validators of a model may name a sub-key first ("spot: ..."), keep it in the path.
-            head, sep, rest = message.partition(": ")
-            if sep and re.fullmatch(r"[a-zA-Z][a-zA-Z.]*", head):
-                problems.append(f"{_format(loc + (head,)) if loc else PROJECT + ':' + head}: {rest}")
-                continue
-            if message.startswith("["):
-                index, _, rest = message[1:].partition("] ")
-                problems.append(f"{_format(loc + (int(index),))}: {rest}")
-                continue
-            problems.append(f"{_format(loc)}: {message}")
-            continue
-        if kind == "missing":
+        elif item["type"] == "missing":
             problems.append(f"{_format(loc)}: required; got nothing")
-            continue
-        problems.append(f"{_format(loc)}: {message[0].lower() + message[1:]}; got {item.get('input')!r}")
+        elif isinstance(cause, ValueError):
+            problems.append(f"{_format(loc)}: {cause}; got {_shown(item.get('input'))}")
+        else:
+            problems.append(f"{_format(loc)}: {_allowed(item, loc)}; got {_shown(item.get('input'))}")
     return problems
+
+
+def _section_of_field(name: str) -> str | None:
+    """The section that has a field of this name, for a key set at the top level by mistake."""
+    for section in SECTIONS:
+        model = _model_at(ClusterConfig, (section,))
+        if model is not None and _field_at(model, name) is not None:
+            return section
+    return None
+
+
+def _unknown_key(key: str) -> str:
+    allowed = ", ".join([*SECTIONS, *SECRETS])
+    section, dot, field = key.partition(".")
+    if dot and section in SECTIONS:
+        # `pulumi config set roll-cluster:nodes.count 2` without --path makes a key named "nodes.count".
+        return (
+            f"{PROJECT}:{key}: unknown key; to set {field!r} inside the {section} section use "
+            f"`pulumi config set --path '{PROJECT}:{key}' <value>` (without --path the dot is part of the key name)"
+        )
+    owner = _section_of_field(key)
+    if owner is not None:
+        return f"{PROJECT}:{key}: unknown key; did you mean '{owner}.{key}'? (fields belong inside their section)"
+    guess = difflib.get_close_matches(key, [*SECTIONS, *SECRETS], n=1, cutoff=0.5)
+    hint = f"; did you mean {guess[0]!r}?" if guess else "."
+    return f"{PROJECT}:{key}: unknown key{hint} Allowed: {allowed}"
 
 
 def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> ClusterConfig:
     """Validate the `roll-cluster:*` values as Pulumi hands them over (structured values are JSON strings).
 
-    `raw` maps the key without the project prefix ("nodes") to its text; secrets are not part of it.
-    Raises ConfigError listing every problem.
+    `raw` maps the key without the project prefix ("nodes") to its text; None or a missing key means not set.
+    Secrets are skipped if present. Raises ConfigError listing every problem, each with its key path.
     """
     problems: list[str] = []
     data: dict[str, Any] = {}
+    malformed: set[str] = set()
     for key, text in raw.items():
-        if key in SECRETS:
+        if key in SECRETS or text is None:
             continue
         if key not in SECTIONS:
-            guess = difflib.get_close_matches(key, [*SECTIONS, *SECRETS], n=1, cutoff=0.5)
-            hint = f"; did you mean {guess[0]!r}?" if guess else ""
-            problems.append(f"{PROJECT}:{key}: unknown key{hint} Allowed: {', '.join([*SECTIONS, *SECRETS])}")
+            problems.append(_unknown_key(key))
             continue
+        how = (
+            f"nest its fields under `{PROJECT}:{key}` in Pulumi.<stack>.yaml, or set one with "
+            f"`pulumi config set --path '{PROJECT}:{key}.<field>' <value>`"
+        )
         try:
-            value = json.loads(text) if text is not None else None
-        except json.JSONDecodeError as error:
-            problems.append(f"{PROJECT}:{key}: must be a structured object; got {text!r} ({error.msg})")
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            malformed.add(key)
+            problems.append(f"{PROJECT}:{key}: must be an object with fields ({how}); got {_shown(text)}")
             continue
         if not isinstance(value, dict):
-            problems.append(f"{PROJECT}:{key}: must be an object with fields; got {value!r}")
+            malformed.add(key)
+            problems.append(f"{PROJECT}:{key}: must be an object with fields ({how}); got {_shown(value)}")
             continue
         data[key] = value
     if region is None:
@@ -554,7 +841,11 @@ def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> C
     try:
         config = ClusterConfig.model_validate(data)
     except ValidationError as error:
-        problems += [p for p in _messages(error) if not (region is None and p.startswith(PROJECT + ":region"))]
+        # A section already reported as malformed, or the region reported above, is not "required" again.
+        repeated = {"alicloud:region: required; got nothing"} | {
+            f"{PROJECT}:{key}: required; got nothing" for key in malformed
+        }
+        problems += [p for p in _messages(error) if p not in repeated]
     if problems:
         raise ConfigError(problems)
     return config
