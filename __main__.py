@@ -21,6 +21,7 @@ from infra.placement import choose_placement
 config, secrets = stack_config.load()
 placement = choose_placement(config)
 stack = pulumi.get_stack()
+stack_config.check_framework(config, stack, placement.gpus_per_node, placement.bf16)
 private_key = steps.private_key(config.access.ssh_private_key_path)
 code = adapter_for(config.training, config.container).code()
 

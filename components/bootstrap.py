@@ -24,12 +24,11 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.node import DATA_DISK_DEVICE, GpuNode
-from components.storage import SHARED_MOUNT
 from infra import steps
 from infra.config import ClusterConfig
+from infra.layout import DATA_MOUNT, SHARED_MOUNT, WORKSPACE
 from infra.offline import PROJECT_DIR
 
-DATA_MOUNT = "/data"
 NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
 GPU_READY_TIMEOUT_S = 2400
 
@@ -140,7 +139,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         self.container_name = config.container.name
         volumes = [
             docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
-            docker.ContainerVolumeArgs(host_path=f"{DATA_MOUNT}/workspace", container_path="/workspace"),
+            docker.ContainerVolumeArgs(host_path=f"{DATA_MOUNT}/workspace", container_path=WORKSPACE),
         ]
         if config.storage.nas:
             volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))

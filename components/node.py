@@ -84,7 +84,11 @@ class GpuNode(pulumi.ComponentResource):
             spot_strategy=nodes.spot_strategy,
             spot_price_limit=nodes.spot_price_limit,
             user_data=user_data,
-            tags={"roll-cluster-stack": args.stack, "roll-cluster-rank": str(args.rank), "roll-cluster-role": args.role},
+            tags={
+                "roll-cluster-stack": args.stack,
+                "roll-cluster-rank": str(args.rank),
+                "roll-cluster-role": args.role,
+            },
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # user_data is applied in place by rebooting the instance and cloud-init would not run it again:

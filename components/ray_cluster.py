@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.bootstrap import DATA_MOUNT, NodeBootstrap
+from components.bootstrap import NodeBootstrap
 from components.node import GpuNode
 from infra import ray_commands, steps
 from infra.config import ClusterConfig
+from infra.layout import DATA_MOUNT
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,15 @@ class RayCluster(pulumi.ComponentResource):
             )
             started.append((f"{worker.name}/ray-worker", join))
         all_ips = pulumi.Output.all(*[n.node.private_ip for n in args.nodes])
+        # A cluster-level step (it runs on the head): it reruns when nodes come or go, the head's own steps don't.
         self.ready = steps.remote_step(
-            head_ctx,
+            steps.StepContext(node=head.name, host=head.node.public_ip, key=args.private_key, parent=self),
             ray_commands.READY_STEP.step,
             ray_commands.READY_STEP.scripts,
             {},
             dynamic_env=all_ips.apply(lambda ips: ray_commands.ready_env(node_settings, ips[0], ips)),
             after=started,
+            resource_name="ray-ready",
         )
         self.register_outputs({"headPrivateIp": self.head_private_ip})
 

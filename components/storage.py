@@ -1,6 +1,6 @@
 """Shared storage for checkpoints: a NAS (NFS) file system with a mount target in the cluster's vSwitch.
 
-Mounted at /mnt/shared on every node and in every container (infra/scripts/prepare_host.sh). Kept on
+Mounted at /mnt/shared (infra/layout.py) on every node and container by infra/scripts/prepare_host.sh. Kept on
 `pulumi destroy` unless `storage.retainOnDestroy` is false: checkpoints outlive the cluster.
 """
 
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_alicloud as alicloud
 
-SHARED_MOUNT = "/mnt/shared"
 
 
 @dataclass(frozen=True)

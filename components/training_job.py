@@ -12,15 +12,24 @@ from dataclasses import dataclass, replace
 
 import pulumi
 
-from components.bootstrap import DATA_MOUNT
 from components.ray_cluster import RayCluster, RayNode
-from components.storage import SHARED_MOUNT
 from infra import ray_commands, steps
 from infra.config import ClusterConfig
-from infra.frameworks import ClusterShape, JobSpec, adapter_for
+from infra.frameworks import JobSpec, adapter_for
+from infra.stack_config import cluster_shape, local_roll_base
 
 
 @dataclass(frozen=True)
+class TrainingJobArgs:
+    config: ClusterConfig
+    stack: str
+    head: RayNode
+    ray: RayCluster
+    gpus_per_node: int
+    bf16: bool
+    private_key: pulumi.Output[str]
+
+
 class TrainingJobArgs:
     config: ClusterConfig
     stack: str
@@ -51,7 +60,7 @@ class TrainingJob(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:TrainingJob", name, None, opts)
         config = args.config
-        adapter = adapter_for(config.training, config.container)
+        adapter = adapter_for(config.training, config.container, local_roll_base(config))
         shape = cluster_shape(config, args.stack, args.gpus_per_node, args.bf16, head_ip="")
         self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
@@ -68,6 +77,7 @@ class TrainingJob(pulumi.ComponentResource):
                 {},
                 dynamic_env=self.spec.apply(lambda spec: ray_commands.reward_server_env(settings, to_reward(spec))),
                 after=after,
+                resource_name="reward-server",
             )
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
         if config.training.auto_start:
@@ -83,6 +93,7 @@ class TrainingJob(pulumi.ComponentResource):
                 delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),
                 triggers=[self.job_id],
                 delete_before_replace=True,
+                resource_name="training-job",
             )
         self.register_outputs({"jobId": self.job_id})
 

@@ -46,7 +46,8 @@ def render(run: OfflineRun) -> str:
         if r.type == "alicloud:vpc/network:Network":
             lines.append(f"  VPC       {r.inputs.get('vpcName')}  {r.inputs.get('cidrBlock')}")
         if r.type == "alicloud:vpc/switch:Switch":
-            lines.append(f"  vSwitch   {r.inputs.get('vswitchName')}  {r.inputs.get('cidrBlock')}  in {r.inputs.get('zoneId')}")
+            name, cidr = r.inputs.get("vswitchName"), r.inputs.get("cidrBlock")
+            lines.append(f"  vSwitch   {name}  {cidr}  in {r.inputs.get('zoneId')}")
     lines.append("  Security group, inbound (everything else is denied):")
     for r in cloud.of_type(RULE):
         source = r.inputs.get("cidrIp") or r.inputs.get("ipv6CidrIp") or "members of this security group"

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 from pulumi.runtime import config as runtime_config
 
 from infra.config import PROJECT, SECRETS, ClusterConfig, ConfigError, parse_cluster_config
+from infra.frameworks import ClusterShape, check_before_deploy
+from infra.layout import DATA_MOUNT, SHARED_MOUNT
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,35 @@ def load() -> tuple[ClusterConfig, StackSecrets]:
             f"(pulumi config set --secret {PROJECT}:registryPassword ...); got nothing"
         ])
     return config, secrets
+
+
+def cluster_shape(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: bool, head_ip: str) -> ClusterShape:
+    """What the framework adapters size the job from."""
+    return ClusterShape(
+        stack=stack,
+        nodes=config.nodes.count,
+        gpus_per_node=gpus_per_node,
+        bf16=bf16,
+        head_ip=head_ip,
+        shared_dir=SHARED_MOUNT if config.storage.nas else None,
+        data_dir=DATA_MOUNT,
+        dashboard_port=config.ray.dashboard_port,
+    )
+
+
+def local_roll_base(config: ClusterConfig) -> str | None:
+    """The base example from a local ROLL checkout ($ROLL_CHECKOUT), so that the offline plan can show the fully
+    rendered config; without it the plan shows what will be applied on the head."""
+    checkout = os.environ.get("ROLL_CHECKOUT")
+    if not checkout or config.training.framework != "roll":
+        return None
+    base = Path(checkout) / "examples" / config.training.roll.base_config
+    return base.read_text() if base.is_file() else None
+
+
+def check_framework(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: bool) -> None:
+    """Framework rules that need the chosen GPUs (batch sizes, engines x TP, requirements for the image)."""
+    shape = cluster_shape(config, stack, gpus_per_node, bf16, head_ip="")
+    problems = check_before_deploy(config.training, config.container, shape, local_roll_base(config))
+    if problems:
+        raise ConfigError(problems)

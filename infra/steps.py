@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_command as command
@@ -94,13 +94,14 @@ def remote_step(
     delete_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] | None = None,
     triggers: Sequence[pulumi.Input[str]] | None = None,
     delete_before_replace: bool = False,
+    resource_name: str | None = None,
 ) -> command.remote.Command:
     """A remote.Command running `scripts` on the node; `after` lists (step key, resource) it depends on.
 
     env: variables whose names are known up front (values may be Outputs); dynamic_env: a whole env dict that
     is only known once other resources exist (built from their addresses), merged over env.
     """
-    resource_name = f"{ctx.node}-{step}"
+    resource_name = resource_name or f"{ctx.node}-{step}"
     static_env: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node, **ctx.node_env, **env}
     full_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = static_env
     if dynamic_env is not None:
@@ -110,7 +111,9 @@ def remote_step(
     delete = None
     if delete_scripts:
         node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
-        delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {}))
+        delete_values = pulumi.Output.all(
+            pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {})
+        )
         delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}))
     resource = command.remote.Command(
         resource_name,

@@ -91,7 +91,9 @@ def test_security_group_allows_members_everything_and_admins_only_ssh_in_tunnel_
 
 def test_dashboard_rule_only_from_admin_cidrs_and_nothing_world_open_by_default():
     result = run("multi", config={"roll-cluster:access": {"adminCidrs": ["203.0.113.0/24", "2001:db8::/48"]}})
-    found = {(r["portRange"], r.get("cidrIp") or r.get("ipv6CidrIp")) for r in rules(result) if r["portRange"] != "1/65535"}
+    found = {
+        (r["portRange"], r.get("cidrIp") or r.get("ipv6CidrIp")) for r in rules(result) if r["portRange"] != "1/65535"
+    }
     assert found == {
         ("22/22", "203.0.113.0/24"), ("8265/8265", "203.0.113.0/24"),
         ("22/22", "2001:db8::/48"), ("8265/8265", "2001:db8::/48"),

@@ -30,11 +30,11 @@ def render_on_stand_in_head(result, tmp_path: Path) -> dict:
     env = job_env(result)
     checkout = tmp_path / "ROLL"
     shutil.copytree(FIXTURES, checkout / "examples", ignore=shutil.ignore_patterns("README.md"))
-    archive = tarfile.open(fileobj=io.BytesIO(base64.b64decode(env["JOB_FILES_B64"])), mode="r:gz")
-    for member in archive.getmembers():
-        target = tmp_path / Path(member.name).relative_to("workspace")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(archive.extractfile(member).read())
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(env["JOB_FILES_B64"])), mode="r:gz") as archive:
+        for member in archive.getmembers():
+            target = tmp_path / Path(member.name).relative_to("workspace")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.extractfile(member).read())
     for command in (env["JOB_PREPARE"], env["JOB_PRE_SUBMIT_CHECK"]):
         done = subprocess.run(["bash", "-c", command.replace("/workspace/ROLL", str(checkout))],
                               capture_output=True, text=True)
@@ -90,7 +90,7 @@ def test_openrlhf_reward_server_is_up_before_the_job_and_the_job_gets_its_url():
     assert "node-0/reward-server" in job.depends_on
     entry = job_env(result)["JOB_ENTRYPOINT"]
     assert f"--reward.remote_url http://{head_ip}:5001/get_reward" in entry
-    assert "--actor.num_nodes 2" in entry and "--vllm.num_engines 4" in entry
+    assert "--actor.num_nodes 2" in entry and "--vllm.num_engines 8" in entry
 
 
 def test_custom_ports_reach_every_step_output_and_rule():

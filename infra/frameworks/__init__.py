@@ -1,0 +1,67 @@
+"""Framework adapters: what code every node gets and what job the head submits, for ROLL, verl, OpenRLHF and
+any Ray program. Pure Python (no Pulumi): the components call these with plain values.
+
+    adapter = adapter_for(config.training, config.container)
+    problems = check_before_deploy(config.training, config.container, shape_without_ip)
+    code = adapter.code()          # CodeSpec -> env of fetch_code.sh on every node (None: nothing to fetch)
+    job = adapter.job(shape)       # JobSpec -> env of job_submit.sh on the head
+"""
+
+from __future__ import annotations
+
+from infra.config import ContainerConfig, TrainingConfig
+from infra.frameworks.base import (
+    ClusterShape,
+    CodeSpec,
+    FrameworkAdapter,
+    JobSpec,
+    RewardServerSpec,
+)
+from infra.frameworks.custom import CustomAdapter
+from infra.frameworks.openrlhf import OpenRlhfAdapter
+from infra.frameworks.roll import RollAdapter
+from infra.frameworks.roll_render import render_preview
+from infra.frameworks.verl import VerlAdapter
+
+__all__ = [
+    "ClusterShape",
+    "CodeSpec",
+    "CustomAdapter",
+    "FrameworkAdapter",
+    "JobSpec",
+    "OpenRlhfAdapter",
+    "RewardServerSpec",
+    "RollAdapter",
+    "VerlAdapter",
+    "adapter_for",
+    "check_before_deploy",
+    "render_preview",
+]
+
+Adapter = RollAdapter | VerlAdapter | OpenRlhfAdapter | CustomAdapter
+
+
+def adapter_for(training: TrainingConfig, container: ContainerConfig, roll_base_yaml: str | None = None) -> Adapter:
+    """roll_base_yaml: ROLL's base example text from a local checkout (the offline plan's ROLL_CHECKOUT), so
+    the ROLL summary shows the rendered config; ignored for the other frameworks."""
+    if training.framework == "roll":
+        return RollAdapter(training, container, roll_base_yaml)
+    if training.framework == "verl":
+        return VerlAdapter(training, container)
+    if training.framework == "openrlhf":
+        return OpenRlhfAdapter(training, container)
+    return CustomAdapter(training, container)
+
+
+def _is_framework_adapter(adapter: Adapter) -> FrameworkAdapter:
+    return adapter  # mypy checks here that every adapter class satisfies the FrameworkAdapter protocol
+
+
+def check_before_deploy(
+    training: TrainingConfig,
+    container: ContainerConfig,
+    shape_without_ip: ClusterShape,
+    roll_base_yaml: str | None = None,
+) -> list[str]:
+    """Problems detectable before anything is created; each names its `roll-cluster:...` key. Empty: fine."""
+    return adapter_for(training, container, roll_base_yaml).problems(shape_without_ip)

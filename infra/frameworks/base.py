@@ -1,0 +1,168 @@
+"""What every framework adapter hands to the Pulumi components: the code each node gets (CodeSpec, the env of
+fetch_code.sh) and the job the head submits (JobSpec, the env of job_submit.sh).
+
+Pure Python on purpose: the adapters are called with plain values (the head's IP already resolved), so they can
+be tested and shown in the offline plan without Pulumi.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from infra.config import PROJECT, ContainerConfig
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    stack: str  # Pulumi stack name, used in ids and experiment names
+    nodes: int
+    gpus_per_node: int
+    bf16: bool  # False on V100/T4 (catalog GpuFamily.bf16)
+    head_ip: str  # head's private IP ("" where it is not known yet, e.g. check_before_deploy)
+    shared_dir: str | None  # "/mnt/shared" when storage.nas, else None
+    data_dir: str  # "/data" (a data disk or a plain dir)
+    dashboard_port: int
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def output_root(self, framework: str) -> str:
+        """Checkpoints and logs: on shared storage when there is some, else on each node's data dir."""
+        return posixpath.join(self.shared_dir or self.data_dir, framework, self.stack)
+
+    def facts(self) -> dict[str, Any]:
+        """What the training configuration depends on. Not the head's IP or the dashboard port: a replaced
+        head or a moved dashboard does not make it another training run."""
+        return {
+            "stack": self.stack,
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "total_gpus": self.total_gpus,
+            "bf16": self.bf16,
+            "shared_dir": self.shared_dir,
+            "data_dir": self.data_dir,
+        }
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """What fetch_code.sh installs in the container on every node, at the same path everywhere (Ray puts the
+    driver's directories on the workers' sys.path)."""
+
+    repo: str | None
+    ref: str | None
+    archive_url: str | None
+    code_dir: str | None
+    requirements_file: str | None
+    pip_index_url: str
+    install_editable: bool
+    extra_packages: str
+
+    def env(self, container_name: str) -> dict[str, str]:
+        return {
+            "CONTAINER_NAME": container_name,
+            "CODE_REPO": self.repo or "",
+            "CODE_REF": self.ref or "",
+            "CODE_DIR": self.code_dir or "",
+            "CODE_ARCHIVE_URL": self.archive_url or "",
+            "PIP_INDEX_URL": self.pip_index_url,
+            "REQUIREMENTS_FILE": self.requirements_file or "",
+            "INSTALL_EDITABLE": "1" if self.install_editable else "0",
+            "PIP_EXTRA_PACKAGES": self.extra_packages,
+        }
+
+
+@dataclass(frozen=True)
+class RewardServerSpec:
+    command: str  # run in the container on the head, in the background
+    port: int
+    health_timeout_s: int
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str  # Ray submission id, derived from the configuration (see job_id())
+    workdir: str  # cwd in the container
+    entrypoint: str  # shell command
+    runtime_env: dict[str, Any] | None  # never secrets: they reach the job through the raylet's environment
+    files: dict[str, str]  # absolute path in the container -> text, written before submission
+    prepare: str | None  # shell command run in the container before submission (idempotent)
+    pre_submit_check: str | None  # shell command that must succeed before submission
+    reward_server: RewardServerSpec | None
+    summary: dict[str, Any]  # what the offline plan shows
+
+
+class FrameworkAdapter(Protocol):
+    name: str
+
+    def code(self) -> CodeSpec | None: ...
+
+    def job(self, shape: ClusterShape) -> JobSpec: ...
+
+
+def key(path: str) -> str:
+    """A key path as the user writes it in the stack config: `roll-cluster:training.roll.ref`."""
+    return f"{PROJECT}:{path}"
+
+
+def job_id(framework: str, shape: ClusterShape, configuration: Mapping[str, Any]) -> str:
+    """Same configuration -> same id (a second `pulumi up` finds the job already submitted); any change of the
+    training configuration, code ref, image or cluster shape -> a new id. Lowercase letters, digits and dashes
+    only, so the id is safe in Ray's file names and on a command line."""
+    payload = json.dumps(
+        {"framework": framework, "shape": shape.facts(), "configuration": configuration},
+        sort_keys=True,
+        default=str,
+    )
+    digest = hashlib.sha256(payload.encode()).hexdigest()[:10]
+    stack = re.sub(r"[^a-z0-9]+", "-", shape.stack.lower()).strip("-")[:40] or "stack"
+    return f"{framework}-{stack}-{digest}"
+
+
+# Settings that change where code comes from, not what is trained: a new mirror is not a new training run.
+WHERE_FROM_ONLY = ("archive_url", "pip_index_url")
+
+
+def image_facts(container: ContainerConfig) -> dict[str, str]:
+    """The part of the container that changes what runs (the image), not its name or /dev/shm size."""
+    return {"image": container.image}
+
+
+_GITHUB = re.compile(r"^(?:https://|git@|ssh://git@)github\.com[/:]([\w.-]+)/([\w.-]+?)(?:\.git)?/?$")
+
+
+def github_archive_url(repo: str, ref: str) -> str | None:
+    """GitHub's tarball of a ref (tag, branch or commit), the fallback where `git clone` is blocked or slow."""
+    match = _GITHUB.match(repo)
+    if not match:
+        return None
+    owner, name = match.groups()
+    return f"https://github.com/{owner}/{name}/archive/{ref}.tar.gz"
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "", marks: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}, "c.d": 2}` -> `{"a.b": 1, "c.d": 2}`. A leading `+`/`~` (Hydra's "add"/"delete a key")
+    on any level moves to the front of the whole key; empty dicts stay values."""
+    flat: dict[str, Any] = {}
+    for raw_key, value in tree.items():
+        name = str(raw_key)
+        stripped = name.lstrip("+~")
+        key_marks = marks or name[: len(name) - len(stripped)]
+        path = f"{prefix}{stripped}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, path + ".", key_marks))
+        else:
+            flat[key_marks + path] = value
+    return flat
+
+
+def bare_key(name: str) -> str:
+    """The key without Hydra's `+`/`++`/`~` prefixes or a flag's leading dashes, for de-duplication."""
+    return name.lstrip("+~-")

@@ -1,0 +1,599 @@
+"""The framework adapters: what every node installs, what the head submits, and what is refused before deploy.
+
+Shell commands the adapters produce (ROLL's render and check, verl's data preparation) are run for real with
+bash in a temporary directory standing in for the container's /workspace/<repo> (no container here); the path
+is the only thing substituted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.config import SECRETS, ContainerConfig, TrainingConfig
+from infra.frameworks import (
+    ClusterShape,
+    CodeSpec,
+    CustomAdapter,
+    JobSpec,
+    OpenRlhfAdapter,
+    RollAdapter,
+    VerlAdapter,
+    adapter_for,
+    check_before_deploy,
+    roll_render,
+)
+from infra.frameworks.verl import hydra_value
+
+FIXTURES = Path(__file__).parent / "fixtures" / "roll_examples"
+RAY_SUBMISSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+SHARED = "/mnt/shared"
+
+
+def training(**fields: Any) -> TrainingConfig:
+    return TrainingConfig.model_validate(fields)
+
+
+def container(image: str | None = None) -> ContainerConfig:
+    return ContainerConfig.model_validate({"image": image} if image else {})
+
+
+def shape(
+    nodes: int = 2,
+    gpus: int = 8,
+    *,
+    bf16: bool = True,
+    shared: str | None = SHARED,
+    stack: str = "large",
+    head_ip: str = "10.0.0.5",
+) -> ClusterShape:
+    return ClusterShape(stack, nodes, gpus, bf16, head_ip, shared, "/data", 8265)
+
+
+def job_of(config: TrainingConfig, cluster: ClusterShape | None = None, image: str | None = None) -> JobSpec:
+    return adapter_for(config, container(image)).job(cluster or shape())
+
+
+def in_bash(command: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    # The venv's python3 first on PATH: the commands call `python3`, as the container's does.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+# ------------------------------------------------------------------------------------------------- job ids
+FRAMEWORK_CONFIGS: dict[str, dict[str, Any]] = {
+    "roll": {
+        "framework": "roll",
+        "roll": {"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"},
+    },
+    "verl": {"framework": "verl"},
+    "openrlhf": {
+        "framework": "openrlhf",
+        "openrlhf": {"vllmNumEngines": 16},
+        "overrides": {"train.colocate_all": True},
+    },
+    "custom": {"framework": "custom", "custom": {"entrypoint": "python3 train.py"}},
+}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORK_CONFIGS)
+def test_job_id_is_stable_for_the_same_config_and_valid_for_ray(framework: str) -> None:
+    first = job_of(training(**FRAMEWORK_CONFIGS[framework])).job_id
+    again = job_of(training(**json.loads(json.dumps(FRAMEWORK_CONFIGS[framework])))).job_id
+    assert first == again
+    assert RAY_SUBMISSION_ID.match(first), first
+    assert first.startswith(f"{framework}-large-")
+    # Neither a new head IP (a replaced node) nor autoStart make it another training run.
+    assert job_of(training(**FRAMEWORK_CONFIGS[framework]), shape(head_ip="10.0.0.9")).job_id == first
+    assert job_of(training(**FRAMEWORK_CONFIGS[framework], autoStart=False)).job_id == first
+
+
+@pytest.mark.parametrize("framework", ["roll", "verl", "openrlhf"])
+def test_job_id_ignores_where_the_code_is_downloaded_from(framework: str) -> None:
+    base = FRAMEWORK_CONFIGS[framework]
+    section = {**base.get(framework, {}), "pipIndexUrl": "https://pypi.example.com/simple/"}
+    if framework != "openrlhf":
+        section["archiveUrl"] = "https://oss.example.com/code.tar.gz"
+    assert job_of(training(**{**base, framework: section})).job_id == job_of(training(**base)).job_id
+
+
+@pytest.mark.parametrize(
+    ("framework", "change"),
+    [
+        ("roll", {"overrides": {"max_steps": 10}}),
+        ("roll", {"roll": {"ref": "v0.2.0"}}),
+        ("verl", {"overrides": {"data.train_batch_size": 256}}),
+        ("verl", {"verl": {"ref": "v0.6.0"}}),
+        ("openrlhf", {"overrides": {"train.colocate_all": True, "rollout.batch_size": 64}}),
+        ("custom", {"custom": {"entrypoint": "python3 train.py --lr 1e-5"}}),
+    ],
+)
+def test_job_id_changes_with_the_config_or_the_code_ref(framework: str, change: dict[str, Any]) -> None:
+    base = FRAMEWORK_CONFIGS[framework]
+    changed = {**base, **{k: {**base.get(k, {}), **v} for k, v in change.items()}}
+    assert job_of(training(**changed)).job_id != job_of(training(**base)).job_id
+
+
+@pytest.mark.parametrize("framework", FRAMEWORK_CONFIGS)
+def test_job_id_changes_with_the_cluster_shape_and_image(framework: str) -> None:
+    config = training(**FRAMEWORK_CONFIGS[framework])
+    reference = job_of(config).job_id
+    assert job_of(config, shape(nodes=3)).job_id != reference
+    assert job_of(config, shape(gpus=4)).job_id != reference
+    assert job_of(config, shape(shared=None)).job_id != reference
+    other_image = "roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:nvcr-24.05-py3-torch260-sglang046"
+    assert job_of(config, image=other_image).job_id != reference
+
+
+# ---------------------------------------------------------------------------------------------------- ROLL
+DEV_CONFIG = {"framework": "roll"}  # the defaults: agentic, frozen-lake single-node demo
+
+
+def test_roll_code_is_the_pinned_checkout_with_the_image_s_requirements() -> None:
+    env = RollAdapter(training(**DEV_CONFIG), container()).code().env("roll")
+    ref = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
+    assert env == {
+        "CONTAINER_NAME": "roll",
+        "CODE_REPO": "https://github.com/alibaba/ROLL.git",
+        "CODE_REF": ref,
+        "CODE_DIR": "/workspace/ROLL",
+        "CODE_ARCHIVE_URL": f"https://github.com/alibaba/ROLL/archive/{ref}.tar.gz",
+        "PIP_INDEX_URL": "https://mirrors.aliyun.com/pypi/simple/",
+        "REQUIREMENTS_FILE": "requirements_torch260_vllm.txt",
+        "INSTALL_EDITABLE": "1",
+        "PIP_EXTRA_PACKAGES": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("tag", "requirements"),
+    [
+        ("nvcr-24.05-py3-torch260-vllm084", "requirements_torch260_vllm.txt"),
+        ("nvcr-24.05-py3-torch260-sglang046", "requirements_torch260_sglang.txt"),
+        ("nvcr-25.06-py3-torch280-vllm0110", "requirements_torch280_vllm.txt"),
+        ("nvcr-25.06-py3-torch280-vllm0102", "requirements_torch280_vllm.txt"),
+        ("nvcr-25.11-py3-torch2100-mcore0160dev-vllm016dev", "requirements_torch2100_vllm.txt"),
+    ],
+)
+def test_roll_requirements_follow_the_image_tag_even_in_a_mirror(tag: str, requirements: str) -> None:
+    for registry in ("roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch", "registry.example.com:5000/me/roll"):
+        code = RollAdapter(training(**DEV_CONFIG), container(f"{registry}:{tag}")).code()
+        assert code.requirements_file == requirements
+
+
+def test_roll_requirements_file_setting_wins_and_an_unknown_tag_is_refused() -> None:
+    custom_image = "registry.example.com/me/roll:latest"
+    chosen = training(framework="roll", roll={"requirementsFile": "requirements_torch280_sglang.txt"})
+    assert RollAdapter(chosen, container(custom_image)).code().requirements_file == "requirements_torch280_sglang.txt"
+    assert check_before_deploy(chosen, container(custom_image), shape(1, 1, bf16=False)) == []
+
+    problems = check_before_deploy(training(**DEV_CONFIG), container(custom_image), shape(1, 1, bf16=False))
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "roll-cluster:container.image: no ROLL requirements file is known for the tag 'latest'"
+    )
+    assert "roll-cluster:training.roll.requirementsFile" in problems[0]
+    with pytest.raises(ValueError, match=re.escape("roll-cluster:training.roll.requirementsFile")):
+        adapter_for(training(**DEV_CONFIG), container(custom_image)).code()
+
+
+def test_roll_job_submits_the_launcher_on_the_generated_config() -> None:
+    job = job_of(training(**DEV_CONFIG), shape(1, 1, bf16=False, shared=None, stack="dev"))
+    assert job.workdir == "/workspace/ROLL"
+    assert job.entrypoint == (
+        "cd /workspace/ROLL && PYTHONPATH=/workspace/ROLL python3 examples/start_agentic_pipeline.py "
+        "--config_path pulumi --config_name dev-agent_val_frozen_lake_single_node_demo"
+    )
+    support = "/workspace/ROLL/examples/pulumi/.roll-cluster"
+    assert set(job.files) == {f"{support}/roll_render.py", f"{support}/cluster.json", f"{support}/overrides.json"}
+    assert job.files[f"{support}/roll_render.py"] == Path(roll_render.__file__).read_text()
+    assert json.loads(job.files[f"{support}/cluster.json"]) == {
+        "stack": "dev",
+        "nodes": 1,
+        "gpus_per_node": 1,
+        "bf16": False,
+        "shared_dir": None,
+        "data_dir": "/data",
+    }
+    assert job.runtime_env is None and job.reward_server is None
+
+
+def here(command: str | None, container_dir: str, local_dir: Path) -> str:
+    """A job's shell command with the container's checkout path replaced by a local stand-in."""
+    assert command is not None
+    return command.replace(container_dir, shlex.quote(str(local_dir)))
+
+
+def install_roll_job(job: JobSpec, tmp_path: Path) -> Path:
+    """A fake ROLL checkout (the fixtures as examples/) with the job's files written as job_submit.sh would."""
+    root = tmp_path / "ROLL"
+    shutil.copytree(FIXTURES, root / "examples")
+    for path, text in job.files.items():
+        target = Path(path.replace("/workspace/ROLL", str(root)))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return root
+
+
+def run_roll_on_fake_checkout(job: JobSpec, tmp_path: Path) -> Path:
+    """Write the job's files and run its prepare and check as job_submit.sh would, in a fake checkout."""
+    root = install_roll_job(job, tmp_path)
+    for command in (job.prepare, job.pre_submit_check):
+        result = in_bash(here(command, "/workspace/ROLL", root))
+        assert result.returncode == 0, result.stderr
+    return root
+
+
+def test_roll_prepare_and_check_produce_the_file_the_launcher_reads(tmp_path: Path) -> None:
+    config = training(
+        framework="roll", overrides={"max_steps": 7, "actor_train": {"training_args": {"warmup_steps": 1}}}
+    )
+    job = job_of(config, shape(2, 2, bf16=False, stack="multi"))
+    root = run_roll_on_fake_checkout(job, tmp_path)
+    args = shlex.split(job.entrypoint.split("&&")[-1])
+    config_path, config_name = args[args.index("--config_path") + 1], args[args.index("--config_name") + 1]
+    generated = root / "examples" / config_path / f"{config_name}.yaml"
+    rendered = yaml.safe_load(generated.read_text())
+    assert rendered["actor_train"]["device_mapping"] == "list(range(0,4))"
+    assert rendered["max_steps"] == 7 and rendered["actor_train"]["training_args"]["warmup_steps"] == 1
+    assert rendered["checkpoint_config"]["output_dir"] == "/mnt/shared/roll/multi/checkpoints"
+    # A second run (pulumi up again) rewrites the same bytes.
+    before = generated.read_bytes()
+    run_roll_on_fake_checkout(job, tmp_path / "again")
+    assert (tmp_path / "again" / "ROLL" / "examples" / config_path / f"{config_name}.yaml").read_bytes() == before
+
+
+def test_roll_pre_submit_check_refuses_what_roll_would_reject(tmp_path: Path) -> None:
+    config = training(framework="roll", overrides={"val_env_manager": {"group_size": 3}})
+    job = job_of(config, shape(1, 1, bf16=False, stack="dev"))
+    root = install_roll_job(job, tmp_path)
+    assert in_bash(here(job.prepare, "/workspace/ROLL", root)).returncode == 0
+    check = in_bash(here(job.pre_submit_check, "/workspace/ROLL", root))
+    assert check.returncode == 1
+    assert "val_batch_size: must be a multiple of val_env_manager.group_size" in check.stderr
+
+
+def test_roll_summary_says_what_the_head_will_do() -> None:
+    summary = job_of(training(**DEV_CONFIG), shape(1, 1, bf16=False, shared=None, stack="dev")).summary
+    assert summary["base_config"] == "examples/agentic_demo/agent_val_frozen_lake_single_node_demo.yaml"
+    assert summary["generated_config"] == (
+        "/workspace/ROLL/examples/pulumi/dev-agent_val_frozen_lake_single_node_demo.yaml"
+    )
+    rules = " | ".join(summary["hardware_defaults"])
+    assert "list(range(0,1))" in rules and "fp16" in rules and "/data/roll/dev" in rules
+    assert summary["command"].endswith("--config_name dev-agent_val_frozen_lake_single_node_demo")
+    assert any("rollout_batch_size" in check for check in summary["checks"])
+
+
+def test_roll_summary_with_a_local_checkout_shows_the_rendered_config_and_what_was_kept() -> None:
+    config = training(
+        framework="roll", roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"}
+    )
+    base = (FIXTURES / "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml").read_text()
+    summary = adapter_for(config, container(), roll_base_yaml=base).job(shape()).summary
+    assert "device_mapping: list(range(0,12))" in summary["rendered_config"]
+    assert any(line.startswith("actor_infer.device_mapping: kept") for line in summary["hardware_defaults"]["kept"])
+    assert summary["check_errors"] == []
+
+
+def test_roll_checks_before_deploy_with_and_without_the_base() -> None:
+    config = training(
+        framework="roll",
+        roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"},
+        overrides={"actor_infer.strategy_args.strategy_name": "hf_infer"},
+    )
+    problems = check_before_deploy(config, container(), shape(1, 8))
+    assert problems == [
+        "roll-cluster:training.overrides.actor_infer.strategy_args.strategy_name: must be vllm or sglang "
+        "(ROLL asserts it); got 'hf_infer'"
+    ]
+    base = (FIXTURES / "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml").read_text()
+    fits = training(
+        framework="roll", roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"}
+    )
+    problems = check_before_deploy(fits, container(), shape(1, 8), roll_base_yaml=base)
+    assert len(problems) == 2, problems  # rollout on 0-11 and the judge on 12-15 do not fit one 8-GPU node
+    assert all(
+        p.startswith("roll-cluster:training.overrides: the config rendered from examples/qwen2.5-7B") for p in problems
+    )
+    assert any("actor_infer.device_mapping: GPU indices must be within 0..7" in p for p in problems)
+    assert check_before_deploy(fits, container(), shape(2, 8), roll_base_yaml=base) == []
+
+
+# ---------------------------------------------------------------------------------------------------- verl
+def test_verl_command_line_for_two_nodes_of_eight_gpus() -> None:
+    config = training(
+        framework="verl",
+        overrides={
+            "algorithm.adv_estimator": "grpo",
+            "actor_rollout_ref": {"rollout": {"n": 5, "name": "sglang"}, "model": {"path": "Qwen/Qwen2.5-7B-Instruct"}},
+            "trainer.logger": ["console", "tensorboard"],
+            "+actor_rollout_ref.model.override_config.attn_implementation": "eager",
+            "trainer.experiment_name": "gsm8k, 2 nodes",
+            "actor_rollout_ref.actor.use_kl_loss": True,
+        },
+    )
+    job = job_of(config, shape(2, 8, stack="verl"))
+    args = shlex.split(job.entrypoint)
+    assert args[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert args[3:] == [
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=8",
+        "data.train_files=/mnt/shared/data/gsm8k/train.parquet",
+        "data.val_files=/mnt/shared/data/gsm8k/test.parquet",
+        "trainer.default_local_dir=/mnt/shared/verl/verl/checkpoints",
+        "actor_rollout_ref.rollout.name=sglang",  # the user's value replaces the default in place
+        "trainer.logger=[console,tensorboard]",
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=5",
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
+        "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+        'trainer.experiment_name="gsm8k, 2 nodes"',
+        "actor_rollout_ref.actor.use_kl_loss=true",
+    ]
+    assert job.workdir == "/workspace/verl"
+    assert job.runtime_env == {"env_vars": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}}
+    assert job.summary["hydra_overrides"] == args[3:]
+
+
+def test_verl_defaults_without_overrides_use_vllm_console_and_node_local_checkpoints() -> None:
+    args = shlex.split(job_of(training(framework="verl"), shape(1, 4, shared=None, stack="one")).entrypoint)
+    assert "actor_rollout_ref.rollout.name=vllm" in args
+    assert "trainer.logger=[console]" in args
+    assert "trainer.default_local_dir=/data/verl/one/checkpoints" in args
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("console", "console"),
+        (["a", "b"], "[a,b]"),
+        ({"x": 1, "y": [1, "a b"]}, '{x:1,y:[1,"a b"]}'),
+        (1e-6, "1e-06"),
+        (True, "true"),
+        (None, "null"),
+        ("true", '"true"'),
+        ("123", '"123"'),
+        ("a,b", '"a,b"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("http://1.2.3.4:5000/x", "http://1.2.3.4:5000/x"),
+        ("${x.y}", '"${x.y}"'),
+        ("", '""'),
+        ("end\\", '"end\\\\"'),
+    ],
+)
+def test_verl_values_are_written_in_hydra_override_grammar(value: Any, text: str) -> None:
+    assert hydra_value(value) == text
+
+
+def test_verl_values_read_back_through_hydra_when_available() -> None:
+    parser_module = pytest.importorskip(
+        "hydra.core.override_parser.overrides_parser", reason="hydra-core not installed"
+    )
+    parser = parser_module.OverridesParser.create()
+    for value in ["x", ["console", "tb"], {"k": {"n": "v w"}}, 0.5, "a,b", 'q"', "back\\slash", "1e5", "~/x", "中文"]:
+        assert parser.parse_override("k=" + hydra_value(value)).value() == value
+
+
+def test_verl_data_preparation_runs_once_and_the_check_guards_submission(tmp_path: Path) -> None:
+    data_dir = tmp_path / "shared data" / "gsm8k"
+    marker = tmp_path / "runs"
+    preparation = (
+        f"echo run >> {shlex.quote(str(marker))} && "
+        'python3 -c \'import pathlib,sys; d=pathlib.Path(sys.argv[1]); [(d/n).write_text("x") '
+        'for n in ("train.parquet", "test.parquet")]\' {data_dir}'
+    )
+    config = training(framework="verl", verl={"dataDir": str(data_dir), "dataPreparation": preparation})
+    job = job_of(config, shape(1, 8))
+    checkout = tmp_path / "verl"
+    checkout.mkdir()
+    as_here = {
+        "prepare": here(job.prepare, "/workspace/verl", checkout),
+        "pre_submit_check": here(job.pre_submit_check, "/workspace/verl", checkout),
+    }
+    refused = in_bash(as_here["pre_submit_check"])
+    assert refused.returncode == 1 and "verl data missing" in refused.stderr
+    assert in_bash(as_here["prepare"]).returncode == 0
+    again = in_bash(as_here["prepare"])
+    assert again.returncode == 0 and "preparation skipped" in again.stdout
+    assert marker.read_text() == "run\n"  # the second run did not prepare again
+    assert in_bash(as_here["pre_submit_check"]).returncode == 0
+
+
+def test_verl_failed_data_preparation_fails_the_prepare_step(tmp_path: Path) -> None:
+    config = training(framework="verl", verl={"dataDir": str(tmp_path / "d"), "dataPreparation": "false || exit 3"})
+    job = job_of(config, shape(1, 8))
+    (tmp_path / "verl").mkdir()
+    assert in_bash(here(job.prepare, "/workspace/verl", tmp_path / "verl")).returncode != 0
+
+
+def test_verl_code_is_an_editable_checkout_without_requirements() -> None:
+    code = VerlAdapter(training(framework="verl"), container()).code()
+    assert (code.repo, code.ref, code.code_dir) == (
+        "https://github.com/volcengine/verl.git",
+        "v0.7.0",
+        "/workspace/verl",
+    )
+    assert code.archive_url == "https://github.com/volcengine/verl/archive/v0.7.0.tar.gz"
+    assert code.env("roll")["INSTALL_EDITABLE"] == "1" and code.env("roll")["REQUIREMENTS_FILE"] == ""
+
+
+def test_verl_checks_before_deploy() -> None:
+    bad_batch = training(framework="verl", overrides={"data.train_batch_size": 100, "actor_rollout_ref.rollout.n": 1})
+    assert check_before_deploy(bad_batch, container(), shape(2, 8)) == [
+        "roll-cluster:training.overrides.data.train_batch_size: data.train_batch_size x actor_rollout_ref.rollout.n "
+        "must be divisible by the cluster's 16 GPUs (2 x 8); got 100 x 1 = 100"
+    ]
+    bad_tp = training(framework="verl", overrides={"actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 3}}})
+    assert check_before_deploy(bad_tp, container(), shape(2, 8)) == [
+        "roll-cluster:training.overrides.actor_rollout_ref.rollout.tensor_model_parallel_size: must divide the "
+        "cluster's 16 GPUs (2 x 8); got 3"
+    ]
+    no_nas = check_before_deploy(training(framework="verl"), container(), shape(2, 8, shared=None))
+    assert len(no_nas) == 1 and no_nas[0].startswith(
+        "roll-cluster:training.verl.dataDir: must be on the shared storage"
+    )
+    good = training(framework="verl", overrides={"data.train_batch_size": 256, "actor_rollout_ref.rollout.n": 5})
+    assert check_before_deploy(good, container(), shape(2, 8)) == []
+    assert check_before_deploy(training(framework="verl"), container(), shape(1, 8, shared=None)) == []
+
+
+# ------------------------------------------------------------------------------------------------ OpenRLHF
+OPENRLHF = {
+    "framework": "openrlhf",
+    "openrlhf": {
+        "vllmNumEngines": 8,
+        "vllmTensorParallelSize": 2,
+        "rewardServer": {
+            "command": "python3 -m openrlhf.cli.serve_rm --port {port} --reward.model_name_or_path rm",
+            "port": 5001,
+            "healthTimeoutSeconds": 600,
+        },
+    },
+    "overrides": {
+        "train.colocate_all": True,
+        "vllm.enable_sleep": True,
+        "ds.enable_sleep": False,
+        "actor": {"model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"},
+        "algo.advantage.estimator": "group_norm",
+    },
+}
+
+
+def test_openrlhf_command_line_for_two_nodes_of_eight_gpus() -> None:
+    job = job_of(training(**OPENRLHF), shape(2, 8, stack="rlhf", head_ip="172.16.0.10"))
+    args = shlex.split(job.entrypoint)
+    assert args[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    assert args[3:] == [
+        "--actor.num_nodes",
+        "2",
+        "--actor.num_gpus_per_node",
+        "8",
+        "--ref.num_nodes",
+        "2",
+        "--ref.num_gpus_per_node",
+        "8",
+        "--vllm.num_engines",
+        "8",
+        "--vllm.tensor_parallel_size",
+        "2",
+        "--reward.remote_url",
+        "http://172.16.0.10:5001/get_reward",
+        "--ckpt.path",
+        "/mnt/shared/openrlhf/rlhf/checkpoints",
+        "--ckpt.output_dir",
+        "/mnt/shared/openrlhf/rlhf/model",
+        "--train.colocate_all",
+        "--vllm.enable_sleep",  # true -> bare flag; false (ds.enable_sleep) -> omitted
+        "--actor.model_name_or_path",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "--algo.advantage.estimator",
+        "group_norm",
+    ]
+    assert job.workdir == "/workspace"
+    assert check_before_deploy(training(**OPENRLHF), container(), shape(2, 8)) == []
+
+
+def test_openrlhf_reward_server_gets_its_port_and_the_job_its_url() -> None:
+    job = job_of(training(**OPENRLHF), shape(head_ip="172.16.0.10"))
+    assert job.reward_server is not None
+    assert job.reward_server.command == "python3 -m openrlhf.cli.serve_rm --port 5001 --reward.model_name_or_path rm"
+    assert (job.reward_server.port, job.reward_server.health_timeout_s) == (5001, 600)
+    assert job.summary["reward_server"]["url"] == "http://172.16.0.10:5001/get_reward"
+    without = training(framework="openrlhf", openrlhf={"vllmNumEngines": 16}, overrides={"train.colocate_all": True})
+    no_server = job_of(without)
+    assert no_server.reward_server is None and "--reward.remote_url" not in no_server.entrypoint
+
+
+def test_openrlhf_code_is_the_package_on_every_node() -> None:
+    env = OpenRlhfAdapter(training(framework="openrlhf"), container()).code().env("roll")
+    assert env["PIP_EXTRA_PACKAGES"] == "openrlhf[vllm]==0.10.2"
+    assert (env["CODE_REPO"], env["CODE_DIR"], env["INSTALL_EDITABLE"], env["REQUIREMENTS_FILE"]) == ("", "", "0", "")
+
+
+def test_openrlhf_user_flags_replace_the_cluster_defaults() -> None:
+    config = training(
+        framework="openrlhf",
+        overrides={"ref.num_gpus_per_node": 4, "train.colocate_actor_ref": True, "ref.num_nodes": 2},
+    )
+    args = shlex.split(job_of(config).entrypoint)
+    assert args.count("--ref.num_gpus_per_node") == 1
+    assert args[args.index("--ref.num_gpus_per_node") + 1] == "4"
+
+
+def test_openrlhf_checks_before_deploy() -> None:
+    too_many = training(framework="openrlhf", openrlhf={"vllmNumEngines": 4, "vllmTensorParallelSize": 2})
+    problems = check_before_deploy(too_many, container(), shape(1, 4))
+    assert problems == [
+        "roll-cluster:training.openrlhf.vllmNumEngines: vLLM engines x tensor parallel size must fit the cluster's "
+        "4 GPUs (1 x 4); got 4 x 2 = 8"
+    ]
+    colocated = training(framework="openrlhf", openrlhf={"vllmNumEngines": 4}, overrides={"train.colocate_all": True})
+    problems = check_before_deploy(colocated, container(), shape(2, 8))
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "roll-cluster:training.openrlhf.vllmNumEngines: with train.colocate_all, vLLM engines"
+    )
+    assert "got 4 x 1 = 4 and actor 16" in problems[0]
+    # Separate actor, reference, vLLM and (no remote reward server) reward-model GPUs: Ray would wait forever.
+    separate = check_before_deploy(training(framework="openrlhf"), container(), shape(2, 8))
+    assert len(separate) == 1 and "the roles need 42 GPUs (actor 16, ref 16, vLLM 2, reward model 8)" in separate[0]
+    override_engines = training(framework="openrlhf", overrides={"train.colocate_all": True, "vllm.num_engines": 3})
+    assert check_before_deploy(override_engines, container(), shape(2, 8))[0].startswith(
+        "roll-cluster:training.overrides.vllm.num_engines: with train.colocate_all"
+    )
+
+
+# -------------------------------------------------------------------------------------------------- custom
+def test_custom_job_runs_the_entrypoint_from_its_working_dir() -> None:
+    config = training(
+        framework="custom", custom={"entrypoint": "python3 my_rl.py --steps 3", "workingDir": "/workspace/me"}
+    )
+    adapter = adapter_for(config, container())
+    assert isinstance(adapter, CustomAdapter) and adapter.code() is None
+    job = adapter.job(shape())
+    assert (job.workdir, job.entrypoint) == ("/workspace/me", "python3 my_rl.py --steps 3")
+    assert (job.files, job.prepare, job.pre_submit_check, job.reward_server, job.runtime_env) == (
+        {},
+        None,
+        None,
+        None,
+        None,
+    )
+    assert check_before_deploy(config, container(), shape()) == []
+    ignored = training(framework="custom", custom={"entrypoint": "x"}, overrides={"lr": 1})
+    assert check_before_deploy(ignored, container(), shape())[0].startswith(
+        "roll-cluster:training.overrides: not used by framework `custom`"
+    )
+
+
+def test_adapter_for_picks_the_framework() -> None:
+    assert isinstance(adapter_for(training(), container()), RollAdapter)
+    assert isinstance(adapter_for(training(framework="verl"), container()), VerlAdapter)
+    assert isinstance(adapter_for(training(framework="openrlhf"), container()), OpenRlhfAdapter)
+
+
+# ------------------------------------------------------------------------------------------------- secrets
+SECRET_NAMES = [*SECRETS, "WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "REGISTRY_PASSWORD", "ALICLOUD"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORK_CONFIGS)
+def test_no_secret_name_reaches_any_job_field(framework: str) -> None:
+    config = training(**FRAMEWORK_CONFIGS[framework])
+    adapter = adapter_for(config, container())
+    job = adapter.job(shape())
+    code: CodeSpec | None = adapter.code()
+    text = json.dumps(dataclasses.asdict(job), default=str) + json.dumps(code.env("roll") if code else {})
+    text += json.dumps(job.runtime_env or {})
+    for name in SECRET_NAMES:
+        assert name.lower() not in text.lower(), f"{name} in the {framework} job"
