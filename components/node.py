@@ -8,7 +8,6 @@ itself (`nodes.gpuDriver: preinstalled`).
 from __future__ import annotations
 
 import base64
-import shlex
 from dataclasses import dataclass
 
 import pulumi
@@ -43,10 +42,8 @@ def first_boot_user_data(nodes: NodesConfig) -> str:
         "DRIVER_VERSION": nodes.driver_version,
         "CUDA_VERSION": nodes.cuda_version,
         "CUDNN_VERSION": nodes.cudnn_version,
-        "ROLL_STEP": "first-boot",
     }
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
-    return "#!/bin/bash\n" + exports + remote.script_text(["first_boot.sh"])
+    return remote.render_user_data("first_boot.sh", env)
 
 
 class GpuNode(pulumi.ComponentResource):

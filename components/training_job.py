@@ -30,29 +30,6 @@ class TrainingJobArgs:
     private_key: pulumi.Output[str]
 
 
-class TrainingJobArgs:
-    config: ClusterConfig
-    stack: str
-    head: RayNode
-    ray: RayCluster
-    gpus_per_node: int
-    bf16: bool
-    private_key: pulumi.Output[str]
-
-
-def cluster_shape(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: bool, head_ip: str) -> ClusterShape:
-    return ClusterShape(
-        stack=stack,
-        nodes=config.nodes.count,
-        gpus_per_node=gpus_per_node,
-        bf16=bf16,
-        head_ip=head_ip,
-        shared_dir=SHARED_MOUNT if config.storage.nas else None,
-        data_dir=DATA_MOUNT,
-        dashboard_port=config.ray.dashboard_port,
-    )
-
-
 class TrainingJob(pulumi.ComponentResource):
     spec: pulumi.Output[JobSpec]
     job_id: pulumi.Output[str]

@@ -399,5 +399,13 @@ def unwrap(value: Any) -> Any:
     return value
 
 
-__all__: Sequence[str] = ["OfflineCloud", "OfflineRun", "Registered", "reveal", "run_program", "unwrap",
-                          "is_secret", "asyncio"]
+__all__: Sequence[str] = [
+    "OfflineCloud",
+    "OfflineRun",
+    "Registered",
+    "asyncio",
+    "is_secret",
+    "reveal",
+    "run_program",
+    "unwrap",
+]

@@ -8,6 +8,7 @@ of the first successful `pulumi up` (see components/network.py, sticky placement
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi_alicloud as alicloud
@@ -83,7 +84,7 @@ def choose_placement(config: ClusterConfig) -> Placement:
     )
 
 
-def _gpus(live: list[object] | None, known: catalog.GpuInstanceType | None) -> tuple[int | None, str]:
+def _gpus(live: Sequence[object] | None, known: catalog.GpuInstanceType | None) -> tuple[int | None, str]:
     # pulumi-alicloud 4.x returns `gpus` as a list of {amount: str, category: str}; the live answer wins.
     if live:
         amount = sum(int(getattr(g, "amount", 0) or 0) for g in live)

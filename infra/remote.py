@@ -52,4 +52,17 @@ def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str]) -> s
 
 def render(step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]]) -> pulumi.Output[str]:
     """The command for a step whose environment may hold Outputs (IPs, secrets), or be one Output as a whole."""
-    return pulumi.Output.from_input(env).apply(lambda values: render_plain(step, scripts, values))
+    resolved: pulumi.Output[Mapping[str, str]] = pulumi.Output.from_input(env)  # type: ignore[arg-type]
+    return resolved.apply(lambda values: render_plain(step, scripts, values))
+
+
+def render_user_data(script: str, env: Mapping[str, str]) -> str:
+    """cloud-init user data running one node script as root at first boot: `#!/bin/bash`, exports, lib.sh, script.
+
+    The step name is the script's stem with dashes (first_boot.sh -> first-boot). Values are plain strings;
+    resolve Outputs first (e.g. with Output.all(...).apply).
+    """
+    step = Path(script).stem.replace("_", "-")
+    exports = [f"export ROLL_STEP={shlex.quote(step)}"]
+    exports += [f"export {key}={shlex.quote(str(value))}" for key, value in sorted(env.items())]
+    return "#!/bin/bash\n" + "\n".join(exports) + "\n" + script_text([script])

@@ -5,7 +5,9 @@
 #     so `pulumi up` shows where each node is.
 #   - Failures are loud: the step name, the failing command and the tail of the step's log.
 #   - Waits poll a condition with a bound; nothing sleeps a fixed time hoping something is ready.
-set -euo pipefail
+# -E (errtrace) makes the ERR trap below fire inside functions too: without it a failing command inside a step
+# function ends the script silently (set -e exits before the caller's trap runs) and the user sees no step name.
+set -Eeuo pipefail
 
 : "${ROLL_STEP:=step}"
 : "${NODE_NAME:=$(hostname)}"
@@ -33,6 +35,11 @@ fail() {
 
 on_unexpected_error() {
   local status=$1 line=$2 command=$3
+  # errtrace also runs this trap inside command substitutions and subshells. Report only in the step's own shell:
+  # a subshell behaves as without the trap, and its failure reaches the step as the failing command.
+  if [[ "${BASHPID:-$$}" != "$$" ]]; then
+    return "$status"
+  fi
   trap - ERR
   fail "command '$command' exited $status (line $line)"
 }
@@ -101,4 +108,187 @@ run_step() {
   banner "start: $description"
   "$function_name"
   banner "done: $description ($((SECONDS - started))s)"
+}
+
+# ---- helpers shared by the node bootstrap steps ----
+# Optional tunables (defaults in brackets):
+#   RETRY_ATTEMPTS [4], RETRY_DELAY_S [10]: attempts and first back-off for network-bound commands
+#     (downloads, package installs, image pulls); the delay doubles per attempt, capped at 60 s by retry.
+#   OS_RELEASE_FILE [/etc/os-release]: read by detect_os.
+#   PACKAGE_LOCK_TIMEOUT_S [1800]: how long to wait for a package manager run by someone else (cloud-init, the GPU
+#     driver installer, unattended-upgrades) before failing.
+#   YUM_PID_FILE [/var/run/yum.pid], PACKAGE_MANAGER_PROCESSES ["dnf yum"]: what counts as a busy dnf/yum.
+#   APT_LOCK_FILES [/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock
+#     /var/cache/apt/archives/lock]: what counts as a busy apt/dpkg.
+: "${RETRY_ATTEMPTS:=4}"
+: "${RETRY_DELAY_S:=10}"
+
+# log_cmd CMD...: run CMD with its output appended to the step log and return its status. The variant of `logged`
+# for use under retry (logged fails the step at the first error).
+log_cmd() {
+  printf '+ %s\n' "$*" >>"$ROLL_STEP_LOG"
+  "$@" >>"$ROLL_STEP_LOG" 2>&1
+}
+
+# require_int VAR...: every named variable must be a non-negative integer (timeouts, counts).
+require_int() {
+  local name
+  for name in "$@"; do
+    [[ "${!name:-}" =~ ^[0-9]+$ ]] || fail "environment variable $name must be a non-negative integer, got '${!name:-}'"
+  done
+}
+
+# write_file_if_changed PATH CONTENT [MODE]: make PATH hold CONTENT (plus a final newline). Writes only when the
+# content differs, through a temp file renamed over PATH so a crash never leaves half a file (fstab!).
+# Sets FILE_CHANGED=1 when it wrote, 0 when the file already had that content.
+# shellcheck disable=SC2034  # FILE_CHANGED is read by the step scripts
+FILE_CHANGED=0
+# shellcheck disable=SC2034  # FILE_CHANGED is read by the step scripts
+write_file_if_changed() {
+  local path=$1 content=$2 mode=${3:-0644} tmp
+  if [[ -f "$path" ]] && printf '%s\n' "$content" | cmp -s - "$path"; then
+    FILE_CHANGED=0
+    return 0
+  fi
+  mkdir -p "$(dirname "$path")"
+  tmp=$(mktemp "$path.XXXXXX")
+  printf '%s\n' "$content" >"$tmp"
+  chmod "$mode" "$tmp"
+  mv -f "$tmp" "$path"
+  FILE_CHANGED=1
+}
+
+# detect_os: read OS_RELEASE_FILE; set OS_ID, OS_VERSION_ID, OS_CODENAME, PKG_FAMILY (rpm|apt) and, for rpm,
+# RPM_TOOL (dnf, else yum). Supported: Alibaba Cloud Linux 3 (ID=alinux) and Ubuntu 22.04 (ID=ubuntu).
+detect_os() {
+  local file=${OS_RELEASE_FILE:-/etc/os-release} key value
+  [[ -r "$file" ]] || fail "cannot read $file to detect the operating system"
+  OS_ID='' OS_VERSION_ID='' OS_CODENAME=''
+  while IFS='=' read -r key value || [[ -n "$key" ]]; do
+    value=${value#\"} value=${value%\"}
+    value=${value#\'} value=${value%\'}
+    case $key in
+      ID) OS_ID=$value ;;
+      VERSION_ID) OS_VERSION_ID=$value ;;
+      VERSION_CODENAME) OS_CODENAME=$value ;;
+      UBUNTU_CODENAME) [[ -n "$OS_CODENAME" ]] || OS_CODENAME=$value ;;
+    esac
+  done <"$file"
+  case $OS_ID in
+    alinux)
+      [[ "${OS_VERSION_ID%%.*}" == 3 ]] \
+        || fail "Alibaba Cloud Linux $OS_VERSION_ID is not supported (version 3 is; $file)"
+      PKG_FAMILY=rpm
+      if command -v dnf >/dev/null 2>&1; then RPM_TOOL=dnf; else RPM_TOOL=yum; fi
+      ;;
+    ubuntu)
+      [[ -n "$OS_CODENAME" ]] || fail "no VERSION_CODENAME in $file"
+      PKG_FAMILY=apt
+      ;;
+    *)
+      fail "unsupported operating system ID='$OS_ID' in $file (supported: alinux = Alibaba Cloud Linux 3, ubuntu = Ubuntu 22.04)"
+      ;;
+  esac
+}
+
+# package_installed PKG: whether the package is installed (detect_os first).
+# shellcheck disable=SC2016  # '${Status}' is a dpkg-query format field, not a shell expansion
+package_installed() {
+  case $PKG_FAMILY in
+    rpm) rpm -q "$1" >/dev/null 2>&1 ;;
+    apt) [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]] ;;
+  esac
+}
+
+# package_lock_holder: print who holds the package-manager lock and succeed, or fail when it is free.
+package_lock_holder() {
+  local lock_file pid pattern
+  case $PKG_FAMILY in
+    rpm)
+      lock_file=${YUM_PID_FILE:-/var/run/yum.pid}
+      if [[ -s "$lock_file" ]]; then
+        pid=$(head -n 1 "$lock_file")
+        if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+          printf '%s (pid %s)\n' "$lock_file" "$pid"
+          return 0
+        fi
+      fi
+      pattern=${PACKAGE_MANAGER_PROCESSES-dnf yum}
+      pattern=${pattern// /|}
+      if [[ -n "$pattern" ]] && pid=$(pgrep -o -x "$pattern"); then
+        printf 'a running %s process (pid %s)\n' "$(cat "/proc/$pid/comm" 2>/dev/null)" "$pid"
+        return 0
+      fi
+      ;;
+    apt)
+      for lock_file in ${APT_LOCK_FILES:-/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock}; do
+        [[ -e "$lock_file" ]] || continue
+        if apt_lock_file_busy "$lock_file"; then
+          printf '%s\n' "$lock_file"
+          return 0
+        fi
+      done
+      ;;
+  esac
+  return 1
+}
+
+# apt and dpkg take fcntl locks, which flock(1) cannot see; fuser sees the process holding the file open. Without
+# fuser (psmisc), probe the fcntl lock itself with python3 (present on both supported OSes).
+apt_lock_file_busy() {
+  if command -v fuser >/dev/null 2>&1; then
+    fuser "$1" >/dev/null 2>&1
+  elif python3 -c 'import fcntl, sys
+with open(sys.argv[1], "r+") as f:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)' "$1" 2>/dev/null; then
+    return 1
+  else
+    return 0
+  fi
+}
+
+package_lock_free() {
+  ! package_lock_holder >/dev/null
+}
+
+# wait_for_package_lock: when another package manager is running, wait (bounded) until it is done.
+wait_for_package_lock() {
+  local holder timeout=${PACKAGE_LOCK_TIMEOUT_S:-1800}
+  if holder=$(package_lock_holder); then
+    banner "package manager busy: $holder; waiting up to ${timeout}s"
+    wait_for "the package manager lock held by $holder to be released" "$timeout" 1 package_lock_free
+    banner "package manager lock released"
+  fi
+}
+
+# install_packages PKG...: install the missing packages (naming those already there), waiting for the package
+# manager lock before each attempt and retrying transient (network) failures; fails with the log tail.
+install_packages() {
+  local pkg missing=()
+  for pkg in "$@"; do
+    package_installed "$pkg" || missing+=("$pkg")
+  done
+  if ((${#missing[@]} == 0)); then
+    banner "already installed: $*; skipped"
+    return 0
+  fi
+  banner "installing ${missing[*]}"
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" install_packages_once "${missing[@]}" \
+    || fail "installing ${missing[*]} failed after $RETRY_ATTEMPTS attempts"
+  for pkg in "${missing[@]}"; do
+    package_installed "$pkg" || fail "$pkg is not installed although the package manager reported success"
+  done
+}
+
+install_packages_once() {
+  wait_for_package_lock
+  case $PKG_FAMILY in
+    rpm) log_cmd "$RPM_TOOL" install -y "$@" ;;
+    apt)
+      # Cloud images ship without package lists, and new repositories need them: update on every attempt.
+      log_cmd apt-get update \
+        && log_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y \
+          -o DPkg::Lock::Timeout="${PACKAGE_LOCK_TIMEOUT_S:-1800}" "$@"
+      ;;
+  esac
 }

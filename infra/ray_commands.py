@@ -1,0 +1,408 @@
+"""Environments of the Ray and job steps, and the commands users run against the cluster.
+
+Pure Python on plain values: the Pulumi components call these inside `Output.apply` and hand the result to
+`infra.remote.render` together with the scripts named here (each list runs after lib.sh, in order). Secrets are
+not part of these environments: a component adds them to the environment it renders (as Outputs, so they stay
+secret) and lists their names in `RaySettings.extra_env_names`; the scripts pass them into `ray start` with
+`docker exec -e NAME`, so the raylet and every job inherit them and no value appears on a command line.
+
+    settings = RaySettings(container_name="roll", gpus_per_node=8, ports=RayPorts(8100, 8101, 8102),
+                           extra_env_names=("WANDB_API_KEY",))
+    render(HEAD_STEP.step, HEAD_STEP.scripts, {**head_env(settings, "10.0.0.10"), "WANDB_API_KEY": secret})
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import ipaddress
+import json
+import re
+import shlex
+import tarfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+RAY_COMMON_SCRIPT = "ray_common.sh"
+
+
+@dataclass(frozen=True)
+class StepScripts:
+    """A step's name (ROLL_STEP, the name of its log file) and the scripts it runs, in order, after lib.sh."""
+
+    step: str
+    scripts: tuple[str, ...]
+
+
+HEAD_STEP = StepScripts("ray-head", (RAY_COMMON_SCRIPT, "ray_head.sh"))
+WORKER_STEP = StepScripts("ray-worker", (RAY_COMMON_SCRIPT, "ray_worker.sh"))
+READY_STEP = StepScripts("ray-ready", (RAY_COMMON_SCRIPT, "ray_ready.sh"))
+RAY_STOP_STEP = StepScripts("ray-stop", (RAY_COMMON_SCRIPT, "ray_stop.sh"))
+JOB_STOP_STEP = StepScripts("job-stop", (RAY_COMMON_SCRIPT, "job_stop.sh"))
+REWARD_SERVER_STEP = StepScripts("reward-server", (RAY_COMMON_SCRIPT, "reward_server.sh"))
+# The same script with REWARD_ACTION=stop (reward_stop_env): the reward server's delete command.
+REWARD_STOP_STEP = StepScripts("reward-server-stop", (RAY_COMMON_SCRIPT, "reward_server.sh"))
+
+REMOTE_USER = "root"
+OBJECT_STORE_MINIMUM_BYTES = 75 * 1024 * 1024  # Ray refuses a smaller object store
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    """The head's ports: GCS (`ray start --port`), dashboard / Jobs API, Ray Client server."""
+
+    gcs: int = 6379
+    dashboard: int = 8265
+    client: int = 10001
+
+    def __post_init__(self) -> None:
+        ports = {"gcs": self.gcs, "dashboard": self.dashboard, "client": self.client}
+        for name, port in ports.items():
+            _check_port(f"Ray {name} port", port)
+        if len(set(ports.values())) != len(ports):
+            raise ValueError(f"the Ray ports must differ: {ports}")
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """What the Ray steps of one cluster share.
+
+    dashboard_host: "0.0.0.0" when the dashboard is reached from the admin CIDRs, "127.0.0.1" for tunnel only.
+    temp_dir / spill_dir: "" for Ray's defaults; e.g. "/data/ray/tmp" and "/data/ray/spill" on a data disk.
+    object_store_memory (bytes) / num_cpus: None for Ray's defaults.
+    extra_env_names: exported variables (secrets) passed into `ray start`, so the raylet and every job have them.
+    head_wait_timeout_s: how long a worker waits for the head's GCS port; ready_timeout_s: the readiness gate's.
+    """
+
+    container_name: str
+    gpus_per_node: int
+    ports: RayPorts = field(default_factory=RayPorts)
+    dashboard_host: str = "127.0.0.1"
+    temp_dir: str = ""
+    spill_dir: str = ""
+    object_store_memory: int | None = None
+    num_cpus: int | None = None
+    extra_env_names: tuple[str, ...] = ()
+    head_wait_timeout_s: int = 900
+    ready_timeout_s: int = 900
+
+    def __post_init__(self) -> None:
+        _check_container_name(self.container_name)
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node must be 0 or more, not {self.gpus_per_node}")
+        if self.dashboard_host not in ("0.0.0.0", "127.0.0.1"):
+            raise ValueError(f"dashboard_host must be 0.0.0.0 or 127.0.0.1, not {self.dashboard_host!r}")
+        for name, path in (("temp_dir", self.temp_dir), ("spill_dir", self.spill_dir)):
+            if path and not _PLAIN_PATH.match(path):
+                raise ValueError(f"{name} must be an absolute path of letters, digits and ._/-, not {path!r}")
+        if self.object_store_memory is not None and self.object_store_memory < OBJECT_STORE_MINIMUM_BYTES:
+            raise ValueError(f"object_store_memory must be at least {OBJECT_STORE_MINIMUM_BYTES} bytes (75 MiB)")
+        if self.num_cpus is not None and self.num_cpus < 1:
+            raise ValueError(f"num_cpus must be 1 or more, not {self.num_cpus}")
+        for name in self.extra_env_names:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"extra_env_names: {name!r} is not an environment variable name")
+        if self.head_wait_timeout_s < 1 or self.ready_timeout_s < 1:
+            raise ValueError("the head wait and readiness timeouts must be at least 1 second")
+
+
+@dataclass(frozen=True)
+class RewardServer:
+    """A remote reward server (OpenRLHF) kept running on the head, in the container, from `workdir`."""
+
+    command: str
+    port: int = 5000
+    health_timeout_s: int = 600
+    workdir: str = "/"
+
+    def __post_init__(self) -> None:
+        if not self.command.strip():
+            raise ValueError("the reward server command is empty")
+        _check_port("reward server port", self.port)
+        if not self.workdir.startswith("/"):
+            raise ValueError(f"the reward server's workdir must be an absolute path, not {self.workdir!r}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The training job the head submits; see job_submit.sh for how each field is used.
+
+    entrypoint: a shell command, run with bash from workdir exactly as written.
+    runtime_env: Ray's runtime_env (never secrets: jobs get those from the raylet's environment).
+    files: absolute container path -> content, written before anything else (e.g. the generated ROLL YAML).
+    prepare: an idempotent shell command run before submission (e.g. verl's data preparation).
+    pre_submit_check: a shell command that must succeed before submission (e.g. a config check).
+    reward_server: started (or kept) by the submit step before the job; None for none.
+    start_timeout_s: how long the step waits for the job to leave PENDING; settle_s: how long a RUNNING job is
+    watched for an immediate failure.
+    """
+
+    job_id: str
+    workdir: str
+    entrypoint: str
+    runtime_env: Mapping[str, Any] | None = None
+    files: Mapping[str, str | bytes] = field(default_factory=dict)
+    prepare: str = ""
+    pre_submit_check: str = ""
+    reward_server: RewardServer | None = None
+    start_timeout_s: int = 60
+    settle_s: int = 10
+
+    def __post_init__(self) -> None:
+        _check_job_id(self.job_id)
+        if not self.workdir.startswith("/"):
+            raise ValueError(f"the job's workdir must be an absolute path, not {self.workdir!r}")
+        if not self.entrypoint.strip():
+            raise ValueError("the job's entrypoint is empty")
+        for path in self.files:
+            _check_file_path(path)
+
+
+def _check_container_name(name: str) -> None:
+    if not _CONTAINER_NAME.match(name):
+        raise ValueError(f"container name {name!r} is not a valid Docker container name")
+
+
+def _check_job_id(job_id: str) -> None:
+    if not _JOB_ID.match(job_id):
+        raise ValueError(f"job id {job_id!r} may hold only letters, digits, '.', '_' and '-'")
+
+
+def _check_port(what: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{what} {port} is not a TCP port (1..65535)")
+
+
+def _check_file_path(path: str) -> None:
+    parts = path.split("/")
+    if not path.startswith("/") or path.endswith("/") or ".." in parts or "" in parts[1:]:
+        raise ValueError(f"job file path {path!r} must be an absolute path to a file, without '..'")
+
+
+def _ip(ip: str) -> str:
+    return str(ipaddress.ip_address(ip))
+
+
+def _env_names(names: Sequence[str]) -> str:
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+    return " ".join(names)
+
+
+def _optional(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _node_env(settings: RaySettings) -> dict[str, str]:
+    return {
+        "CONTAINER_NAME": settings.container_name,
+        "GCS_PORT": str(settings.ports.gcs),
+        "NUM_GPUS": str(settings.gpus_per_node),
+        "RAY_TEMP_DIR": settings.temp_dir,
+        "RAY_OBJECT_STORE_MEMORY": _optional(settings.object_store_memory),
+        "RAY_NUM_CPUS": _optional(settings.num_cpus),
+        "RAY_EXTRA_ENV_NAMES": " ".join(settings.extra_env_names),
+    }
+
+
+def head_env(settings: RaySettings, head_ip: str) -> dict[str, str]:
+    """Environment of HEAD_STEP on node rank 0 (`head_ip`: its private IP)."""
+    return {
+        **_node_env(settings),
+        "NODE_IP": _ip(head_ip),
+        "NODE_RANK": "0",
+        "DASHBOARD_PORT": str(settings.ports.dashboard),
+        "CLIENT_PORT": str(settings.ports.client),
+        "DASHBOARD_HOST": settings.dashboard_host,
+        "RAY_SPILL_DIR": settings.spill_dir,
+    }
+
+
+def worker_env(settings: RaySettings, node_ip: str, head_ip: str, node_rank: int) -> dict[str, str]:
+    """Environment of WORKER_STEP on node `node_rank` (1 and up); IPs are private."""
+    if node_rank < 1:
+        raise ValueError(f"a worker's node rank is 1 or more (0 is the head), not {node_rank}")
+    return {
+        **_node_env(settings),
+        "NODE_IP": _ip(node_ip),
+        "HEAD_IP": _ip(head_ip),
+        "NODE_RANK": str(node_rank),
+        "HEAD_WAIT_TIMEOUT_S": str(settings.head_wait_timeout_s),
+    }
+
+
+def ready_env(settings: RaySettings, head_ip: str, node_ips: Sequence[str]) -> dict[str, str]:
+    """Environment of READY_STEP on the head: the alive Ray nodes must be exactly `node_ips` (private, head
+    included), each with `settings.gpus_per_node` GPUs, within `settings.ready_timeout_s`."""
+    ips = [_ip(ip) for ip in node_ips]
+    if len(set(ips)) != len(ips):
+        raise ValueError(f"node IPs repeat: {' '.join(ips)}")
+    if _ip(head_ip) not in ips:
+        raise ValueError(f"the head {head_ip} is not among the node IPs {' '.join(ips)}")
+    return {
+        "CONTAINER_NAME": settings.container_name,
+        "HEAD_IP": _ip(head_ip),
+        "GCS_PORT": str(settings.ports.gcs),
+        "EXPECTED_NODE_IPS": " ".join(ips),
+        "GPUS_PER_NODE": str(settings.gpus_per_node),
+        "READY_TIMEOUT_S": str(settings.ready_timeout_s),
+    }
+
+
+def ray_stop_env(settings: RaySettings) -> dict[str, str]:
+    """Environment of RAY_STOP_STEP (`ray stop` on every node: the delete command of the head and workers)."""
+    return {"CONTAINER_NAME": settings.container_name}
+
+
+def reward_server_env(
+    settings: RaySettings, reward: RewardServer, extra_env_names: Sequence[str] = ()
+) -> dict[str, str]:
+    """Environment of REWARD_SERVER_STEP on the head (also merged into submit_env when the job has one).
+    `extra_env_names`: exported variables (e.g. HF_TOKEN) the server needs; the step must export them too."""
+    return {
+        "CONTAINER_NAME": settings.container_name,
+        "REWARD_COMMAND": reward.command,
+        "REWARD_PORT": str(reward.port),
+        "REWARD_HEALTH_TIMEOUT_S": str(reward.health_timeout_s),
+        "REWARD_WORKDIR": reward.workdir,
+        "RAY_EXTRA_ENV_NAMES": _env_names(extra_env_names),
+    }
+
+
+def reward_stop_env(settings: RaySettings) -> dict[str, str]:
+    """Environment of REWARD_STOP_STEP (the reward server's delete command): stops every supervised reward
+    server in the head's container; nothing running is success."""
+    return {"CONTAINER_NAME": settings.container_name, "REWARD_ACTION": "stop"}
+
+
+def submit_step(job: JobSpec) -> StepScripts:
+    """The submit step; with a reward server it starts (or keeps) the server before submitting."""
+    if job.reward_server is None:
+        return StepScripts("job-submit", (RAY_COMMON_SCRIPT, "job_submit.sh"))
+    return StepScripts("job-submit", (RAY_COMMON_SCRIPT, "reward_server.sh", "job_submit.sh"))
+
+
+def submit_env(settings: RaySettings, job: JobSpec, extra_env_names: Sequence[str] = ()) -> dict[str, str]:
+    """Environment of `submit_step(job)` on the head. The job itself gets the secrets from the raylet;
+    `extra_env_names` names exported variables (e.g. HF_TOKEN) that the prepare and check commands and the
+    reward server need, which the step must then export too."""
+    env = {
+        "CONTAINER_NAME": settings.container_name,
+        "DASHBOARD_PORT": str(settings.ports.dashboard),
+        "JOB_ID": job.job_id,
+        "JOB_WORKDIR": job.workdir,
+        "JOB_ENTRYPOINT": job.entrypoint,
+        "JOB_RUNTIME_ENV_JSON": json.dumps(dict(job.runtime_env), sort_keys=True) if job.runtime_env else "",
+        "JOB_FILES_B64": files_archive_b64(job.files) if job.files else "",
+        "JOB_PREPARE": job.prepare,
+        "JOB_PRE_SUBMIT_CHECK": job.pre_submit_check,
+        "JOB_START_TIMEOUT_S": str(job.start_timeout_s),
+        "JOB_SETTLE_S": str(job.settle_s),
+        "RAY_EXTRA_ENV_NAMES": _env_names(extra_env_names),
+    }
+    if job.reward_server is not None:
+        env.update(reward_server_env(settings, job.reward_server, extra_env_names))
+    return env
+
+
+def job_stop_env(settings: RaySettings, job_id: str) -> dict[str, str]:
+    """Environment of JOB_STOP_STEP on the head (on destroy, and before a changed job replaces this one)."""
+    _check_job_id(job_id)
+    return {
+        "CONTAINER_NAME": settings.container_name,
+        "DASHBOARD_PORT": str(settings.ports.dashboard),
+        "JOB_ID": job_id,
+    }
+
+
+# A fixed timestamp makes the archive, and so the step's command, the same on every `pulumi up`: a changed
+# command would make Pulumi run the step again.
+_ARCHIVE_MTIME = 1_704_067_200  # 2024-01-01T00:00:00Z
+
+
+def files_archive_b64(files: Mapping[str, str | bytes]) -> str:
+    """JOB_FILES_B64: base64 of a gzipped tar of `files` (absolute container path -> content), members relative
+    to / (job_submit.sh extracts it with `tar -xz -C /`)."""
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as archive,
+    ):
+        for path in sorted(files):
+            _check_file_path(path)
+            content = files[path]
+            data = content.encode() if isinstance(content, str) else content
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = _ARCHIVE_MTIME
+            archive.addfile(info, io.BytesIO(data))
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+# ---- commands shown to users (stack outputs) ----
+
+
+def _key_argument(key_path: str) -> str:
+    """The key path quoted for a POSIX shell, leaving a leading ~/ unquoted so that the shell expands it."""
+    if key_path.startswith("~/"):
+        return "~/" + shlex.quote(key_path[2:])
+    return shlex.quote(key_path)
+
+
+def ray_address(head_private_ip: str, gcs_port: int) -> str:
+    """`rayAddress`: the GCS address that `ray start --address` and drivers inside the cluster use."""
+    _check_port("GCS port", gcs_port)
+    return f"{_ip(head_private_ip)}:{gcs_port}"
+
+
+def ssh_command(public_ip: str, key_path: str) -> str:
+    """`sshHead`: a shell on the node."""
+    return f"ssh -i {_key_argument(key_path)} {REMOTE_USER}@{_ip(public_ip)}"
+
+
+def dashboard_url(head_public_ip: str, dashboard_port: int) -> str:
+    """`dashboardUrl`, when the dashboard is open to the admin CIDRs."""
+    _check_port("dashboard port", dashboard_port)
+    return f"http://{_ip(head_public_ip)}:{dashboard_port}"
+
+
+def dashboard_tunnel_command(head_public_ip: str, key_path: str, dashboard_port: int) -> str:
+    """`dashboardTunnel`: forwards localhost:<port> to the head's dashboard (then http://localhost:<port>)."""
+    _check_port("dashboard port", dashboard_port)
+    return (
+        f"ssh -i {_key_argument(key_path)} -N -L {dashboard_port}:127.0.0.1:{dashboard_port} "
+        f"{REMOTE_USER}@{_ip(head_public_ip)}"
+    )
+
+
+def _in_head_container(head_public_ip: str, key_path: str, container_name: str, words: Sequence[str]) -> str:
+    _check_container_name(container_name)
+    remote = " ".join(shlex.quote(word) for word in ["docker", "exec", container_name, *words])
+    return f"{ssh_command(head_public_ip, key_path)} {shlex.quote(remote)}"
+
+
+def job_status_command(
+    head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int
+) -> str:
+    """`jobStatus`: prints the job's status from the head."""
+    _check_port("dashboard port", dashboard_port)
+    _check_job_id(job_id)
+    words = ["ray", "job", "status", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
+    return _in_head_container(head_public_ip, key_path, container_name, words)
+
+
+def job_logs_command(head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int) -> str:
+    """`jobLogs`: follows the job's log until the job ends."""
+    _check_port("dashboard port", dashboard_port)
+    _check_job_id(job_id)
+    words = ["ray", "job", "logs", "--follow", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
+    return _in_head_container(head_public_ip, key_path, container_name, words)

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# docker (over SSH, root): Docker CE and the NVIDIA Container Toolkit from Alibaba's mirrors, the nvidia runtime
+# registered with Docker, Docker's data root on the data disk, Docker enabled and running.
+# Alibaba Cloud Linux 3 (dnf/yum) and Ubuntu 22.04 (apt). A second run changes nothing and says what it skipped.
+#
+# Environment (defaults in brackets):
+#   DOCKER_CE_MIRROR [https://mirrors.aliyun.com/docker-ce]
+#   NVIDIA_CT_MIRROR [https://mirrors.aliyun.com/libnvidia-container]
+#   DOCKER_CE_CENTOS_RELEASE [8]   CentOS release of the docker-ce repo used on Alibaba Cloud Linux 3, whose own
+#                                  $releasever (3) has no docker-ce repo
+#   DOCKER_DATA_ROOT ['']          Docker's data-root (e.g. /data/docker); empty: Docker's default
+#   DOCKER_DAEMON_JSON [/etc/docker/daemon.json]
+#   DOCKER_START_TIMEOUT_S [120]   bound for dockerd to answer after a (re)start
+#   YUM_REPOS_DIR [/etc/yum.repos.d], APT_SOURCES_DIR [/etc/apt/sources.list.d], APT_KEYRINGS_DIR [/etc/apt/keyrings]
+#   ROLL_STATE_DIR [/var/lib/roll-cluster]   remembers the daemon.json Docker was last restarted with
+#   lib.sh: OS_RELEASE_FILE, PACKAGE_LOCK_TIMEOUT_S, YUM_PID_FILE, PACKAGE_MANAGER_PROCESSES, APT_LOCK_FILES,
+#           RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+
+: "${DOCKER_CE_MIRROR:=https://mirrors.aliyun.com/docker-ce}"
+: "${NVIDIA_CT_MIRROR:=https://mirrors.aliyun.com/libnvidia-container}"
+: "${DOCKER_CE_CENTOS_RELEASE:=8}"
+: "${DOCKER_DATA_ROOT:=}"
+: "${DOCKER_DAEMON_JSON:=/etc/docker/daemon.json}"
+: "${DOCKER_START_TIMEOUT_S:=120}"
+: "${YUM_REPOS_DIR:=/etc/yum.repos.d}"
+: "${APT_SOURCES_DIR:=/etc/apt/sources.list.d}"
+: "${APT_KEYRINGS_DIR:=/etc/apt/keyrings}"
+: "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
+
+DOCKER_PACKAGES=(docker-ce docker-ce-cli containerd.io nvidia-container-toolkit)
+# The digest of the daemon.json dockerd was last (re)started with by this script: a restart is due when it differs.
+APPLIED_CONFIG_RECORD=$ROLL_STATE_DIR/docker-daemon-json.applied
+
+check_settings() {
+  require_int DOCKER_START_TIMEOUT_S
+  if [[ -n "$DOCKER_DATA_ROOT" && "$DOCKER_DATA_ROOT" != /* ]]; then
+    fail "DOCKER_DATA_ROOT must be an absolute path, got '$DOCKER_DATA_ROOT'"
+  fi
+  detect_os
+  banner "operating system: $OS_ID $OS_VERSION_ID (${RPM_TOOL:-apt})"
+}
+
+# configure_repo_file PATH CONTENT: write a repository definition, saying whether it was already there.
+configure_repo_file() {
+  write_file_if_changed "$1" "$2" 0644
+  if ((FILE_CHANGED)); then
+    banner "wrote $1"
+  else
+    banner "$1 already configured; skipped"
+  fi
+}
+
+# download_key URL PATH: a repository signing key (ASCII-armoured .asc, which apt's signed-by accepts as is).
+download_key() {
+  local url=$1 path=$2
+  if [[ -s "$path" ]]; then
+    banner "$path already present; skipped"
+    return 0
+  fi
+  mkdir -p "$(dirname "$path")"
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd curl -fsSL --max-time 60 -o "$path.part" "$url" \
+    || fail "downloading the signing key $url failed"
+  chmod 0644 "$path.part"
+  mv -f "$path.part" "$path"
+  banner "downloaded $url to $path"
+}
+
+configure_repositories() {
+  if [[ "$PKG_FAMILY" == rpm ]]; then
+    # Written by hand rather than downloaded: the CentOS repo file says $releasever, which is 3 on Alibaba Cloud
+    # Linux 3 and has no docker-ce repository; Alibaba Cloud Linux 3 is binary compatible with EL8.
+    # shellcheck disable=SC2016  # $basearch is a dnf/yum variable, written literally
+    configure_repo_file "$YUM_REPOS_DIR/docker-ce.repo" "$(printf '%s\n' \
+      '[docker-ce-stable]' \
+      'name=Docker CE Stable - $basearch' \
+      "baseurl=$DOCKER_CE_MIRROR/linux/centos/$DOCKER_CE_CENTOS_RELEASE/\$basearch/stable" \
+      'enabled=1' \
+      'gpgcheck=1' \
+      "gpgkey=$DOCKER_CE_MIRROR/linux/centos/gpg")"
+    # The mirror of NVIDIA's libnvidia-container repository, with NVIDIA's own repo settings.
+    configure_repo_file "$YUM_REPOS_DIR/nvidia-container-toolkit.repo" "$(printf '%s\n' \
+      '[nvidia-container-toolkit]' \
+      'name=nvidia-container-toolkit' \
+      "baseurl=$NVIDIA_CT_MIRROR/stable/rpm/\$basearch" \
+      'enabled=1' \
+      'gpgcheck=0' \
+      'repo_gpgcheck=1' \
+      "gpgkey=$NVIDIA_CT_MIRROR/gpgkey")"
+  else
+    local arch
+    arch=$(dpkg --print-architecture)
+    download_key "$DOCKER_CE_MIRROR/linux/ubuntu/gpg" "$APT_KEYRINGS_DIR/docker-ce.asc"
+    download_key "$NVIDIA_CT_MIRROR/gpgkey" "$APT_KEYRINGS_DIR/nvidia-container-toolkit.asc"
+    configure_repo_file "$APT_SOURCES_DIR/docker-ce.list" \
+      "deb [arch=$arch signed-by=$APT_KEYRINGS_DIR/docker-ce.asc] $DOCKER_CE_MIRROR/linux/ubuntu $OS_CODENAME stable"
+    # The mirror has no ready-made .list file (NVIDIA's upstream one points at its own host): a flat repository.
+    configure_repo_file "$APT_SOURCES_DIR/nvidia-container-toolkit.list" \
+      "deb [signed-by=$APT_KEYRINGS_DIR/nvidia-container-toolkit.asc] $NVIDIA_CT_MIRROR/stable/deb/$arch /"
+  fi
+}
+
+install_docker_packages() {
+  install_packages "${DOCKER_PACKAGES[@]}"
+}
+
+# daemon_json_has_nvidia_runtime: whether daemon.json already registers the nvidia runtime.
+daemon_json_has_nvidia_runtime() {
+  [[ -s "$DOCKER_DAEMON_JSON" ]] && python3 -c '
+import json, sys
+with open(sys.argv[1]) as f:
+    config = json.load(f)
+sys.exit(0 if "nvidia" in config.get("runtimes", {}) else 1)' "$DOCKER_DAEMON_JSON"
+}
+
+configure_nvidia_runtime() {
+  if daemon_json_has_nvidia_runtime; then
+    banner "nvidia runtime already in $DOCKER_DAEMON_JSON; skipped"
+    return 0
+  fi
+  mkdir -p "$(dirname "$DOCKER_DAEMON_JSON")"
+  logged nvidia-ctk runtime configure --runtime=docker --config="$DOCKER_DAEMON_JSON"
+  daemon_json_has_nvidia_runtime || fail "nvidia-ctk did not register the nvidia runtime in $DOCKER_DAEMON_JSON"
+  banner "nvidia runtime registered in $DOCKER_DAEMON_JSON"
+}
+
+# Merged into what nvidia-ctk wrote (and whatever else is there), not written over it.
+configure_data_root() {
+  local result
+  if [[ -z "$DOCKER_DATA_ROOT" ]]; then
+    banner "DOCKER_DATA_ROOT empty: Docker keeps its default data root; skipped"
+    return 0
+  fi
+  mkdir -p "$DOCKER_DATA_ROOT"
+  result=$(python3 - "$DOCKER_DAEMON_JSON" "$DOCKER_DATA_ROOT" <<'PY'
+import json, os, sys
+path, data_root = sys.argv[1], sys.argv[2]
+config = {}
+if os.path.exists(path) and os.path.getsize(path) > 0:
+    with open(path) as f:
+        config = json.load(f)
+if config.get("data-root") == data_root:
+    print("unchanged")
+    sys.exit(0)
+config["data-root"] = data_root
+tmp = path + ".roll-cluster.tmp"
+with open(tmp, "w") as f:
+    json.dump(config, f, indent=4)
+    f.write("\n")
+os.chmod(tmp, 0o644)
+os.replace(tmp, path)
+print("changed")
+PY
+  )
+  if [[ "$result" == unchanged ]]; then
+    banner "data-root already $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON; skipped"
+  else
+    banner "data-root set to $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON"
+  fi
+}
+
+daemon_json_digest() {
+  if [[ -f "$DOCKER_DAEMON_JSON" ]]; then
+    sha256sum "$DOCKER_DAEMON_JSON" | cut -d ' ' -f 1
+  else
+    echo absent
+  fi
+}
+
+# enable --now when needed; restart only a dockerd that was running before with another daemon.json (the Ubuntu
+# package starts dockerd before the nvidia runtime is configured; a dockerd started by enable --now already has it).
+start_docker() {
+  local digest applied='' enabled=0 active=0
+  digest=$(daemon_json_digest)
+  if [[ -f "$APPLIED_CONFIG_RECORD" ]]; then applied=$(cat "$APPLIED_CONFIG_RECORD"); fi
+  if systemctl is-enabled --quiet docker; then enabled=1; fi
+  if systemctl is-active --quiet docker; then active=1; fi
+  if ((enabled && active)) && [[ "$digest" == "$applied" ]]; then
+    banner "docker already enabled and running with this configuration; restart skipped"
+    return 0
+  fi
+  if ((!enabled || !active)); then
+    banner "enabling and starting docker"
+    logged systemctl enable --now docker
+  fi
+  if ((active)) && [[ "$digest" != "$applied" ]]; then
+    banner "docker was running with another configuration: restarting it"
+    logged systemctl restart docker
+  fi
+  mkdir -p "$ROLL_STATE_DIR"
+  write_file_if_changed "$APPLIED_CONFIG_RECORD" "$digest"
+}
+
+verify_docker() {
+  local runtimes root_dir
+  wait_for "dockerd to answer 'docker info'" "$DOCKER_START_TIMEOUT_S" 2 docker info
+  runtimes=$(docker info --format '{{json .Runtimes}}')
+  [[ "$runtimes" == *'"nvidia"'* ]] || fail "docker info does not list the nvidia runtime (runtimes: $runtimes)"
+  root_dir=$(docker info --format '{{.DockerRootDir}}')
+  if [[ -n "$DOCKER_DATA_ROOT" && "$root_dir" != "$DOCKER_DATA_ROOT" ]]; then
+    fail "docker's root dir is $root_dir, expected $DOCKER_DATA_ROOT"
+  fi
+  banner "docker $(docker version --format '{{.Server.Version}}') running; runtimes: $runtimes; root: $root_dir"
+}
+
+check_settings
+run_step configure_repositories "package repositories (Docker CE, NVIDIA Container Toolkit)"
+run_step install_docker_packages "Docker CE and NVIDIA Container Toolkit packages"
+run_step configure_nvidia_runtime "nvidia runtime in $DOCKER_DAEMON_JSON"
+run_step configure_data_root "Docker data root"
+run_step start_docker "docker service"
+run_step verify_docker "docker with the nvidia runtime"

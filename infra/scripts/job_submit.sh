@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Step job-submit (on the head): write the job's files into the container, prepare, check, then submit the
+# training job through the Ray Jobs API of the head (the driver runs on the head, in the container).
+#
+# Environment:
+#   CONTAINER_NAME           the head's training container                                             required
+#   DASHBOARD_PORT           the dashboard / Jobs API port (reached at 127.0.0.1 on the head)          required
+#   JOB_ID                   the submission id; [A-Za-z0-9._-], unique per configuration              required
+#   JOB_WORKDIR              directory in the container the entrypoint runs from (unless the runtime
+#                            env has a working_dir: then Ray's unpacked copy of it)                     required
+#   JOB_ENTRYPOINT           shell command of the driver, run with bash exactly as written              required
+#   JOB_RUNTIME_ENV_JSON     Ray runtime_env as JSON; a relative working_dir is relative to JOB_WORKDIR empty
+#   JOB_FILES_B64            base64 of a gzipped tar whose member paths are relative to / in the
+#                            container (infra.ray_commands.files_archive_b64), written before anything
+#                            else, e.g. the generated ROLL YAML                                        empty
+#   JOB_PREPARE              shell command run in JOB_WORKDIR before submission (data preparation);
+#                            it must be idempotent itself                                              empty
+#   JOB_PRE_SUBMIT_CHECK     shell command that must succeed before submission (a config check)       empty
+#   RAY_EXTRA_ENV_NAMES      names of exported variables passed to JOB_PREPARE and the check           empty
+#   JOB_API_TIMEOUT_S        bound on waiting for the Jobs API to answer                               300
+#   JOB_START_TIMEOUT_S      bound on waiting for the job to leave PENDING; a job still PENDING then
+#                            (Ray may be installing its runtime env) is reported, not failed           60
+#   JOB_SETTLE_S             seconds a RUNNING job is watched for an immediate failure                 10
+#   JOB_POLL_INTERVAL_S      seconds between looks at the job                                          2
+#   REWARD_*                 see reward_server.sh, which runs before this script when given
+
+require_env CONTAINER_NAME DASHBOARD_PORT JOB_ID JOB_WORKDIR JOB_ENTRYPOINT
+JOB_RUNTIME_ENV_JSON=${JOB_RUNTIME_ENV_JSON:-}
+JOB_FILES_B64=${JOB_FILES_B64:-}
+JOB_PREPARE=${JOB_PREPARE:-}
+JOB_PRE_SUBMIT_CHECK=${JOB_PRE_SUBMIT_CHECK:-}
+JOB_API_TIMEOUT_S=${JOB_API_TIMEOUT_S:-300}
+JOB_START_TIMEOUT_S=${JOB_START_TIMEOUT_S:-60}
+JOB_SETTLE_S=${JOB_SETTLE_S:-10}
+JOB_POLL_INTERVAL_S=${JOB_POLL_INTERVAL_S:-2}
+export JOB_ENTRYPOINT JOB_WORKDIR JOB_RUNTIME_ENV_JSON
+
+[[ "$JOB_ID" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || fail "JOB_ID may hold only letters, digits, '.', '_' and '-': $JOB_ID"
+
+job_exists=false
+
+jobs_api_answers() {
+  job_client ping
+}
+
+wait_for_jobs_api() {
+  wait_for "the Ray Jobs API on 127.0.0.1:$DASHBOARD_PORT" "$JOB_API_TIMEOUT_S" 2 jobs_api_answers
+}
+
+check_existing_job() {
+  local state
+  state=$(job_state) || fail "could not read the state of job $JOB_ID from the Jobs API on port $DASHBOARD_PORT"
+  case "$state" in
+    NOT_FOUND) ;;
+    PENDING | RUNNING | SUCCEEDED)
+      job_exists=true
+      banner "job $JOB_ID already exists ($state): not submitting it again"
+      ;;
+    FAILED | STOPPED)
+      job_log_tail
+      fail "job $JOB_ID already exists and is $state. Fix the cause, then delete the job (ray job delete $JOB_ID in\
+ container $CONTAINER_NAME) or give the job a new id, and run again"
+      ;;
+    *) fail "job $JOB_ID is in a state this step does not know: $state" ;;
+  esac
+}
+
+extract_job_files() {
+  base64 -d <<<"$JOB_FILES_B64" | docker exec -i "$CONTAINER_NAME" tar -xzf - -C / --no-same-owner
+}
+
+write_job_files() {
+  local names
+  names=$(base64 -d <<<"$JOB_FILES_B64" | tar -tzf - | sed 's|^|/|' | paste -sd ' ' -) ||
+    fail "JOB_FILES_B64 is not a base64-encoded tar.gz"
+  logged extract_job_files
+  banner "wrote $names"
+}
+
+prepare_job() {
+  collect_container_env
+  logged exec_with_env -w "$JOB_WORKDIR" -- bash -c "$JOB_PREPARE"
+}
+
+check_before_submit() {
+  collect_container_env
+  printf '+ %s\n' "$JOB_PRE_SUBMIT_CHECK" >>"$ROLL_STEP_LOG"
+  exec_with_env -w "$JOB_WORKDIR" -- bash -c "$JOB_PRE_SUBMIT_CHECK" >>"$ROLL_STEP_LOG" 2>&1 ||
+    fail "the pre-submit check failed, the job was not submitted: $JOB_PRE_SUBMIT_CHECK"
+}
+
+submit_job() {
+  banner "entrypoint: $JOB_ENTRYPOINT"
+  logged job_client submit -w "$JOB_WORKDIR" -e JOB_ENTRYPOINT -e JOB_WORKDIR -e JOB_RUNTIME_ENV_JSON
+}
+
+# wait_job_started: fail when the job fails at once (a bad entrypoint, a missing module); a job that is still
+# RUNNING after JOB_SETTLE_S, or SUCCEEDED, is fine; one still PENDING at the bound is reported, not failed.
+wait_job_started() {
+  local state started=$SECONDS running_since=''
+  while true; do
+    state=$(job_state) || fail "could not read the state of job $JOB_ID"
+    case "$state" in
+      PENDING | NOT_FOUND) ;;
+      RUNNING) running_since=${running_since:-$SECONDS} ;;
+      SUCCEEDED)
+        banner "job $JOB_ID has already SUCCEEDED"
+        return 0
+        ;;
+      FAILED | STOPPED)
+        job_log_tail
+        fail "job $JOB_ID is $state right after its submission"
+        ;;
+      *) fail "job $JOB_ID is in a state this step does not know: $state" ;;
+    esac
+    if [[ -n "$running_since" ]] && ((SECONDS - running_since >= JOB_SETTLE_S)); then
+      banner "job $JOB_ID is RUNNING"
+      return 0
+    fi
+    if [[ -z "$running_since" ]] && ((SECONDS - started >= JOB_START_TIMEOUT_S)); then
+      banner "job $JOB_ID is still $state after ${JOB_START_TIMEOUT_S}s (Ray may still be setting up its runtime env)"
+      return 0
+    fi
+    sleep "$JOB_POLL_INTERVAL_S"
+  done
+}
+
+run_step require_container "check that container $CONTAINER_NAME runs"
+run_step wait_for_jobs_api "wait for the Ray Jobs API"
+run_step check_existing_job "look for job $JOB_ID"
+if [[ "$job_exists" == false ]]; then
+  [[ -z "$JOB_FILES_B64" ]] || run_step write_job_files "write the job's files into $CONTAINER_NAME"
+  [[ -z "$JOB_PREPARE" ]] || run_step prepare_job "prepare the job: $JOB_PREPARE"
+  [[ -z "$JOB_PRE_SUBMIT_CHECK" ]] || run_step check_before_submit "check before submitting: $JOB_PRE_SUBMIT_CHECK"
+  run_step submit_job "submit job $JOB_ID"
+  run_step wait_job_started "wait until job $JOB_ID runs"
+fi

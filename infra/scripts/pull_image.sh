@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# pull-image (over SSH, root): the training image, pulled once per node before Ray starts (pulls take minutes).
+# Skips when the image is already present. The registry password goes to `docker login --password-stdin` only: it
+# is never printed, logged or put on a command line, and the login is removed again after the pull.
+#
+# Environment (defaults in brackets):
+#   IMAGE (required)                 e.g. registry.cn-hangzhou.aliyuncs.com/ns/roll:torch260
+#   REGISTRY_USERNAME ['']           log in to the image's registry first (private registry, e.g. your ACR copy)
+#   REGISTRY_PASSWORD ['']           required with REGISTRY_USERNAME
+#   PULL_TIMEOUT_S [3600]            bound for one pull attempt (a stalled pull is retried)
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+
+: "${REGISTRY_USERNAME:=}"
+: "${REGISTRY_PASSWORD:=}"
+: "${PULL_TIMEOUT_S:=3600}"
+
+check_settings() {
+  require_env IMAGE
+  require_int PULL_TIMEOUT_S
+  if [[ -n "$REGISTRY_USERNAME" && -z "$REGISTRY_PASSWORD" ]]; then
+    fail "REGISTRY_USERNAME is set but REGISTRY_PASSWORD is empty"
+  fi
+}
+
+# The registry host of IMAGE: the first path component when it looks like a host (has a dot or a port, or is
+# localhost), else Docker Hub.
+registry_host() {
+  local first=${IMAGE%%/*}
+  if [[ "$IMAGE" == */* && ("$first" == *.* || "$first" == *:* || "$first" == localhost) ]]; then
+    printf '%s\n' "$first"
+  else
+    printf 'docker.io\n'
+  fi
+}
+
+image_present() {
+  docker image inspect "$IMAGE" >/dev/null 2>&1
+}
+
+# One login attempt; the password reaches docker through a pipe from printf, a shell builtin (no argv anywhere).
+registry_login_once() {
+  printf '%s' "$REGISTRY_PASSWORD" \
+    | docker login --username "$REGISTRY_USERNAME" --password-stdin "$REGISTRY_HOST" >>"$ROLL_STEP_LOG" 2>&1
+}
+
+pull_image() {
+  local started=$SECONDS
+  REGISTRY_HOST=$(registry_host)
+  if image_present; then
+    banner "$IMAGE already present; pull skipped"
+    return 0
+  fi
+  if [[ -n "$REGISTRY_USERNAME" ]]; then
+    retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" registry_login_once \
+      || fail "docker login to $REGISTRY_HOST as $REGISTRY_USERNAME failed"
+    banner "logged in to $REGISTRY_HOST as $REGISTRY_USERNAME"
+  fi
+  # Nothing after the login needs the password: keep it out of the environment of every later command.
+  unset REGISTRY_PASSWORD
+  banner "pulling $IMAGE"
+  local status=0
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd timeout "$PULL_TIMEOUT_S" docker pull "$IMAGE" || status=$?
+  if [[ -n "$REGISTRY_USERNAME" ]]; then
+    # The credential docker stored in ~/.docker/config.json is not needed once the image is local.
+    logged docker logout "$REGISTRY_HOST"
+  fi
+  ((status == 0)) || fail "pulling $IMAGE failed after $RETRY_ATTEMPTS attempts"
+  image_present || fail "$IMAGE is not present after a successful pull"
+  banner "pulled $IMAGE in $((SECONDS - started))s ($(docker image inspect --format '{{.Id}}' "$IMAGE"))"
+}
+
+check_settings
+run_step pull_image "image $IMAGE"

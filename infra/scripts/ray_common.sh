@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Helpers shared by the Ray and job steps (ray_*.sh, job_*.sh, reward_server.sh). infra/remote.py concatenates
+# lib.sh, this file and the step's own script, so this file only defines functions; it runs nothing itself.
+#
+# The steps run on the host over SSH and act inside the long-running training container (host network) with
+# `docker exec`. The container does not inherit the SSH session's environment, so every variable a command in
+# the container needs is passed by name with `docker exec -e NAME`: the value never appears on a command line.
+
+# container_is_running: true when CONTAINER_NAME exists and runs (no output, no failure).
+container_is_running() {
+  local state
+  state=$(docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" 2>/dev/null) || return 1
+  [[ "$state" == true ]]
+}
+
+# require_container: fail the step unless the training container runs.
+require_container() {
+  local state
+  if ! state=$(docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" 2>>"$ROLL_STEP_LOG"); then
+    fail "container $CONTAINER_NAME does not exist on this host (the container step creates it)"
+  fi
+  [[ "$state" == true ]] || fail "container $CONTAINER_NAME exists but is not running (Running=$state)"
+}
+
+# collect_container_env: prepare the `-e NAME` options of exec_with_env for RAY_EXTRA_ENV_NAMES (space-separated
+# variable names, e.g. "WANDB_API_KEY HF_TOKEN"). A listed variable that is not set fails the step: a secret the
+# user configured must not go missing silently and surface later as a login error deep inside training.
+container_env_args=()
+collect_container_env() {
+  local name
+  container_env_args=()
+  for name in ${RAY_EXTRA_ENV_NAMES:-}; do
+    [[ "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || fail "RAY_EXTRA_ENV_NAMES: '$name' is not a variable name"
+    [[ -n "${!name+set}" ]] || fail "RAY_EXTRA_ENV_NAMES lists $name, but $name is not set in this step"
+    export "${name?}"
+    container_env_args+=(-e "$name")
+  done
+}
+
+# exec_with_env [DOCKER_EXEC_OPTION...] -- CMD...: docker exec CMD in the container with the collected variables.
+exec_with_env() {
+  local -a options=()
+  while (($#)) && [[ "$1" != -- ]]; do
+    options+=("$1")
+    shift
+  done
+  shift
+  docker exec "${options[@]}" "${container_env_args[@]}" "$CONTAINER_NAME" "$@"
+}
+
+# tcp_open HOST PORT: true when a TCP connection to HOST:PORT succeeds within 3 s (bash's /dev/tcp).
+tcp_open() {
+  # shellcheck disable=SC2016 # $1 and $2 expand in the inner bash, which gets HOST and PORT as arguments
+  timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2"' tcp_open "$1" "$2" 2>/dev/null
+}
+
+# port_listener PORT: who listens on PORT on this host, for error messages (empty when unknown).
+port_listener() {
+  if command -v ss >/dev/null 2>&1; then
+    ss -Htlnp "sport = :$1" 2>/dev/null | awk '{print $4, $6}' | paste -sd ';' -
+  fi
+}
+
+# poll_until TIMEOUT_S INTERVAL_S CMD...: like lib.sh's wait_for, but returns 1 on timeout instead of ending
+# the step, for callers whose failure message and log tail are their own (the head address, the server log).
+poll_until() {
+  local timeout=$1 interval=$2
+  shift 2
+  local deadline=$((SECONDS + timeout)) next_report=$((SECONDS + 30))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      return 1
+    fi
+    if ((SECONDS >= next_report)); then
+      banner "still waiting ($((deadline - SECONDS))s left)"
+      next_report=$((SECONDS + 30))
+    fi
+    sleep "$interval"
+  done
+}
+
+# banner_lines FILE: banner every line read from stdin and keep the lines in FILE (the caller reads the last).
+banner_lines() {
+  local line
+  : >"$1"
+  while IFS= read -r line; do
+    banner "$line"
+    printf '%s\n' "$line" >>"$1"
+  done
+}
+
+# Lists the GCS address (ip:port) of every raylet running in the container, one per line: the same process
+# scan Ray itself uses to find a local cluster. Plain Python (no Ray import) so it is fast and works whatever
+# Ray version the image holds.
+RAY_LOCAL_GCS_PY='
+import os
+found = set()
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        with open("/proc/" + pid + "/cmdline", "rb") as handle:
+            args = handle.read().split(b"\0")
+    except OSError:
+        continue
+    if not args or b"raylet" not in os.path.basename(args[0]):
+        continue
+    for arg in args:
+        for word in arg.split(b" "):
+            if word.startswith(b"--gcs-address="):
+                found.add(word.split(b"=", 1)[1].decode())
+print("\n".join(sorted(found)))
+'
+
+ray_local_gcs_addresses() {
+  docker exec "$CONTAINER_NAME" python3 -c "$RAY_LOCAL_GCS_PY" 2>>"$ROLL_STEP_LOG" ||
+    fail "could not list the Ray processes in container $CONTAINER_NAME (is python3 there?)"
+}
+
+no_local_raylet() {
+  [[ -z "$(docker exec "$CONTAINER_NAME" python3 -c "$RAY_LOCAL_GCS_PY")" ]]
+}
+
+# The Jobs API client used by the job steps: the same public JobSubmissionClient that `ray job` wraps.
+# `python3 -c "$RAY_JOB_CLIENT_PY" ACTION JOB_ID` in the head container, with RAY_JOB_API (the dashboard URL).
+#   ping     the Jobs API answers
+#   state    prints the job's status, or NOT_FOUND
+#   submit   submits JOB_ENTRYPOINT (run from JOB_WORKDIR with bash) with JOB_RUNTIME_ENV_JSON
+#   logs     prints the job's log
+# `ray job submit -- CMD` joins CMD with Windows quoting (subprocess.list2cmdline) and hands the result to
+# /bin/sh, which expands `$`, backquotes and backslashes in it; submitting the entrypoint string through the
+# client keeps it exactly as the user wrote it.
+RAY_JOB_CLIENT_PY='
+import json, os, shlex, sys
+from ray.job_submission import JobSubmissionClient
+action, job_id = sys.argv[1], sys.argv[2]
+client = JobSubmissionClient(os.environ["RAY_JOB_API"])
+if action == "ping":
+    client.list_jobs()
+elif action == "state":
+    states = [str(job.status.value) for job in client.list_jobs() if job.submission_id == job_id]
+    print(states[-1] if states else "NOT_FOUND")
+elif action == "logs":
+    sys.stdout.write(client.get_job_logs(job_id))
+elif action == "submit":
+    runtime_env = json.loads(os.environ.get("JOB_RUNTIME_ENV_JSON") or "{}")
+    command = "exec bash -c " + shlex.quote(os.environ["JOB_ENTRYPOINT"])
+    if "working_dir" not in runtime_env:
+        # Ray runs the entrypoint from its own directory; with a working_dir it runs from the unpacked copy.
+        command = "cd " + shlex.quote(os.environ["JOB_WORKDIR"]) + " && " + command
+    client.submit_job(entrypoint=command, submission_id=job_id, runtime_env=runtime_env or None)
+else:
+    sys.exit("unknown action " + action)
+'
+
+# job_client ACTION [DOCKER_EXEC_OPTION...]: run the Jobs API client for JOB_ID in the head container.
+# shellcheck disable=SC2153 # DASHBOARD_PORT is required by the job steps, from their environment
+job_client() {
+  local action=$1
+  shift
+  RAY_JOB_API="http://127.0.0.1:$DASHBOARD_PORT" docker exec -e RAY_JOB_API "$@" "$CONTAINER_NAME" \
+    python3 -c "$RAY_JOB_CLIENT_PY" "$action" "$JOB_ID"
+}
+
+# job_state: prints the job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) or NOT_FOUND.
+job_state() {
+  job_client state 2>>"$ROLL_STEP_LOG"
+}
+
+# job_log_tail: append the last 40 lines of the job's log to the step log, where fail shows them.
+job_log_tail() {
+  local log
+  if ! log=$(job_client logs 2>&1); then
+    log="could not read the log of job $JOB_ID: $log"
+  fi
+  {
+    printf -- '--- last 40 lines of the log of Ray job %s ---\n' "$JOB_ID"
+    tail -n 40 <<<"$log"
+  } >>"$ROLL_STEP_LOG"
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Step ray-head: start the Ray head inside the training container on node rank 0 (roll.md §4.3, Method B:
+# Ray is started by us, ROLL / verl / OpenRLHF then find it running and only submit work).
+#
+# Environment:
+#   CONTAINER_NAME           training container (host network, kept alive by `sleep infinity`)      required
+#   NODE_IP                  this node's private IP; Ray binds and advertises it                      required
+#   GCS_PORT                 Ray GCS port (`ray start --port`)                                         required
+#   DASHBOARD_PORT           dashboard / Jobs API port                                                 required
+#   CLIENT_PORT              Ray Client server port                                                    required
+#   NUM_GPUS                 GPUs Ray announces for this node                                          required
+#   DASHBOARD_HOST           address the dashboard binds: 0.0.0.0 or 127.0.0.1 (tunnel only)           127.0.0.1
+#   NODE_RANK                exported into `ray start`: ROLL orders nodes by it                        0
+#   RAY_TEMP_DIR             Ray's temp root, e.g. /data/ray/tmp on a data disk; empty: Ray's default  empty
+#   RAY_SPILL_DIR            directory for object spilling; empty: Ray's default (under the temp dir)  empty
+#   RAY_OBJECT_STORE_MEMORY  object store size in bytes; empty: Ray's default (30% of memory)          empty
+#   RAY_NUM_CPUS             CPUs Ray announces; empty: all                                            empty
+#   RAY_EXTRA_ENV_NAMES      names of exported variables passed into `ray start` (secrets such as
+#                            WANDB_API_KEY, HF_TOKEN): the raylet and every job inherit them           empty
+#   RAY_START_TIMEOUT_S      bound on waiting for the GCS and `ray status` after the start             180
+
+require_env CONTAINER_NAME NODE_IP GCS_PORT DASHBOARD_PORT CLIENT_PORT NUM_GPUS
+DASHBOARD_HOST=${DASHBOARD_HOST:-127.0.0.1}
+NODE_RANK=${NODE_RANK:-0}
+RAY_TEMP_DIR=${RAY_TEMP_DIR:-}
+RAY_SPILL_DIR=${RAY_SPILL_DIR:-}
+RAY_OBJECT_STORE_MEMORY=${RAY_OBJECT_STORE_MEMORY:-}
+RAY_NUM_CPUS=${RAY_NUM_CPUS:-}
+RAY_START_TIMEOUT_S=${RAY_START_TIMEOUT_S:-180}
+export NODE_RANK
+
+head_already_running=false
+
+check_existing_ray() {
+  local addresses
+  addresses=$(ray_local_gcs_addresses)
+  if [[ "$addresses" == "$NODE_IP:$GCS_PORT" ]]; then
+    head_already_running=true
+    banner "the Ray head already runs in $CONTAINER_NAME at $NODE_IP:$GCS_PORT; leaving it as it is"
+  elif [[ -n "$addresses" ]]; then
+    fail "Ray already runs in container $CONTAINER_NAME as part of the cluster at ${addresses//$'\n'/, },\
+ not as the head $NODE_IP:$GCS_PORT; stop it first (ray stop --force in the container)"
+  elif tcp_open "$NODE_IP" "$GCS_PORT"; then
+    fail "port $GCS_PORT on $NODE_IP is taken by something other than Ray in $CONTAINER_NAME\
+ (listener: $(port_listener "$GCS_PORT"))"
+  fi
+}
+
+# shellcheck disable=SC2153 # DASHBOARD_PORT is required above, from the step's environment
+start_head() {
+  local -a args=(ray start --head --disable-usage-stats
+    "--node-ip-address=$NODE_IP" "--port=$GCS_PORT"
+    "--dashboard-host=$DASHBOARD_HOST" "--dashboard-port=$DASHBOARD_PORT"
+    "--ray-client-server-port=$CLIENT_PORT" "--num-gpus=$NUM_GPUS")
+  [[ -z "$RAY_TEMP_DIR" ]] || args+=("--temp-dir=$RAY_TEMP_DIR")
+  [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
+  [[ -z "$RAY_NUM_CPUS" ]] || args+=("--num-cpus=$RAY_NUM_CPUS")
+  if [[ -n "$RAY_SPILL_DIR" ]]; then
+    [[ "$RAY_SPILL_DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "RAY_SPILL_DIR must be an absolute plain path: $RAY_SPILL_DIR"
+    logged docker exec "$CONTAINER_NAME" mkdir -p "$RAY_SPILL_DIR"
+    # Ray parses object_spilling_config as a JSON document held in a string of the JSON system config (a
+    # nested object, as in some guides, makes `ray start` fail). The newer --object-spilling-directory flag
+    # exists only from Ray 2.45 on; this form works with every Ray the frameworks use. Workers get it from the
+    # head, so every node spills to the same path.
+    local spilling='{"type":"filesystem","params":{"directory_path":"'"$RAY_SPILL_DIR"'"}}'
+    args+=("--system-config={\"object_spilling_config\":\"${spilling//\"/\\\"}\"}")
+  fi
+  collect_container_env
+  logged exec_with_env -e NODE_RANK -- "${args[@]}"
+}
+
+gcs_answers() {
+  tcp_open "$NODE_IP" "$GCS_PORT"
+}
+
+ray_status_works() {
+  docker exec "$CONTAINER_NAME" ray status --address "$NODE_IP:$GCS_PORT"
+}
+
+wait_head_ready() {
+  wait_for "the Ray GCS on $NODE_IP:$GCS_PORT" "$RAY_START_TIMEOUT_S" 1 gcs_answers
+  wait_for "ray status on $NODE_IP:$GCS_PORT" "$RAY_START_TIMEOUT_S" 1 ray_status_works
+  banner "Ray head is up: address $NODE_IP:$GCS_PORT, dashboard $DASHBOARD_HOST:$DASHBOARD_PORT"
+}
+
+run_step require_container "check that container $CONTAINER_NAME runs"
+run_step check_existing_ray "look for Ray already running in $CONTAINER_NAME"
+if [[ "$head_already_running" == false ]]; then
+  run_step start_head "start the Ray head ($NUM_GPUS GPUs, GCS port $GCS_PORT, node rank $NODE_RANK)"
+fi
+run_step wait_head_ready "wait until the head answers"

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Step ray-ready (on the head): the readiness gate. Training starts only when every node is in the cluster with
+# all its GPUs: on an existing cluster ROLL does not wait for nodes (roll.md §4.2), and verl / OpenRLHF fail
+# with "Total available GPUs ... is less than total desired GPUs" when a node is late.
+#
+# The gate wants the alive nodes to be exactly EXPECTED_NODE_IPS, each with exactly GPUS_PER_NODE GPUs. An
+# unexpected alive node (say a replaced instance's raylet that Ray has not yet declared dead) keeps the gate
+# waiting: ROLL and verl place work on every GPU node Ray reports, and a departing node would take that work
+# with it. Ray marks such a node dead within its health-check window, so the wait normally ends by itself.
+#
+# Environment:
+#   CONTAINER_NAME           the head's training container                                             required
+#   HEAD_IP                  the head's private IP (the GCS address)                                   required
+#   GCS_PORT                 the GCS port                                                              required
+#   EXPECTED_NODE_IPS        space-separated private IPs of all nodes, head included                   required
+#   GPUS_PER_NODE            GPUs every node must announce                                             required
+#   READY_TIMEOUT_S          bound on the whole wait                                                   900
+#   READY_POLL_INTERVAL_S    seconds between looks at the cluster                                      2
+
+require_env CONTAINER_NAME HEAD_IP GCS_PORT EXPECTED_NODE_IPS GPUS_PER_NODE
+READY_TIMEOUT_S=${READY_TIMEOUT_S:-900}
+READY_POLL_INTERVAL_S=${READY_POLL_INTERVAL_S:-2}
+
+# One driver that connects once and reads ray.nodes() (public API, any Ray version) until the cluster matches.
+# Prints one line per change of the cluster's shape; the last line says why it is not ready on timeout (exit 3).
+RAY_READY_PY='
+import sys, time
+address, expected_text, gpus_text, timeout_text, interval_text = sys.argv[1:6]
+expected = expected_text.split()
+gpus_per_node = float(gpus_text)
+deadline = time.monotonic() + float(timeout_text)
+import ray
+ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+
+def shape():
+    alive = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            alive.setdefault(node["NodeManagerAddress"], []).append(node.get("Resources", {}).get("GPU", 0.0))
+    missing = [ip for ip in expected if ip not in alive]
+    unexpected = sorted(ip for ip in alive if ip not in expected)
+    duplicated = sorted(ip for ip, gpus in alive.items() if len(gpus) > 1)
+    wrong_gpus = ["%s has %g" % (ip, gpus[0]) for ip, gpus in sorted(alive.items())
+                  if ip in expected and len(gpus) == 1 and gpus[0] != gpus_per_node]
+    total = sum(sum(gpus) for ip, gpus in alive.items() if ip in expected)
+    problems = []
+    if missing:
+        problems.append("missing nodes: " + " ".join(missing))
+    if wrong_gpus:
+        problems.append("nodes without %g GPUs: %s" % (gpus_per_node, ", ".join(wrong_gpus)))
+    if unexpected:
+        problems.append("unexpected alive nodes: " + " ".join(unexpected))
+    if duplicated:
+        problems.append("several alive Ray nodes on: " + " ".join(duplicated))
+    want = gpus_per_node * len(expected)
+    summary = "%d of %d nodes, %g of %g GPUs" % (len(expected) - len(missing), len(expected), total, want)
+    if total < want:
+        summary += " (short by %g)" % (want - total)
+    return problems, summary
+
+last = None
+while True:
+    problems, summary = shape()
+    line = summary + ("; " + "; ".join(problems) if problems else "")
+    if not problems:
+        print("cluster ready: " + summary, flush=True)
+        sys.exit(0)
+    if time.monotonic() >= deadline:
+        print("cluster not ready after %ss: %s" % (timeout_text, line), flush=True)
+        sys.exit(3)
+    if line != last:
+        print("waiting: " + line, flush=True)
+        last = line
+    time.sleep(float(interval_text))
+'
+
+gcs_answers() {
+  tcp_open "$HEAD_IP" "$GCS_PORT"
+}
+
+wait_until_ready() {
+  local started=$SECONDS status=0 remaining reason
+  local lines_file="$ROLL_LOG_DIR/$ROLL_STEP.lines"
+  poll_until "$READY_TIMEOUT_S" 1 gcs_answers ||
+    fail "the Ray GCS $HEAD_IP:$GCS_PORT is unreachable after ${READY_TIMEOUT_S}s"
+  remaining=$((READY_TIMEOUT_S - (SECONDS - started)))
+  ((remaining > 0)) || remaining=1
+  # `timeout` bounds the driver even if connecting to Ray hangs; the driver bounds its own wait.
+  timeout "$((remaining + 120))" docker exec "$CONTAINER_NAME" python3 -c "$RAY_READY_PY" \
+    "$HEAD_IP:$GCS_PORT" "$EXPECTED_NODE_IPS" "$GPUS_PER_NODE" "$remaining" "$READY_POLL_INTERVAL_S" \
+    2>>"$ROLL_STEP_LOG" | banner_lines "$lines_file" || status=$?
+  if ((status != 0)); then
+    reason=$(tail -n 1 "$lines_file")
+    fail "${reason:-the readiness check exited $status}"
+  fi
+}
+
+run_step require_container "check that container $CONTAINER_NAME runs"
+run_step wait_until_ready "wait until nodes ${EXPECTED_NODE_IPS} are alive with $GPUS_PER_NODE GPUs each"

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Step ray-worker: join this node's training container to the Ray head (roll.md §4.3, Method B). Workers may
+# start before the head: the step waits, bounded, until the head's GCS port answers.
+#
+# Environment:
+#   CONTAINER_NAME           training container (host network)                                         required
+#   NODE_IP                  this node's private IP                                                    required
+#   HEAD_IP                  the head's private IP                                                     required
+#   GCS_PORT                 the head's GCS port                                                       required
+#   NUM_GPUS                 GPUs Ray announces for this node                                          required
+#   NODE_RANK                exported into `ray start`: ROLL orders nodes by it                        required
+#   HEAD_WAIT_TIMEOUT_S      bound on waiting for the head's GCS port                                  900
+#   HEAD_POLL_INTERVAL_S     seconds between connection attempts to the head                           2
+#   RAY_TEMP_DIR             the head's temp root: workers use the head's (Ray ignores --temp-dir on
+#                            workers), so it is only created here                                      empty
+#   RAY_OBJECT_STORE_MEMORY  object store size in bytes; empty: Ray's default                          empty
+#   RAY_NUM_CPUS             CPUs Ray announces; empty: all                                            empty
+#   RAY_EXTRA_ENV_NAMES      names of exported variables passed into `ray start` (see ray_head.sh)     empty
+#   RAY_START_ATTEMPTS       attempts of `ray start` (a head that just came up may refuse briefly)     3
+
+require_env CONTAINER_NAME NODE_IP HEAD_IP GCS_PORT NUM_GPUS NODE_RANK
+HEAD_WAIT_TIMEOUT_S=${HEAD_WAIT_TIMEOUT_S:-900}
+HEAD_POLL_INTERVAL_S=${HEAD_POLL_INTERVAL_S:-2}
+RAY_TEMP_DIR=${RAY_TEMP_DIR:-}
+RAY_OBJECT_STORE_MEMORY=${RAY_OBJECT_STORE_MEMORY:-}
+RAY_NUM_CPUS=${RAY_NUM_CPUS:-}
+RAY_START_ATTEMPTS=${RAY_START_ATTEMPTS:-3}
+export NODE_RANK
+
+head_address="$HEAD_IP:$GCS_PORT"
+already_joined=false
+
+check_existing_ray() {
+  local addresses
+  addresses=$(ray_local_gcs_addresses)
+  if [[ "$addresses" == "$head_address" ]]; then
+    already_joined=true
+    banner "Ray in $CONTAINER_NAME has already joined the head $head_address; leaving it as it is"
+  elif [[ -n "$addresses" ]]; then
+    banner "Ray in $CONTAINER_NAME belongs to ${addresses//$'\n'/, }, not $head_address: stopping it to rejoin"
+    logged docker exec "$CONTAINER_NAME" ray stop --force
+    wait_for "the old Ray processes in $CONTAINER_NAME to exit" 60 1 no_local_raylet
+  fi
+}
+
+head_answers() {
+  tcp_open "$HEAD_IP" "$GCS_PORT"
+}
+
+wait_for_head() {
+  local started=$SECONDS
+  if ! head_answers; then
+    banner "waiting up to ${HEAD_WAIT_TIMEOUT_S}s for the head $head_address"
+    poll_until "$HEAD_WAIT_TIMEOUT_S" "$HEAD_POLL_INTERVAL_S" head_answers ||
+      fail "head $head_address unreachable after $((SECONDS - started))s"
+  fi
+  banner "head $head_address answers"
+}
+
+join_head() {
+  local -a args=(ray start --disable-usage-stats "--address=$head_address"
+    "--node-ip-address=$NODE_IP" "--num-gpus=$NUM_GPUS")
+  [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
+  [[ -z "$RAY_NUM_CPUS" ]] || args+=("--num-cpus=$RAY_NUM_CPUS")
+  if [[ -n "$RAY_TEMP_DIR" ]]; then
+    logged docker exec "$CONTAINER_NAME" mkdir -p "$RAY_TEMP_DIR"
+  fi
+  collect_container_env
+  retry "$RAY_START_ATTEMPTS" 5 log_cmd exec_with_env -e NODE_RANK -- "${args[@]}" ||
+    fail "ray start --address=$head_address failed $RAY_START_ATTEMPTS times"
+}
+
+run_step require_container "check that container $CONTAINER_NAME runs"
+run_step check_existing_ray "look for Ray already running in $CONTAINER_NAME"
+if [[ "$already_joined" == false ]]; then
+  run_step wait_for_head "wait for the head $head_address"
+  run_step join_head "join $head_address ($NUM_GPUS GPUs, node rank $NODE_RANK)"
+fi

@@ -1,0 +1,359 @@
+"""The real-host tier's hosts: network namespaces on one bridge, each with its own sshd, reached over real SSH.
+
+Each test host is a network namespace (its own address in 198.18.0.0/15, the benchmarking range, on a bridge in
+the root namespace) whose PID 1 (host_init.sh) runs in its own mount, PID and UTS namespaces with a private /tmp,
+/dev/shm and /var/log, and starts a stock sshd (own config and host key, port 22, root by key only). Commands
+reach a host exactly as pulumi-command sends them: `ssh root@<ip> '<rendered command>'`, run by the remote login
+shell. The only stand-in is `docker` (fake_docker.sh): there is no dockerd here, so `docker exec` runs on the
+host itself with the Ray 2.48.0 virtualenv as the "image's" Python.
+
+This module knows how to make hosts and run a command on one; how the commands are made is e2e_steps.py's job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import venv
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+E2E_DIR = Path(__file__).resolve().parent
+STATE_ROOT = Path("/var/tmp/roll-cluster-e2e")  # fixed, so a crashed run's leftovers are found and removed
+NETNS_PREFIX = "rce2e-"
+BRIDGE = "rce2e-br0"
+SUBNET = "198.18.0"
+BRIDGE_IP = f"{SUBNET}.1"
+UNREACHABLE_IP = f"{SUBNET}.250"  # on the bridge's subnet, held by no host
+RAY_VENV = Path(os.environ.get("ROLL_E2E_RAY_VENV", str(REPO / ".venv-e2e")))
+RAY_REQUIREMENTS = REPO / "requirements-e2e.txt"
+SSHD = Path("/usr/sbin/sshd")
+
+
+def unavailable_reason() -> str | None:
+    """Why the tier cannot run on this machine, or None."""
+    if os.geteuid() != 0:
+        return "the real-host tier needs root (network namespaces, mounts, sshd)"
+    for tool in ("ip", "unshare", "ssh", "ssh-keygen", "setsid"):
+        if shutil.which(tool) is None:
+            return f"the real-host tier needs `{tool}`, which this machine lacks"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "`ip netns` is unavailable here"
+    return None
+
+
+def _run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(argv), capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {result.returncode}: {result.stdout}{result.stderr}")
+    return result
+
+
+def ensure_sshd() -> None:
+    """Debian's openssh-server, installed once (apt-get update only when the package is not found)."""
+    if SSHD.exists():
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"]
+    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
+        _run(["apt-get", "update", "-q"], env=env)
+        _run(install, env=env)
+
+
+def ensure_ray_venv() -> Path:
+    """The virtualenv with Ray at the version ROLL pins (requirements-e2e.txt), built once and reused."""
+    python = RAY_VENV / "bin" / "python"
+    stamp = RAY_VENV / ".requirements-sha256"
+    wanted = hashlib.sha256(RAY_REQUIREMENTS.read_bytes()).hexdigest()
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
+        return RAY_VENV
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(RAY_VENV)
+    _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(RAY_REQUIREMENTS)])
+    stamp.write_text(wanted + "\n")
+    return RAY_VENV
+
+
+@dataclass(frozen=True)
+class TestHost:
+    name: str
+    ip: str
+    netns: str
+    root: Path  # the host's state directory on the test machine
+
+    __test__ = False  # not a pytest test class
+
+    def private_path(self, path: str) -> Path:
+        """Where a path under this host's private /tmp or /var/log lies on the test machine."""
+        for mount, backing in (("/tmp/", "tmp"), ("/var/log/", "log")):
+            if path.startswith(mount):
+                return self.root / backing / path[len(mount) :]
+        raise ValueError(f"{path} is not under a private directory of {self.name}")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    where: str
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def check(self) -> CommandResult:
+        if self.returncode != 0:
+            raise AssertionError(f"command on {self.where} exited {self.returncode}:\n{self.output}")
+        return self
+
+
+class RunningCommand:
+    """A command started in the background (say a worker that waits for a head not started yet)."""
+
+    def __init__(self, where: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        self.where = where
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def wait(self, timeout: float) -> CommandResult:
+        try:
+            stdout, stderr = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            stdout, stderr = self.process.communicate()
+            stderr += f"\n[e2e harness: killed after {timeout}s]"
+        return CommandResult(self.where, self.process.returncode, stdout, stderr, time.monotonic() - self.started)
+
+
+class TestNetwork:
+    """`count` hosts e2e-h0.. at 198.18.0.11.. with sshd, the docker stand-in and one container each."""
+
+    __test__ = False
+
+    def __init__(self, count: int, ray_venv: Path) -> None:
+        self.ray_venv = ray_venv
+        self.hosts = [
+            TestHost(f"e2e-h{i}", f"{SUBNET}.{11 + i}", f"{NETNS_PREFIX}h{i}", STATE_ROOT / "hosts" / f"e2e-h{i}")
+            for i in range(count)
+        ]
+        self.client_key = STATE_ROOT / "client" / "id_ed25519"
+        self.ssh_config = STATE_ROOT / "client" / "ssh_config"
+        self.client_bin = STATE_ROOT / "client" / "bin"
+        self._inits: list[subprocess.Popen[bytes]] = []
+
+    # ---- life cycle ----
+
+    def start(self) -> None:
+        remove_leftovers()
+        try:
+            self._write_client()
+            _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+            _run(["ip", "addr", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE])
+            _run(["ip", "link", "set", BRIDGE, "up"])
+            for index, host in enumerate(self.hosts):
+                self._start_host(index, host)
+            for host in self.hosts:
+                self._wait_for_ssh(host)
+        except BaseException:
+            self.stop(keep_state=True)
+            raise
+
+    def stop(self, keep_state: bool = False) -> None:
+        """Kill every process of every host, delete the namespaces and the bridge; keep the hosts' files (Ray and
+        step logs) for a look after a failure, else remove them."""
+        remove_leftovers(remove_state=not keep_state)
+        for init in self._inits:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                init.wait(timeout=10)
+        self._inits.clear()
+
+    def _write_client(self) -> None:
+        self.client_key.parent.mkdir(parents=True, exist_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "roll-cluster-e2e", "-f", str(self.client_key)])
+        (STATE_ROOT / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
+        self.ssh_config.write_text(
+            "Host *\n"
+            "  User root\n"
+            f"  IdentityFile {self.client_key}\n"
+            "  IdentitiesOnly yes\n"
+            "  BatchMode yes\n"
+            "  StrictHostKeyChecking no\n"
+            "  UserKnownHostsFile /dev/null\n"
+            "  GlobalKnownHostsFile /dev/null\n"
+            "  LogLevel ERROR\n"
+            "  ConnectTimeout 10\n"
+        )
+        # The user-facing commands are plain `ssh -i KEY root@IP ...`; this wrapper adds the test's client config
+        # (no known_hosts prompts) without changing the command under test.
+        self.client_bin.mkdir(parents=True, exist_ok=True)
+        wrapper = self.client_bin / "ssh"
+        wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {self.ssh_config} "$@"\n')
+        wrapper.chmod(0o755)
+
+    def _start_host(self, index: int, host: TestHost) -> None:
+        for sub in ("tmp", "log", "bin", "docker/containers"):
+            (host.root / sub).mkdir(parents=True, exist_ok=True)
+        (host.root / "tmp").chmod(0o1777)
+        veth = f"{NETNS_PREFIX}v{index}"
+        _run(["ip", "netns", "add", host.netns])
+        _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns])
+        _run(["ip", "link", "set", veth, "master", BRIDGE, "up"])
+        for argv in (
+            ["link", "set", "lo", "up"],
+            ["addr", "add", f"{host.ip}/24", "dev", "eth0"],
+            ["link", "set", "eth0", "up"],
+            # ROLL and Ray find "their" address through the default route, as on a real node.
+            ["route", "add", "default", "via", BRIDGE_IP],
+        ):
+            _run(["ip", "-n", host.netns, *argv])
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host.root / "ssh_host_ed25519_key")])
+        docker = host.root / "bin" / "docker"
+        docker.write_text(
+            "#!/bin/sh\n"
+            "# The docker stand-in of this test host (see tests/e2e/fake_docker.sh).\n"
+            f"export E2E_DOCKER_STATE={host.root / 'docker'}\n"
+            f"export E2E_RAY_VENV={self.ray_venv}\n"
+            f'exec bash {E2E_DIR / "fake_docker.sh"} "$@"\n'
+        )
+        docker.chmod(0o755)
+        config = host.root / "sshd_config"
+        config.write_text(
+            "Port 22\n"
+            f"ListenAddress {host.ip}\n"
+            f"HostKey {host.root / 'ssh_host_ed25519_key'}\n"
+            "PermitRootLogin prohibit-password\n"
+            "PubkeyAuthentication yes\n"
+            "PasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\n"
+            f"AuthorizedKeysFile {STATE_ROOT / 'authorized_keys'}\n"
+            # The keys lie under /var/tmp, which is world-writable: StrictModes would refuse them.
+            "StrictModes no\n"
+            "UsePAM no\n"
+            "PidFile none\n"
+            "MaxStartups 100\n"
+            "MaxSessions 100\n"
+            # The docker stand-in first in PATH for every session of this host (a stock login shell keeps it).
+            f"SetEnv PATH={host.root / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        )
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "E2E_HOST_DIR": str(host.root),
+            "E2E_HOSTNAME": host.name,
+            "E2E_SSHD_CONFIG": str(config),
+        }
+        argv = ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--uts"]
+        argv += ["--", "bash", str(E2E_DIR / "host_init.sh")]
+        with open(host.root / "init.log", "ab") as log:
+            self._inits.append(
+                subprocess.Popen(
+                    argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                )
+            )
+
+    def _wait_for_ssh(self, host: TestHost, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection((host.ip, 22), timeout=1):
+                result = self.run(host, "command -v docker", timeout=20)
+                if result.returncode == 0:
+                    docker = result.stdout.strip()
+                    if docker != str(host.root / "bin" / "docker"):
+                        raise RuntimeError(f"on {host.name}, `docker` is {docker}, not the stand-in")
+                    return
+            if time.monotonic() > deadline:
+                log = (host.root / "sshd.log").read_text() if (host.root / "sshd.log").exists() else ""
+                raise RuntimeError(f"sshd on {host.name} ({host.ip}) did not answer within {timeout}s\n{log}")
+            time.sleep(0.2)
+
+    # ---- containers (the stand-in's state) ----
+
+    def create_container(self, host: TestHost, name: str, env: Mapping[str, str] | None = None) -> None:
+        lines = [f"{key}={value}\n" for key, value in (env or {}).items()]
+        (host.root / "docker" / "containers" / name).write_text("".join(lines))
+
+    def remove_container(self, host: TestHost, name: str) -> None:
+        (host.root / "docker" / "containers" / name).unlink(missing_ok=True)
+
+    # ---- running commands ----
+
+    def ssh_argv(self, host: TestHost, command: str) -> list[str]:
+        return ["ssh", "-F", str(self.ssh_config), f"root@{host.ip}", command]
+
+    def run(self, host: TestHost, command: str, timeout: float = 300) -> CommandResult:
+        """Run `command` on `host` as pulumi-command does: one SSH session whose login shell runs the string."""
+        return self.start_command(host, command).wait(timeout)
+
+    def start_command(self, host: TestHost, command: str) -> RunningCommand:
+        return RunningCommand(host.name, self.ssh_argv(host, command))
+
+    def run_parallel(self, runs: Sequence[tuple[TestHost, str]], timeout: float = 300) -> list[CommandResult]:
+        with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:
+            return list(pool.map(lambda run: self.run(run[0], run[1], timeout), runs))
+
+    def run_user_command(self, command: str, timeout: float = 120) -> CommandResult:
+        """Run a command a user copies from the stack outputs (`ssh -i KEY root@IP ...`) on the test machine."""
+        env = {**os.environ, "PATH": f"{self.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        return RunningCommand("the admin machine", ["bash", "-c", command], env=env).wait(timeout)
+
+
+def _namespaces() -> list[str]:
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listing.splitlines() if line.startswith(NETNS_PREFIX)]
+
+
+def _kill_namespace_processes(netns: str) -> None:
+    """SIGKILL every process in the namespace (our hosts' init, sshd, Ray) until none is left."""
+    for _ in range(50):
+        pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.1)
+    raise RuntimeError(f"processes of {netns} survive SIGKILL")
+
+
+def remove_leftovers(remove_state: bool = True) -> None:
+    """Remove this tier's namespaces, bridge and (optionally) files, also those of a run that crashed."""
+    for netns in _namespaces():
+        _kill_namespace_processes(netns)
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+    if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:
+        _run(["ip", "link", "del", BRIDGE])
+    if remove_state and STATE_ROOT.exists():
+        shutil.rmtree(STATE_ROOT)
+
+
+@contextlib.contextmanager
+def hosts_for_script(count: int, keep_state_on_error: bool = True) -> Iterator[TestNetwork]:
+    """Hosts for a script (the benchmark); tests use the session fixture in conftest.py."""
+    reason = unavailable_reason()
+    if reason is not None:
+        sys.exit(f"cannot run: {reason}")
+    ensure_sshd()
+    network = TestNetwork(count, ensure_ray_venv())
+    network.start()
+    failed = True
+    try:
+        yield network
+        failed = False
+    finally:
+        network.stop(keep_state=failed and keep_state_on_error)

