@@ -12,7 +12,6 @@ import pulumi
 import pulumi_alicloud as alicloud
 
 
-
 @dataclass(frozen=True)
 class SharedStorageArgs:
     stack: str
