@@ -49,6 +49,9 @@ def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[
         temp_dir=f"{DATA_MOUNT}/ray/tmp" if on_data_disk else "",
         spill_dir=f"{DATA_MOUNT}/ray/spill" if on_data_disk else "",
         extra_env_names=secret_names,
+        object_store_memory=(
+            int(config.ray.object_store_memory_gb * 1024**3) if config.ray.object_store_memory_gb else None
+        ),
         ready_timeout_s=config.ray.ready_timeout_seconds,
     )
 

@@ -397,6 +397,11 @@ class RayConfig(Section):
     ready_timeout_seconds: int = Field(
         900, ge=30, le=7200, description="How long the readiness gate waits for all nodes and GPUs to join."
     )
+    object_store_memory_gb: float | None = Field(
+        None, ge=0.1, le=4096,
+        description="Ray object store per node in GB (on /dev/shm, so keep it under container.shmSize); "
+        "null: Ray's default, 30% of the node's memory.",
+    )
 
     @field_validator("gcs_port", "dashboard_port", "client_port")
     @classmethod

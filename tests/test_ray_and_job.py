@@ -210,3 +210,10 @@ def test_every_shipped_stack_exports_the_contracts_outputs(stack):
                 "hourlyPrice", "jobId", "jobStatus", "jobLogs"):
         assert out.get(key) not in (None, ""), key
     assert out["sshHead"].startswith("ssh -i ~/.ssh/id_ed25519 root@")
+
+
+def test_object_store_size_reaches_every_ray_node():
+    result = run("multi", config={"roll-cluster:ray": {"objectStoreMemoryGb": 2}})
+    for name in ("node-0-ray-head", "node-1-ray-worker"):
+        assert env_of(step_command(result, name))["RAY_OBJECT_STORE_MEMORY"] == str(2 * 1024**3)
+    assert env_of(step_command(run("multi"), "node-0-ray-head"))["RAY_OBJECT_STORE_MEMORY"] == ""
