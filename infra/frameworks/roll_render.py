@@ -129,7 +129,10 @@ class CheckResult:
 
 # ------------------------------------------------------------------------------------------- device mappings
 def parse_device_mapping(value: Any) -> list[int]:
-    """ROLL evals these strings; only the forms its examples use are read here (never eval)."""
+    """ROLL evals these strings; only the forms its examples use are read here (never eval).
+
+    The same reader as infra/device_mapping.py (validation before deploy); this file keeps its own copy because it
+    runs alone on the head. tests/test_device_mapping.py checks that the two agree."""
     if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return list(value)
     if not isinstance(value, str):
