@@ -53,6 +53,7 @@ def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[
             int(config.ray.object_store_memory_gb * 1024**3) if config.ray.object_store_memory_gb else None
         ),
         ready_timeout_s=config.ray.ready_timeout_seconds,
+        head_wait_timeout_s=config.ray.head_wait_timeout_seconds,
     )
 
 

@@ -397,6 +397,10 @@ class RayConfig(Section):
     ready_timeout_seconds: int = Field(
         900, ge=30, le=7200, description="How long the readiness gate waits for all nodes and GPUs to join."
     )
+    head_wait_timeout_seconds: int = Field(
+        900, ge=10, le=7200,
+        description="How long a worker waits for the head's GCS port before its join fails (naming the address).",
+    )
     object_store_memory_gb: float | None = Field(
         None, ge=0.1, le=4096,
         description="Ray object store per node in GB (on /dev/shm, so keep it under container.shmSize); "

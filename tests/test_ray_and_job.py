@@ -217,3 +217,9 @@ def test_object_store_size_reaches_every_ray_node():
     for name in ("node-0-ray-head", "node-1-ray-worker"):
         assert env_of(step_command(result, name))["RAY_OBJECT_STORE_MEMORY"] == str(2 * 1024**3)
     assert env_of(step_command(run("multi"), "node-0-ray-head"))["RAY_OBJECT_STORE_MEMORY"] == ""
+
+
+def test_worker_and_gate_timeouts_come_from_the_config():
+    result = run("multi", config={"roll-cluster:ray": {"headWaitTimeoutSeconds": 45, "readyTimeoutSeconds": 60}})
+    assert env_of(step_command(result, "node-1-ray-worker"))["HEAD_WAIT_TIMEOUT_S"] == "45"
+    assert env_of(step_command(result, "ray-ready"))["READY_TIMEOUT_S"] == "60"
