@@ -112,6 +112,7 @@ job = TrainingJob(
         gpus_per_node=placement.gpus_per_node,
         bf16=placement.bf16,
         private_key=private_key,
+        secret_env=secret_env,
     ),
 )
 

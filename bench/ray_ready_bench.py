@@ -18,10 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+# The e2e tier's harness and steps, which import each other as top-level modules (pytest's layout).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
-import e2e_steps as steps
-from e2e_harness import TestHost, TestNetwork, hosts_for_script
+import e2e_steps as steps  # type: ignore[import-not-found]  # mypy does not follow the sys.path line above
+from e2e_harness import TestHost, TestNetwork, hosts_for_script  # type: ignore[import-not-found]
 
 from infra import ray_commands as rc
 

@@ -162,6 +162,9 @@ class NodeBootstrap(pulumi.ComponentResource):
                 f"NODE_RANK={args.rank}",
             ],
             restart="unless-stopped",
+            # An init process reaps Ray's exited children: without it they linger as zombies of `sleep infinity`
+            # and every `ray stop` waits out its grace period.
+            init=True,
             must_run=True,
             ulimits=[docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1),
                      docker.ContainerUlimitArgs(name="nofile", soft=1048576, hard=1048576)],

@@ -81,6 +81,8 @@ class RayCluster(pulumi.ComponentResource):
             delete_scripts=ray_commands.RAY_STOP_STEP.scripts,
             delete_env=ray_commands.ray_stop_env(node_settings),
             triggers=[head.bootstrap.container.id],
+            # The old Ray must be stopped before a new one starts on the same ports.
+            delete_before_replace=True,
         )
         started.append((f"{head.name}/ray-head", head_start))
         for rank, worker in enumerate(args.nodes[1:], start=1):
@@ -97,6 +99,7 @@ class RayCluster(pulumi.ComponentResource):
                 delete_scripts=ray_commands.RAY_STOP_STEP.scripts,
                 delete_env=ray_commands.ray_stop_env(node_settings),
                 triggers=[worker.bootstrap.container.id],
+                delete_before_replace=True,
             )
             started.append((f"{worker.name}/ray-worker", join))
         all_ips = pulumi.Output.all(*[n.node.private_ip for n in args.nodes])

@@ -28,6 +28,7 @@ class TrainingJobArgs:
     gpus_per_node: int
     bf16: bool
     private_key: pulumi.Output[str]
+    secret_env: dict[str, pulumi.Output[str]]  # the job's prepare step (e.g. a dataset download) may need them
 
 
 class TrainingJob(pulumi.ComponentResource):
@@ -63,8 +64,10 @@ class TrainingJob(pulumi.ComponentResource):
                 ctx,
                 "job",
                 submit.scripts,
-                {},
-                dynamic_env=submission.apply(lambda job: ray_commands.submit_env(settings, job)),
+                args.secret_env,
+                dynamic_env=submission.apply(
+                    lambda job: ray_commands.submit_env(settings, job, extra_env_names=sorted(args.secret_env))
+                ),
                 after=after,
                 delete_scripts=ray_commands.JOB_STOP_STEP.scripts,
                 delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),

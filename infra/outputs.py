@@ -53,7 +53,9 @@ def export_all(
         head.public_ip.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port)),
     )
     if config.access.dashboard == "admin-cidrs":
-        pulumi.export("dashboardUrl", head.public_ip.apply(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port)))
+        pulumi.export(
+            "dashboardUrl", head.public_ip.apply(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port))
+        )
     pulumi.export("rayAddress", head.private_ip.apply(lambda ip: ray_commands.ray_address(ip, ports.gcs_port)))
     pulumi.export("jobId", job.job_id)
     status_and_logs: Any = pulumi.Output.all(head.public_ip, job.job_id)
@@ -65,7 +67,9 @@ def export_all(
     )
     pulumi.export(
         "jobLogs",
-        status_and_logs.apply(lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)),
+        status_and_logs.apply(
+            lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)
+        ),
     )
     if not config.training.auto_start:
         pulumi.export("jobSubmitted", False)

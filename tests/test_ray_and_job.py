@@ -223,3 +223,18 @@ def test_worker_and_gate_timeouts_come_from_the_config():
     result = run("multi", config={"roll-cluster:ray": {"headWaitTimeoutSeconds": 45, "readyTimeoutSeconds": 60}})
     assert env_of(step_command(result, "node-1-ray-worker"))["HEAD_WAIT_TIMEOUT_S"] == "45"
     assert env_of(step_command(result, "ray-ready"))["READY_TIMEOUT_S"] == "60"
+
+
+def test_the_job_step_gets_the_secrets_for_its_preparation_but_only_as_secrets():
+    result = run("verl", secrets={"roll-cluster:hfToken": "hf_prepare_token"})
+    create = result.cloud.named("training-job").inputs["create"]
+    assert is_secret(create)
+    env = env_of(reveal(create))
+    assert env["HF_TOKEN"] == "hf_prepare_token" and "HF_TOKEN" in env["RAY_EXTRA_ENV_NAMES"]
+
+
+def test_ray_steps_and_the_container_are_replaced_cleanly():
+    result = run("multi")
+    for name in ("node-0-ray-head", "node-1-ray-worker"):
+        assert result.cloud.options[name].delete_before_replace is True
+    assert result.cloud.named("node-1-container").inputs["init"] is True

@@ -6,17 +6,19 @@
 # `docker exec`. The container does not inherit the SSH session's environment, so every variable a command in
 # the container needs is passed by name with `docker exec -e NAME`: the value never appears on a command line.
 
+container_state() {
+  docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME"
+}
+
 # container_is_running: true when CONTAINER_NAME exists and runs (no output, no failure).
 container_is_running() {
-  local state
-  state=$(docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" 2>/dev/null) || return 1
-  [[ "$state" == true ]]
+  [[ "$(container_state 2>/dev/null)" == true ]]
 }
 
 # require_container: fail the step unless the training container runs.
 require_container() {
   local state
-  if ! state=$(docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" 2>>"$ROLL_STEP_LOG"); then
+  if ! state=$(container_state 2>>"$ROLL_STEP_LOG"); then
     fail "container $CONTAINER_NAME does not exist on this host (the container step creates it)"
   fi
   [[ "$state" == true ]] || fail "container $CONTAINER_NAME exists but is not running (Running=$state)"
@@ -89,36 +91,47 @@ banner_lines() {
   done
 }
 
-# Lists the GCS address (ip:port) of every raylet running in the container, one per line: the same process
-# scan Ray itself uses to find a local cluster. Plain Python (no Ray import) so it is fast and works whatever
-# Ray version the image holds.
-RAY_LOCAL_GCS_PY='
-import os
+# A scan of the container's processes in plain Python (no Ray import: fast, and whatever Ray version the image
+# holds). `gcs` lists the GCS address (ip:port) of every raylet, one per line: the scan Ray itself uses to find a
+# local cluster. `all` lists every live Ray process, matched as `ray stop` matches them (by process name, or by
+# the script a Python process runs) plus the dashboard's modules, which outlive the raylet by a moment.
+RAY_PROCESSES_PY='
+import os, sys
+mode = sys.argv[1]
+names = (b"raylet", b"plasma_store", b"gcs_server", b"ray::", b"ray-dashboard")
+scripts = (b"monitor.py", b"ray.util.client.server", b"default_worker.py", b"setup_worker.py", b"reporter.py",
+           b"dashboard/agent.py", b"dashboard/dashboard.py", b"runtime_env/agent/main.py", b"ray_process_reaper.py")
 found = set()
 for pid in os.listdir("/proc"):
-    if not pid.isdigit():
+    if not pid.isdigit() or int(pid) == os.getpid():
         continue
     try:
         with open("/proc/" + pid + "/cmdline", "rb") as handle:
             args = handle.read().split(b"\0")
+        with open("/proc/" + pid + "/stat", "rb") as handle:
+            stat = handle.read()
     except OSError:
         continue
-    if not args or b"raylet" not in os.path.basename(args[0]):
-        continue
-    for arg in args:
-        for word in arg.split(b" "):
-            if word.startswith(b"--gcs-address="):
-                found.add(word.split(b"=", 1)[1].decode())
+    name, state = stat[stat.find(b"(") + 1 : stat.rfind(b")")], stat[stat.rfind(b")") + 2 :][:1]
+    if state == b"Z":
+        continue  # already dead: only its parent has not collected it (a container without an init)
+    if mode == "gcs" and b"raylet" in os.path.basename(args[0]):
+        for arg in args:
+            for word in arg.split(b" "):
+                if word.startswith(b"--gcs-address="):
+                    found.add(word.split(b"=", 1)[1].decode())
+    elif mode == "all" and (any(n in name for n in names) or any(a.endswith(s) for a in args[1:3] for s in scripts)):
+        found.add(pid + " " + name.decode(errors="replace"))
 print("\n".join(sorted(found)))
 '
 
 ray_local_gcs_addresses() {
-  docker exec "$CONTAINER_NAME" python3 -c "$RAY_LOCAL_GCS_PY" 2>>"$ROLL_STEP_LOG" ||
+  docker exec "$CONTAINER_NAME" python3 -c "$RAY_PROCESSES_PY" gcs 2>>"$ROLL_STEP_LOG" ||
     fail "could not list the Ray processes in container $CONTAINER_NAME (is python3 there?)"
 }
 
-no_local_raylet() {
-  [[ -z "$(docker exec "$CONTAINER_NAME" python3 -c "$RAY_LOCAL_GCS_PY")" ]]
+no_ray_process() {
+  [[ -z "$(docker exec "$CONTAINER_NAME" python3 -c "$RAY_PROCESSES_PY" all)" ]]
 }
 
 # The Jobs API client used by the job steps: the same public JobSubmissionClient that `ray job` wraps.

@@ -27,6 +27,9 @@ RAY_SPILL_DIR=${RAY_SPILL_DIR:-}
 RAY_OBJECT_STORE_MEMORY=${RAY_OBJECT_STORE_MEMORY:-}
 RAY_NUM_CPUS=${RAY_NUM_CPUS:-}
 RAY_START_TIMEOUT_S=${RAY_START_TIMEOUT_S:-180}
+require_int GCS_PORT DASHBOARD_PORT CLIENT_PORT NUM_GPUS NODE_RANK RAY_START_TIMEOUT_S
+[[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || require_int RAY_OBJECT_STORE_MEMORY
+[[ -z "$RAY_NUM_CPUS" ]] || require_int RAY_NUM_CPUS
 export NODE_RANK
 
 head_already_running=false
@@ -39,7 +42,7 @@ check_existing_ray() {
     banner "the Ray head already runs in $CONTAINER_NAME at $NODE_IP:$GCS_PORT; leaving it as it is"
   elif [[ -n "$addresses" ]]; then
     fail "Ray already runs in container $CONTAINER_NAME as part of the cluster at ${addresses//$'\n'/, },\
- not as the head $NODE_IP:$GCS_PORT; stop it first (ray stop --force in the container)"
+ not as the head $NODE_IP:$GCS_PORT; stop it first (ray stop in the container, or the ray-stop step)"
   elif tcp_open "$NODE_IP" "$GCS_PORT"; then
     fail "port $GCS_PORT on $NODE_IP is taken by something other than Ray in $CONTAINER_NAME\
  (listener: $(port_listener "$GCS_PORT"))"

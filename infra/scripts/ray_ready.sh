@@ -20,9 +20,10 @@
 require_env CONTAINER_NAME HEAD_IP GCS_PORT EXPECTED_NODE_IPS GPUS_PER_NODE
 READY_TIMEOUT_S=${READY_TIMEOUT_S:-900}
 READY_POLL_INTERVAL_S=${READY_POLL_INTERVAL_S:-2}
+require_int GCS_PORT GPUS_PER_NODE READY_TIMEOUT_S READY_POLL_INTERVAL_S
 
 # One driver that connects once and reads ray.nodes() (public API, any Ray version) until the cluster matches.
-# Prints one line per change of the cluster's shape; the last line says why it is not ready on timeout (exit 3).
+# Prints one line per change of the cluster's shape; on timeout the last line says why it is not ready (exit 3).
 RAY_READY_PY='
 import sys, time
 address, expected_text, gpus_text, timeout_text, interval_text = sys.argv[1:6]
@@ -66,7 +67,7 @@ while True:
         print("cluster ready: " + summary, flush=True)
         sys.exit(0)
     if time.monotonic() >= deadline:
-        print("cluster not ready after %ss: %s" % (timeout_text, line), flush=True)
+        print("not ready: " + line, flush=True)
         sys.exit(3)
     if line != last:
         print("waiting: " + line, flush=True)
@@ -91,7 +92,8 @@ wait_until_ready() {
     2>>"$ROLL_STEP_LOG" | banner_lines "$lines_file" || status=$?
   if ((status != 0)); then
     reason=$(tail -n 1 "$lines_file")
-    fail "${reason:-the readiness check exited $status}"
+    [[ "$reason" == "not ready: "* ]] || reason="the check exited $status (last said: ${reason:-nothing})"
+    fail "cluster not ready after ${READY_TIMEOUT_S}s: ${reason#not ready: }"
   fi
 }
 

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Step ray-stop (every node, at destroy): stop Ray in the training container. A missing container or a Ray
-# that is not running is success: on destroy either may already be gone, and that must not block destroy.
+# Step ray-stop (every node, at destroy, and on a node leaving the cluster): stop Ray in the training container.
+# A missing container or a Ray that is not running is success: on destroy either may already be gone, and that
+# must not block destroy.
+#
+# A plain `ray stop` (SIGTERM; Ray itself kills what is left after its grace period) rather than --force
+# (SIGKILL): a raylet that stops gracefully leaves the cluster at once, while a killed one stays "alive" on
+# the head until the GCS misses its heartbeats (about 17 s measured), and would hold the readiness gate.
 #
 # Environment:
 #   CONTAINER_NAME           the training container                                                    required
@@ -8,6 +13,7 @@
 
 require_env CONTAINER_NAME
 RAY_STOP_TIMEOUT_S=${RAY_STOP_TIMEOUT_S:-60}
+require_int RAY_STOP_TIMEOUT_S
 
 stop_ray() {
   local addresses
@@ -21,8 +27,8 @@ stop_ray() {
     return 0
   fi
   banner "stopping Ray in $CONTAINER_NAME (cluster ${addresses//$'\n'/, })"
-  logged docker exec "$CONTAINER_NAME" ray stop --force
-  wait_for "Ray's processes in $CONTAINER_NAME to exit" "$RAY_STOP_TIMEOUT_S" 1 no_local_raylet
+  logged docker exec "$CONTAINER_NAME" ray stop
+  wait_for "Ray's processes in $CONTAINER_NAME to exit" "$RAY_STOP_TIMEOUT_S" 1 no_ray_process
 }
 
 run_step stop_ray "stop Ray in $CONTAINER_NAME"

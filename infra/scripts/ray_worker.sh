@@ -25,6 +25,9 @@ RAY_TEMP_DIR=${RAY_TEMP_DIR:-}
 RAY_OBJECT_STORE_MEMORY=${RAY_OBJECT_STORE_MEMORY:-}
 RAY_NUM_CPUS=${RAY_NUM_CPUS:-}
 RAY_START_ATTEMPTS=${RAY_START_ATTEMPTS:-3}
+require_int GCS_PORT NUM_GPUS NODE_RANK HEAD_WAIT_TIMEOUT_S HEAD_POLL_INTERVAL_S RAY_START_ATTEMPTS
+[[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || require_int RAY_OBJECT_STORE_MEMORY
+[[ -z "$RAY_NUM_CPUS" ]] || require_int RAY_NUM_CPUS
 export NODE_RANK
 
 head_address="$HEAD_IP:$GCS_PORT"
@@ -38,8 +41,8 @@ check_existing_ray() {
     banner "Ray in $CONTAINER_NAME has already joined the head $head_address; leaving it as it is"
   elif [[ -n "$addresses" ]]; then
     banner "Ray in $CONTAINER_NAME belongs to ${addresses//$'\n'/, }, not $head_address: stopping it to rejoin"
-    logged docker exec "$CONTAINER_NAME" ray stop --force
-    wait_for "the old Ray processes in $CONTAINER_NAME to exit" 60 1 no_local_raylet
+    logged docker exec "$CONTAINER_NAME" ray stop
+    wait_for "the old Ray processes in $CONTAINER_NAME to exit" 60 1 no_ray_process
   fi
 }
 

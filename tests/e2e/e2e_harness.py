@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -282,14 +283,19 @@ class TestNetwork:
                 raise RuntimeError(f"sshd on {host.name} ({host.ip}) did not answer within {timeout}s\n{log}")
             time.sleep(0.2)
 
-    # ---- containers (the stand-in's state) ----
+    # ---- containers (the docker stand-in's) ----
 
     def create_container(self, host: TestHost, name: str, env: Mapping[str, str] | None = None) -> None:
-        lines = [f"{key}={value}\n" for key, value in (env or {}).items()]
-        (host.root / "docker" / "containers" / name).write_text("".join(lines))
+        """`docker run -d --init --name NAME --network host IMAGE sleep infinity`, unless it runs already."""
+        options = " ".join(f"-e {shlex.quote(f'{key}={value}')}" for key, value in (env or {}).items())
+        command = (
+            f"docker inspect --format '{{{{.State.Running}}}}' {name} >/dev/null 2>&1 || "
+            f"docker run -d --init --name {name} --network host {options} e2e-training-image sleep infinity"
+        )
+        self.run(host, command, timeout=30).check()
 
     def remove_container(self, host: TestHost, name: str) -> None:
-        (host.root / "docker" / "containers" / name).unlink(missing_ok=True)
+        self.run(host, f"docker rm -f {name}", timeout=30).check()
 
     # ---- running commands ----
 

@@ -1,95 +1,141 @@
 #!/usr/bin/env bash
 # Stand-in for the docker CLI on the e2e test hosts. There is no dockerd (and no GPU) on the test machine, so a
-# "container" here is the test host itself: `docker exec` runs the command on the host, with a container-like
-# environment (a clean environment, not the SSH session's; the Ray virtualenv first in PATH, like an image's
-# Python) plus the variables given with -e. Everything else the node scripts do is real: SSH, bash, Ray.
+# "container" is a PID namespace (with its own /proc) on the test host: host network, the host's filesystem,
+# a clean environment with the Ray virtualenv first in PATH (the "image's" Python). Like a real container it
+# hides the host's processes, which matters: `ray stop` kills every process whose command line matches Ray's
+# names, and must not see the SSH session that runs the step. Everything else is real: SSH, bash, Ray.
 #
-# Supported, as the Ray and job steps use them:
+# Supported, as the harness and the Ray and job steps use them:
+#   docker run -d --name NAME [--init] [--network host] [-e NAME=VALUE]... IMAGE [CMD...]   (CMD: sleep infinity)
 #   docker exec [-i] [-t] [-d] [-e NAME[=VALUE]]... [-w DIR] CONTAINER CMD [ARG...]
 #   docker inspect --format '{{.State.Running}}' CONTAINER
-# A container exists while $E2E_DOCKER_STATE/containers/<name> does (the harness creates and removes it);
-# that file may hold NAME=VALUE lines, the container's own environment (`docker run -e`).
+#   docker rm -f CONTAINER
+# State: $E2E_DOCKER_STATE/containers/<name> holds the PID of the container's init (as the host sees it),
+# <name>.env its environment (NAME=VALUE lines).
 #
 # Environment (set by the per-host wrapper): E2E_DOCKER_STATE, E2E_RAY_VENV.
 set -euo pipefail
 
-container_file() {
-  printf '%s/containers/%s' "$E2E_DOCKER_STATE" "$1"
-}
+containers="$E2E_DOCKER_STATE/containers"
+base_env=("PATH=$E2E_RAY_VENV/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root LANG=C.UTF-8)
 
 die() {
   printf '%s\n' "$1" >&2
   exit "${2:-1}"
 }
 
-docker_inspect() {
-  local format='' name
+# init_pid NAME: the PID of a running container's init; fails when there is no such running container.
+init_pid() {
+  local pid
+  [[ -f "$containers/$1" ]] || return 1
+  pid=$(<"$containers/$1")
+  kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+}
+
+docker_run() {
+  local name='' launcher pid='' attempt
+  local -a env_args=() init=()
   while (($#)); do
     case "$1" in
-      -f | --format)
-        format=$2
-        shift 2
-        ;;
-      --format=*)
-        format=${1#--format=}
-        shift
-        ;;
+      -d | --detach) ;;
+      # Docker's --init puts a reaper (tini) in front of CMD as PID 1; bash reaps orphans the same way. Without
+      # it, daemons started by `docker exec` (Ray's) become zombies of CMD when they exit, as in real Docker.
+      --init) init=(bash -c '"$@" & wait "$!"' init) ;;
+      --name) shift && name=$1 ;;
+      --name=*) name=${1#--name=} ;;
+      --network | --net) shift && [[ "$1" == host ]] || die "fake docker: only host networking" ;;
+      --network=host | --net=host) ;;
+      -e | --env) shift && env_args+=("$1") ;;
+      -*) die "fake docker: run: unsupported option $1" ;;
+      *) break ;;
+    esac
+    shift
+  done
+  (($# >= 1)) && [[ -n "$name" ]] || die "fake docker: run needs -d --name NAME IMAGE"
+  shift # the image: there are no images here
+  (($#)) || set -- sleep infinity
+  [[ ! -e "$containers/$name" ]] || die "docker: Error response from daemon: Conflict. The container name \"/$name\" is already in use."
+  mkdir -p "$containers"
+  : >"$containers/$name.env"
+  if ((${#env_args[@]})); then
+    printf '%s\n' "${env_args[@]}" >"$containers/$name.env"
+  fi
+  setsid unshare --pid --fork --mount-proc -- env -i "${base_env[@]}" "${env_args[@]}" "${init[@]}" "$@" \
+    </dev/null >/dev/null 2>&1 &
+  launcher=$!
+  # The container's init is the child unshare forks into the new PID namespace.
+  for attempt in $(seq 100); do
+    pid=$(pgrep -P "$launcher" || :) # pgrep exits 1 until the child exists
+    [[ -z "$pid" ]] || break
+    sleep 0.05
+  done
+  [[ -n "$pid" ]] || die "fake docker: the container did not start (attempt $attempt)"
+  printf '%s\n' "$pid" >"$containers/$name"
+  printf '%s\n' "$name"
+}
+
+docker_rm() {
+  [[ "${1:-}" == -f ]] || die "fake docker: only rm -f"
+  local pid
+  if pid=$(init_pid "$2"); then
+    kill -KILL "$pid" # the kernel ends every process of the container's PID namespace with it
+  fi
+  [[ -e "$containers/$2" ]] || die "Error response from daemon: No such container: $2"
+  rm -f "$containers/$2" "$containers/$2.env"
+  printf '%s\n' "$2"
+}
+
+docker_inspect() {
+  local format=''
+  while (($#)); do
+    case "$1" in
+      -f | --format) shift && format=$1 ;;
+      --format=*) format=${1#--format=} ;;
       -*) die "fake docker: inspect: unsupported option $1" ;;
       *) break ;;
     esac
+    shift
   done
   (($# == 1)) || die "fake docker: inspect takes exactly one container"
-  name=$1
-  [[ -f "$(container_file "$name")" ]] || die "Error: No such object: $name"
-  case "$format" in
-    '{{.State.Running}}') echo true ;;
-    *) die "fake docker: inspect: unsupported format '$format'" ;;
-  esac
+  [[ "$format" == '{{.State.Running}}' ]] || die "fake docker: inspect: unsupported format '$format'"
+  [[ -f "$containers/$1" ]] || die "Error: No such object: $1"
+  if init_pid "$1" >/dev/null; then echo true; else echo false; fi
 }
 
 docker_exec() {
-  local interactive=false detach=false workdir=/ name variable
+  local interactive=false detach=false workdir=/ variable name pid
   local -a env_args=()
   while (($#)); do
+    variable=''
     case "$1" in
       -i | --interactive) interactive=true ;;
       -t | --tty) ;;
       -it | -ti) interactive=true ;;
       -d | --detach) detach=true ;;
-      -e | --env)
-        shift
-        variable=$1
-        ;;
+      -e | --env) shift && variable=$1 ;;
       --env=*) variable=${1#--env=} ;;
-      -w | --workdir)
-        shift
-        workdir=$1
-        ;;
+      -w | --workdir) shift && workdir=$1 ;;
       --workdir=*) workdir=${1#--workdir=} ;;
       -*) die "fake docker: exec: unsupported option $1" ;;
       *) break ;;
     esac
-    if [[ -n "${variable:-}" ]]; then
+    if [[ "$variable" == *=* ]]; then
+      env_args+=("$variable")
+    elif [[ -n "$variable" && -n "${!variable+set}" ]]; then
       # Like docker: NAME alone copies the client's value, and is skipped when the client has none.
-      if [[ "$variable" == *=* ]]; then
-        env_args+=("$variable")
-      elif [[ -n "${!variable+set}" ]]; then
-        env_args+=("$variable=${!variable}")
-      fi
-      variable=''
+      env_args+=("$variable=${!variable}")
     fi
     shift
   done
   (($# >= 2)) || die "fake docker: exec needs a container and a command"
   name=$1
   shift
-  [[ -f "$(container_file "$name")" ]] || die "Error response from daemon: No such container: $name"
+  pid=$(init_pid "$name") || die "Error response from daemon: No such container: $name"
   local -a container_env=()
-  # grep exits 1 for a container without variables of its own: an empty list, not an error.
-  mapfile -t container_env < <(grep -E '^[A-Za-z_][A-Za-z0-9_]*=' "$(container_file "$name")" || :)
-  cd "$workdir" 2>/dev/null || die "OCI runtime exec failed: chdir to cwd (\"$workdir\"): no such file or directory" 126
-  local -a command=(env -i "PATH=$E2E_RAY_VENV/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root
-    LANG=C.UTF-8 "HOSTNAME=$(hostname)" "${container_env[@]}" "${env_args[@]}" "$@")
+  mapfile -t container_env <"$containers/$name.env"
+  [[ -d "$workdir" ]] || die "OCI runtime exec failed: chdir to cwd (\"$workdir\"): no such file or directory" 126
+  local -a command=(nsenter --target "$pid" --pid --mount --wd="$workdir" --
+    env -i "${base_env[@]}" "HOSTNAME=$(hostname)" "${container_env[@]}" "${env_args[@]}" "$@")
   if [[ "$detach" == true ]]; then
     setsid -f "${command[@]}" </dev/null >/dev/null 2>&1
   elif [[ "$interactive" == true ]]; then
@@ -103,12 +149,9 @@ docker_exec() {
 subcommand=$1
 shift
 case "$subcommand" in
+  run) docker_run "$@" ;;
+  rm) docker_rm "$@" ;;
   exec) docker_exec "$@" ;;
   inspect) docker_inspect "$@" ;;
-  container)
-    [[ "${1:-}" == inspect ]] || die "fake docker: unsupported: docker container ${1:-}"
-    shift
-    docker_inspect "$@"
-    ;;
   *) die "fake docker: unsupported command: $subcommand" ;;
 esac

@@ -1,6 +1,7 @@
 """A cluster's life on three real hosts, with seed 004's ports (GCS 8100, dashboard 8101, client 8102): workers
 that start before the head, the readiness gate, a custom job with a task on every node, the user's jobStatus and
-jobLogs commands, the reward server, and teardown. Every step runs twice and the second run changes nothing.
+jobLogs commands, the reward server, a worker moving to another head (Ray's default ports), and teardown. Every
+step runs twice and the second run changes nothing.
 
 Stand-ins: `docker` (no dockerd here: the "container" is the host itself, see fake_docker.sh), GPUs (Ray is told
 `--num-gpus=2` per node; nothing here uses a GPU) and the reward model (a plain HTTP server in place of
@@ -65,6 +66,9 @@ for ip, rank, digest in sorted(ray.get(pinned)):
 held = [ray.put(b"x" * 30_000_000) for _ in range(6)]
 print("objects held:", len(held), flush=True)
 """
+DEFAULT_PORTS = dataclasses.replace(
+    SETTINGS, ports=rc.RayPorts(), dashboard_host="127.0.0.1", temp_dir="", spill_dir="", extra_env_names=()
+)
 JOB_DIR = "/tmp/e2e-job"
 SPREAD_JOB = rc.JobSpec(
     job_id="e2e-spread-1",
@@ -300,12 +304,41 @@ def test_reward_server_is_supervised_single_and_stoppable(network: TestNetwork, 
     assert "no reward server runs in roll" in stopped_again.stdout
 
 
+def test_a_head_refuses_a_container_that_runs_another_clusters_ray(network: TestNetwork, hosts: list[TestHost]) -> None:
+    worker = hosts[1]  # a worker of the 8100 cluster
+    result = network.run(worker, steps.head(DEFAULT_PORTS, worker))
+    assert result.returncode != 0
+    assert "Ray already runs in container roll as part of the cluster at 198.18.0.11:8100" in result.stderr
+    assert network.run(hosts[0], steps.ready(SETTINGS, hosts[0], [h.ip for h in hosts])).returncode == 0
+
+
+def test_a_worker_of_another_cluster_leaves_it_and_joins_a_new_head(
+    network: TestNetwork, hosts: list[TestHost]
+) -> None:
+    old_head, new_head, worker = hosts
+    network.run(new_head, steps.ray_stop(SETTINGS, new_head)).check()
+    network.run(new_head, steps.head(DEFAULT_PORTS, new_head)).check()
+
+    moved = network.run(worker, steps.worker(DEFAULT_PORTS, worker, new_head.ip, 1)).check()
+    ready = network.run(new_head, steps.ready(DEFAULT_PORTS, new_head, [new_head.ip, worker.ip])).check()
+    # Both nodes left the old cluster with a graceful `ray stop`: its head knows at once, the gate need not wait.
+    alone = network.run(
+        old_head, steps.ready(dataclasses.replace(SETTINGS, ready_timeout_s=5), old_head, [old_head.ip])
+    )
+
+    assert "belongs to 198.18.0.11:8100, not 198.18.0.12:6379: stopping it to rejoin" in moved.stdout
+    assert "cluster ready: 2 of 2 nodes, 4 of 4 GPUs" in ready.stdout
+    assert "cluster ready: 1 of 1 nodes, 2 of 2 GPUs" in alone.check().stdout
+
+
 def test_teardown_stops_ray_everywhere_and_tolerates_what_is_gone(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
     stops = network.run_parallel([(host, steps.ray_stop(SETTINGS, host)) for host in hosts])
     for result in stops:
         result.check()
-        assert "stopping Ray in roll (cluster 198.18.0.11:8100)" in result.stdout
+    assert "stopping Ray in roll (cluster 198.18.0.11:8100)" in stops[0].stdout
+    assert "stopping Ray in roll (cluster 198.18.0.12:6379)" in stops[1].stdout
+    assert "stopping Ray in roll (cluster 198.18.0.12:6379)" in stops[2].stdout
     for host in hosts:
         assert network.run(host, "pgrep -x raylet || :").stdout.strip() == ""
     again = network.run(hosts[1], steps.ray_stop(SETTINGS, hosts[1])).check()
@@ -313,9 +346,11 @@ def test_teardown_stops_ray_everywhere_and_tolerates_what_is_gone(network: TestN
     network.remove_container(hosts[2], CONTAINER)
     try:
         no_container = network.run(hosts[2], steps.ray_stop(SETTINGS, hosts[2])).check()
+        no_job_container = network.run(hosts[2], steps.job_stop(SETTINGS, hosts[2], "e2e-spread-1")).check()
     finally:
         network.create_container(hosts[2], CONTAINER)
 
     assert "Ray is not running in roll" in again.stdout
     assert "nothing answers on the Jobs API port 8101: Ray is down and the job with it" in job_gone.stdout
     assert "container roll is not running: Ray is not running there" in no_container.stdout
+    assert "container roll is not running: no job to stop" in no_job_container.stdout

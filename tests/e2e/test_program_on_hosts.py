@@ -1,0 +1,110 @@
+"""The program's own commands on real hosts: the Pulumi program runs under the offline cloud with the test hosts'
+addresses (program_commands.py), and the Ray and job steps it registered run over SSH exactly as pulumi-command
+would run them, with seed 004's ports. Then the user's jobStatus and jobLogs outputs, and the delete commands
+that `pulumi destroy` runs.
+
+Stand-ins: `docker` (the "container" is the host itself, fake_docker.sh) and GPUs (Ray is told --num-gpus=2).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from e2e_harness import TestHost, TestNetwork
+from program_commands import ProgramCommands, render_cluster
+
+pytestmark = pytest.mark.e2e
+
+CONTAINER = "roll"
+SECRET = "e2e-hf-token-program-9c1f"
+PROBE = """
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init()
+
+@ray.remote(num_cpus=0)
+def where():
+    return ray.util.get_node_ip_address()
+
+alive = [n for n in ray.nodes() if n["Alive"]]
+refs = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+        for n in alive]
+for ip in sorted(ray.get(refs)):
+    print("probe ran on", ip, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(network: TestNetwork) -> Iterator[tuple[list[TestHost], ProgramCommands]]:
+    hosts = network.hosts
+    commands = render_cluster(
+        [h.ip for h in hosts],
+        str(network.client_key),
+        ports=(8100, 8101, 8102),
+        entrypoint="python3 probe.py",
+        working_dir="/tmp/program-job",
+        ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
+        secrets={"hfToken": SECRET},
+    )
+    for host in hosts:
+        network.create_container(host, CONTAINER)
+    network.run(hosts[0], f"mkdir -p /tmp/program-job && cat > /tmp/program-job/probe.py <<'EOF'\n{PROBE}\nEOF").check()
+    yield hosts, commands
+    network.run_parallel([(host, stop) for host, stop in zip(hosts, commands.ray_stop, strict=True)])
+
+
+def wait_for(network: TestNetwork, command: str, wanted: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        output = network.run_user_command(command).output
+        if wanted in output.lower():
+            return output
+        assert time.monotonic() < deadline, f"{wanted!r} not seen after {timeout}s:\n{output}"
+        time.sleep(1)
+
+
+def test_the_programs_steps_form_the_cluster_and_run_the_job_on_every_node(network, cluster):
+    hosts, commands = cluster
+    head = network.run(hosts[0], commands.head).check()
+    joins = network.run_parallel(list(zip(hosts[1:], commands.workers, strict=True)))
+    for result in joins:
+        result.check()
+    ready = network.run(hosts[0], commands.ready).check()
+    assert "ray-ready" in ready.output
+    assert commands.submit is not None
+    submit = network.run(hosts[0], commands.submit).check()
+    for result in (head, *joins, ready, submit):
+        assert SECRET not in result.output
+    outputs = commands.outputs
+    assert outputs["rayAddress"] == f"{hosts[0].ip}:8100"
+    wait_for(network, outputs["jobStatus"], "succeeded")
+    logs = network.run_user_command(outputs["jobLogs"]).check().output
+    for host in hosts:
+        assert f"probe ran on {host.ip}" in logs
+
+
+def test_every_program_step_run_again_changes_nothing(network, cluster):
+    hosts, commands = cluster
+    assert commands.submit is not None
+    again = [
+        network.run(hosts[0], commands.head),
+        *network.run_parallel(list(zip(hosts[1:], commands.workers, strict=True))),
+        network.run(hosts[0], commands.ready),
+        network.run(hosts[0], commands.submit),
+    ]
+    for result in again:
+        result.check()
+    assert "already" in again[0].output.lower()
+
+
+def test_destroy_commands_stop_the_job_and_ray(network, cluster):
+    hosts, commands = cluster
+    assert commands.job_stop is not None
+    network.run(hosts[0], commands.job_stop).check()
+    for host, stop in zip(hosts, commands.ray_stop, strict=True):
+        network.run(host, stop).check()
+        network.run(host, stop).check()  # idempotent: nothing left to stop
+    probe = network.run(hosts[0], f"docker exec {CONTAINER} ray status --address {hosts[0].ip}:8100")
+    assert probe.returncode != 0
