@@ -85,21 +85,30 @@ retry() {
   done
 }
 
-# wait_for DESCRIPTION TIMEOUT_S INTERVAL_S CMD...: poll CMD until it succeeds; fail after TIMEOUT_S.
-wait_for() {
-  local description=$1 timeout=$2 interval=$3
-  shift 3
+# poll_until TIMEOUT_S INTERVAL_S CMD...: poll CMD until it succeeds; return 1 after TIMEOUT_S, for callers whose
+# failure message and log tail are their own. POLL_WHAT (optional) names what is awaited in the progress banners.
+poll_until() {
+  local timeout=$1 interval=$2 what=${POLL_WHAT:-}
+  shift 2
   local deadline=$((SECONDS + timeout)) next_report=$((SECONDS + 30))
   until "$@" >/dev/null 2>&1; do
     if ((SECONDS >= deadline)); then
-      fail "timed out after ${timeout}s waiting for $description"
+      return 1
     fi
     if ((SECONDS >= next_report)); then
-      banner "still waiting for $description ($((deadline - SECONDS))s left)"
+      banner "still waiting${what:+ for $what} ($((deadline - SECONDS))s left)"
       next_report=$((SECONDS + 30))
     fi
     sleep "$interval"
   done
+}
+
+# wait_for DESCRIPTION TIMEOUT_S INTERVAL_S CMD...: poll CMD until it succeeds; fail the step after TIMEOUT_S.
+wait_for() {
+  local description=$1 timeout=$2 interval=$3
+  shift 3
+  POLL_WHAT=$description poll_until "$timeout" "$interval" "$@" ||
+    fail "timed out after ${timeout}s waiting for $description"
 }
 
 # run_step FUNCTION DESCRIPTION: banners around one named function, with its duration.

@@ -63,24 +63,6 @@ port_listener() {
   fi
 }
 
-# poll_until TIMEOUT_S INTERVAL_S CMD...: like lib.sh's wait_for, but returns 1 on timeout instead of ending
-# the step, for callers whose failure message and log tail are their own (the head address, the server log).
-poll_until() {
-  local timeout=$1 interval=$2
-  shift 2
-  local deadline=$((SECONDS + timeout)) next_report=$((SECONDS + 30))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)); then
-      return 1
-    fi
-    if ((SECONDS >= next_report)); then
-      banner "still waiting ($((deadline - SECONDS))s left)"
-      next_report=$((SECONDS + 30))
-    fi
-    sleep "$interval"
-  done
-}
-
 # banner_lines FILE: banner every line read from stdin and keep the lines in FILE (the caller reads the last).
 banner_lines() {
   local line
