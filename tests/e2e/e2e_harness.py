@@ -36,7 +36,10 @@ BRIDGE = "rce2e-br0"
 SUBNET = "198.18.0"
 BRIDGE_IP = f"{SUBNET}.1"
 UNREACHABLE_IP = f"{SUBNET}.250"  # on the bridge's subnet, held by no host
-RAY_VENV = Path(os.environ.get("ROLL_E2E_RAY_VENV", str(REPO / ".venv-e2e")))
+# Outside the repository and outside /tmp: the hosts mount a private /tmp over the machine's, so nothing they
+# run may live there (a CI clone may well be under /tmp). Built once and reused across runs.
+RAY_VENV = Path(os.environ.get("ROLL_E2E_RAY_VENV", "/var/cache/roll-cluster-e2e/ray-venv"))
+SUPPORT_DIR = STATE_ROOT / "support"  # copies of host_init.sh and fake_docker.sh, visible inside the hosts
 RAY_REQUIREMENTS = REPO / "requirements-e2e.txt"
 SSHD = Path("/usr/sbin/sshd")
 
@@ -209,6 +212,9 @@ class TestNetwork:
         wrapper.chmod(0o755)
 
     def _start_host(self, index: int, host: TestHost) -> None:
+        SUPPORT_DIR.mkdir(parents=True, exist_ok=True)
+        for script in ("host_init.sh", "fake_docker.sh"):
+            shutil.copyfile(E2E_DIR / script, SUPPORT_DIR / script)
         for sub in ("tmp", "log", "bin", "docker/containers"):
             (host.root / sub).mkdir(parents=True, exist_ok=True)
         (host.root / "tmp").chmod(0o1777)
@@ -231,7 +237,7 @@ class TestNetwork:
             "# The docker stand-in of this test host (see tests/e2e/fake_docker.sh).\n"
             f"export E2E_DOCKER_STATE={host.root / 'docker'}\n"
             f"export E2E_RAY_VENV={self.ray_venv}\n"
-            f'exec bash {E2E_DIR / "fake_docker.sh"} "$@"\n'
+            f'exec bash {SUPPORT_DIR / "fake_docker.sh"} "$@"\n'
         )
         docker.chmod(0o755)
         config = host.root / "sshd_config"
@@ -260,7 +266,7 @@ class TestNetwork:
             "E2E_SSHD_CONFIG": str(config),
         }
         argv = ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--uts"]
-        argv += ["--", "bash", str(E2E_DIR / "host_init.sh")]
+        argv += ["--", "bash", str(SUPPORT_DIR / "host_init.sh")]
         with open(host.root / "init.log", "ab") as log:
             self._inits.append(
                 subprocess.Popen(
