@@ -1,7 +1,7 @@
 """The real-host tier: three test hosts (network namespaces with their own sshd, see e2e_harness.py) for the whole
 session. Set-up installs what the tier needs (Debian's openssh-server, Ray 2.48.0 in a virtualenv under
-/var/cache/roll-cluster-e2e) and removes what a crashed earlier run left; teardown removes the hosts also when tests fail (their files are kept then, under
-/var/tmp/roll-cluster-e2e, for a look at the Ray and step logs).
+/var/cache/roll-cluster-e2e) and removes what a crashed earlier run left; teardown removes the hosts also when
+tests fail (their files are kept then, under /var/tmp/roll-cluster-e2e, for a look at the Ray and step logs).
 """
 
 from __future__ import annotations
