@@ -59,11 +59,11 @@ class TrainingJob(pulumi.ComponentResource):
             )
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
         if config.training.auto_start:
-            submit = ray_commands.submit_step(ray_commands.JobSpec("probe", "/", "true"))
             steps.remote_step(
                 ctx,
                 "job",
-                submit.scripts,
+                # The reward server is its own step above, so the plain submit scripts.
+                ray_commands.SUBMIT_STEP.scripts,
                 args.secret_env,
                 dynamic_env=submission.apply(
                     lambda job: ray_commands.submit_env(settings, job, extra_env_names=sorted(args.secret_env))

@@ -10,7 +10,6 @@ ids but no daemon is contacted.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import ipaddress
 import json
@@ -403,7 +402,6 @@ __all__: Sequence[str] = [
     "OfflineCloud",
     "OfflineRun",
     "Registered",
-    "asyncio",
     "is_secret",
     "reveal",
     "run_program",

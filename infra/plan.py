@@ -17,7 +17,7 @@ from typing import Any
 
 from infra import steps
 from infra.config import ConfigError
-from infra.offline import OfflineCloud, OfflineRun, run_program, shipped_stacks, unwrap
+from infra.offline import OfflineCloud, OfflineRun, run_program, shipped_stacks
 from infra.placement import PlacementError
 
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
@@ -133,4 +133,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["main", "render", "unwrap"]

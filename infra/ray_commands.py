@@ -283,11 +283,14 @@ def reward_stop_env(settings: RaySettings) -> dict[str, str]:
     return {"CONTAINER_NAME": settings.container_name, "REWARD_ACTION": "stop"}
 
 
+SUBMIT_STEP = StepScripts("job-submit", (RAY_COMMON_SCRIPT, "job_submit.sh"))
+
+
 def submit_step(job: JobSpec) -> StepScripts:
     """The submit step; with a reward server it starts (or keeps) the server before submitting."""
     if job.reward_server is None:
-        return StepScripts("job-submit", (RAY_COMMON_SCRIPT, "job_submit.sh"))
-    return StepScripts("job-submit", (RAY_COMMON_SCRIPT, "reward_server.sh", "job_submit.sh"))
+        return SUBMIT_STEP
+    return StepScripts(SUBMIT_STEP.step, (RAY_COMMON_SCRIPT, "reward_server.sh", "job_submit.sh"))
 
 
 def submit_env(settings: RaySettings, job: JobSpec, extra_env_names: Sequence[str] = ()) -> dict[str, str]:
