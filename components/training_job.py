@@ -53,7 +53,7 @@ class TrainingJob(pulumi.ComponentResource):
                 ray_commands.REWARD_SERVER_STEP.step,
                 ray_commands.REWARD_SERVER_STEP.scripts,
                 {},
-                dynamic_env=self.spec.apply(lambda spec: ray_commands.reward_server_env(settings, to_reward(spec))),
+                dynamic_env=self.spec.apply(lambda spec: ray_commands.reward_server_env(settings, reward_of(spec))),
                 after=after,
                 resource_name="reward-server",
             )
@@ -78,11 +78,10 @@ class TrainingJob(pulumi.ComponentResource):
         self.register_outputs({"jobId": self.job_id})
 
 
-def to_reward(spec: JobSpec) -> ray_commands.RewardServer:
+def reward_of(spec: JobSpec) -> ray_commands.RewardServer:
     if spec.reward_server is None:
         raise ValueError(f"job {spec.job_id} has no reward server")
-    server = spec.reward_server
-    return ray_commands.RewardServer(server.command, server.port, server.health_timeout_s, workdir=spec.workdir)
+    return spec.reward_server
 
 
 def to_submission(spec: JobSpec) -> ray_commands.JobSpec:

@@ -15,7 +15,6 @@ from infra.frameworks.base import (
     CodeSpec,
     FrameworkAdapter,
     JobSpec,
-    RewardServerSpec,
 )
 from infra.frameworks.custom import CustomAdapter
 from infra.frameworks.openrlhf import OpenRlhfAdapter
@@ -30,7 +29,6 @@ __all__ = [
     "FrameworkAdapter",
     "JobSpec",
     "OpenRlhfAdapter",
-    "RewardServerSpec",
     "RollAdapter",
     "VerlAdapter",
     "adapter_for",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from infra.config import PROJECT, ContainerConfig
+from infra.ray_commands import RewardServer
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,6 @@ class CodeSpec:
 
 
 @dataclass(frozen=True)
-class RewardServerSpec:
-    command: str  # run in the container on the head, in the background
-    port: int
-    health_timeout_s: int
-
-
-@dataclass(frozen=True)
 class JobSpec:
     job_id: str  # Ray submission id, derived from the configuration (see job_id())
     workdir: str  # cwd in the container
@@ -95,7 +89,7 @@ class JobSpec:
     files: dict[str, str]  # absolute path in the container -> text, written before submission
     prepare: str | None  # shell command run in the container before submission (idempotent)
     pre_submit_check: str | None  # shell command that must succeed before submission
-    reward_server: RewardServerSpec | None
+    reward_server: RewardServer | None  # started and health-checked on the head before the job
     summary: dict[str, Any]  # what the offline plan shows
 
 

@@ -16,13 +16,13 @@ from infra.frameworks.base import (
     ClusterShape,
     CodeSpec,
     JobSpec,
-    RewardServerSpec,
     bare_key,
     flatten,
     image_facts,
     job_id,
     key,
 )
+from infra.ray_commands import RewardServer
 
 WORKDIR = "/workspace"
 # train_ppo_ray's own defaults where the checks below need one (openrlhf/cli/train_ppo_ray.py, v0.10.2).
@@ -123,10 +123,11 @@ class OpenRlhfAdapter:
         entrypoint = " ".join(["python3", "-m", module, *map(shlex.quote, arguments)])
         server = self.openrlhf.reward_server
         reward = (
-            RewardServerSpec(
+            RewardServer(
                 command=server.command.replace("{port}", str(server.port)),
                 port=server.port,
                 health_timeout_s=server.health_timeout_seconds,
+                workdir=WORKDIR,
             )
             if server is not None
             else None
