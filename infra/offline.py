@@ -14,6 +14,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 import runpy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,8 +180,6 @@ class OfflineCloud(pulumi.runtime.Mocks):
         }
 
     def _images(self, args: dict[str, Any]) -> dict[str, Any]:
-        import re
-
         pattern = re.compile(args.get("nameRegex") or ".*")
         matches = [(n, os_name) for n, os_name in OS_IMAGES if pattern.search(n)]
         if args.get("mostRecent"):
