@@ -8,15 +8,16 @@ before the first resource is registered.
 import pulumi
 import pulumi_alicloud as alicloud
 
-from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
-from components.network import Network, NetworkArgs
-from components.node import GpuNode, GpuNodeArgs
-from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
-from components.storage import SharedStorage, SharedStorageArgs
-from components.training_job import TrainingJob, TrainingJobArgs
-from infra import outputs, stack_config, steps
+from infra import outputs, stack_config
 from infra.frameworks import adapter_for
-from infra.placement import choose_placement
+from infra.frameworks.job import TrainingJob, TrainingJobArgs
+from infra.node import steps
+from infra.node.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from infra.ray.cluster import RayCluster, RayClusterArgs, RayNode
+from infra.sources.alibaba.instance import GpuNode, GpuNodeArgs
+from infra.sources.alibaba.network import Network, NetworkArgs
+from infra.sources.alibaba.placement import choose_placement
+from infra.sources.alibaba.storage import SharedStorage, SharedStorageArgs
 
 config, secrets = stack_config.load()
 placement = choose_placement(config)

@@ -32,8 +32,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
-from infra import catalog
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
+from infra.sources.alibaba import catalog
 
 PROJECT = "roll-cluster"
 SECTIONS = ("nodes", "access", "container", "ray", "training", "storage")

@@ -18,7 +18,6 @@ import re
 import runpy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -26,9 +25,9 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
-from infra import catalog
+from infra.layout import PROJECT_DIR
+from infra.sources.alibaba import catalog
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 SIG_KEY = "4dabf18193072939515e22adb298388d"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 
@@ -336,7 +335,7 @@ def run_program(
     replace_config: values that replace the stack file's keys whole.
     secrets: secret values by key ("roll-cluster:hfToken").
     """
-    from infra import steps as steps_module
+    from infra.node import steps as steps_module
 
     cloud = cloud or OfflineCloud()
     values = stack_config(stack)

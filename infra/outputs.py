@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from infra import ray_commands, steps
 from infra.config import ClusterConfig
-from infra.placement import Placement
+from infra.node import steps
+from infra.ray import commands as ray_commands
+from infra.sources.alibaba.placement import Placement
 
 if TYPE_CHECKING:
-    from components.network import Network
-    from components.ray_cluster import RayNode
-    from components.training_job import TrainingJob
+    from infra.frameworks.job import TrainingJob
+    from infra.ray.cluster import RayNode
+    from infra.sources.alibaba.network import Network
 
 
 def export_all(

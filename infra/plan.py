@@ -15,10 +15,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from infra import steps
 from infra.config import ConfigError
+from infra.node import steps
 from infra.offline import OfflineCloud, OfflineRun, run_program, shipped_stacks
-from infra.placement import PlacementError
+from infra.sources.alibaba.placement import PlacementError
 
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
 

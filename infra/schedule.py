@@ -1,5 +1,5 @@
 """The bootstrap schedule as a graph: earliest finish of every node step, from the dependencies the program
-declares (infra/steps.py records them) and nominal durations of each kind of step.
+declares (infra/node/steps.py records them) and nominal durations of each kind of step.
 
 Used by the offline plan, the tests and the benchmark to show that nodes bootstrap in parallel, that the image
 pull overlaps the driver installation, and that the critical path does not grow with the node count.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from infra.steps import StepRecord
+from infra.node.steps import StepRecord
 
 # Minutes. The driver installer starts at first boot, on its own (user data), so it is a virtual step.
 NOMINAL_MINUTES: Mapping[str, float] = {

@@ -25,7 +25,7 @@ def step_command(result: OfflineRun, resource_name: str) -> str:
 
 
 def env_of(command_text: str) -> dict[str, str]:
-    """The variables a rendered step exports (see infra/remote.py)."""
+    """The variables a rendered step exports (see infra/node/remote.py)."""
     import shlex
 
     env = {}

@@ -1,4 +1,4 @@
-"""Run the node scripts for real, rendered exactly as infra/remote.py renders them, on a fake node.
+"""Run the node scripts for real, rendered exactly as infra/node/remote.py renders them, on a fake node.
 
 A FakeNode is a temp dir standing in for one ECS node: the files the scripts write (os-release, fstab, daemon.json,
 repo files, /root/auto_install, /var/lib/roll-cluster, mount points) live under it through the scripts' path
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.remote import render_plain, render_user_data
+from infra.node.remote import render_plain, render_user_data
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDINS_DIR = REPO_ROOT / "tests" / "standins"

@@ -8,7 +8,7 @@ from offline_helpers import INSTANCE, RULE, custom_resources, env_of, run, step_
 
 from infra.config import ConfigError
 from infra.offline import OfflineCloud
-from infra.placement import PlacementError
+from infra.sources.alibaba.placement import PlacementError
 
 
 def test_first_type_with_stock_wins_and_second_type_is_the_fallback():

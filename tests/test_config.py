@@ -19,7 +19,6 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from infra import catalog
 from infra.config import (
     DEFAULT_ROLL_IMAGE,
     DEFAULT_ROLL_REF,
@@ -30,6 +29,7 @@ from infra.config import (
     ConfigError,
     parse_cluster_config,
 )
+from infra.sources.alibaba import catalog
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The node bootstrap scripts, run for real with bash as infra/remote.py renders them.
+"""The node bootstrap scripts, run for real with bash as infra/node/remote.py renders them.
 
 Stand-ins (tests/standins/, first in PATH; see tests/script_harness.py) replace only what cannot exist on a test
 machine: the vendor package repositories behind dnf/yum/apt-get (and rpm/dpkg's package database), systemd

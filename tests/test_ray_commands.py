@@ -1,4 +1,4 @@
-"""infra/ray_commands.py: the environments of the Ray and job steps and the commands users copy from the stack
+"""infra/ray/commands.py: the environments of the Ray and job steps and the commands users copy from the stack
 outputs. The scripts' behaviour on real hosts is in tests/e2e; here: what each step is told, that custom ports
 (seed 004: 8100/8101/8102) reach every env and command, that user commands survive a real shell, and that
 every step's concatenated script is valid, shellcheck-clean bash."""
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import ray_commands as rc
-from infra.remote import render_plain, script_text
+from infra.node.remote import render_plain, script_text
+from infra.ray import commands as rc
 
 CUSTOM = rc.RaySettings(
     container_name="roll",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.remote import script_text
+from infra.node.remote import script_text
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "infra" / "scripts"
 ALL_SCRIPTS = sorted(SCRIPTS_DIR.rglob("*.sh"))
@@ -47,7 +47,7 @@ def test_script_is_shellcheck_clean(script: Path) -> None:
 
 @pytest.mark.parametrize("script", SINGLE_SCRIPT_STEPS)
 def test_rendered_step_is_shellcheck_clean(script: str) -> None:
-    """The text bash actually runs: lib.sh and the step script, concatenated by infra/remote.py."""
+    """The text bash actually runs: lib.sh and the step script, concatenated by infra/node/remote.py."""
     # SC2329 (function never invoked) is expected here: lib.sh is a library and a step uses only part of it.
     result = subprocess.run(
         [shellcheck(), "-s", "bash", "--exclude=SC2329", "-"],

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from infra.config import PROJECT, ContainerConfig
-from infra.ray_commands import RewardServer
+from infra.ray.commands import RewardServer
 
 
 @dataclass(frozen=True)

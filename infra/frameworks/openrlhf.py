@@ -22,7 +22,7 @@ from infra.frameworks.base import (
     job_id,
     key,
 )
-from infra.ray_commands import RewardServer
+from infra.ray.commands import RewardServer
 
 WORKDIR = "/workspace"
 # train_ppo_ray's own defaults where the checks below need one (openrlhf/cli/train_ppo_ray.py, v0.10.2).

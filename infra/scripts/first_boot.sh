@@ -2,7 +2,7 @@
 # first-boot: cloud-init user data (root, first boot). Starts Alibaba's GPU driver auto-installer in the
 # background and defers the reboot it makes when it is done; returns within seconds so the boot (and the SSH
 # steps waiting for cloud-init) are not held up for the 10-20 minutes the install takes.
-# Rendered by infra.remote.render_user_data: `#!/bin/bash` + exports + lib.sh + this file.
+# Rendered by infra.node.remote.render_user_data: `#!/bin/bash` + exports + lib.sh + this file.
 #
 # Environment (defaults in brackets):
 #   GPU_DRIVER [auto-install]   auto-install | preinstalled (the image has the driver: nothing to do)

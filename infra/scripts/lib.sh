@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared helpers for every node step. Sourced (prepended) before each step script by infra/remote.py.
+# Shared helpers for every node step. Sourced (prepended) before each step script by infra/node/remote.py.
 # Contract for step scripts:
 #   - ROLL_STEP names the step (set by the renderer); every line printed carries it with a UTC timestamp,
 #     so `pulumi up` shows where each node is.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Helpers shared by the Ray and job steps (ray_*.sh, job_*.sh, reward_server.sh). infra/remote.py concatenates
+# Helpers shared by the Ray and job steps (ray_*.sh, job_*.sh, reward_server.sh). infra/node/remote.py concatenates
 # lib.sh, this file and the step's own script, so this file only defines functions; it runs nothing itself.
 #
 # The steps run on the host over SSH and act inside the long-running training container (host network) with

@@ -1,5 +1,5 @@
-"""How the real-host tier obtains the commands it runs: the environments from infra.ray_commands, rendered by
-infra.remote.render_plain exactly as the Pulumi components render them. This is the one place to change when
+"""How the real-host tier obtains the commands it runs: the environments from infra.ray.commands, rendered by
+infra.node.remote.render_plain exactly as the Pulumi components render them. This is the one place to change when
 the tier takes its commands from the Pulumi program under mocks instead; the harness only runs strings.
 """
 
@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 
 from e2e_harness import TestHost
 
-from infra import ray_commands as rc
-from infra.remote import render_plain
+from infra.node.remote import render_plain
+from infra.ray import commands as rc
 
 
 def _render(step: rc.StepScripts, host: TestHost, env: Mapping[str, str], secrets: Mapping[str, str] | None) -> str:

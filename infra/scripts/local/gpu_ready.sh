@@ -66,7 +66,7 @@ strip_shebang() {
   sed '1{/^#!/d;}' "$1"
 }
 
-# The probe sent to the node on stdin (`bash -s`): exports, lib.sh and gpu_check.sh, as infra/remote.py renders a
+# The probe sent to the node on stdin (`bash -s`): exports, lib.sh and gpu_check.sh, as infra/node/remote.py renders a
 # step. stdin rather than an argument keeps the quoting independent of the node's login shell.
 render_check() {
   local name

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_alicloud as alicloud
 
-from infra import remote
 from infra.config import NodesConfig
+from infra.node import remote
 
 DATA_DISK_DEVICE = "/dev/vdb"  # the first data disk of a virtio ECS instance
 

@@ -1,7 +1,7 @@
 """Environments of the Ray and job steps, and the commands users run against the cluster.
 
 Pure Python on plain values: the Pulumi components call these inside `Output.apply` and hand the result to
-`infra.remote.render` together with the scripts named here (each list runs after lib.sh, in order). Secrets are
+`infra.node.remote.render` together with the scripts named here (each list runs after lib.sh, in order). Secrets are
 not part of these environments: a component adds them to the environment it renders (as Outputs, so they stay
 secret) and lists their names in `RaySettings.extra_env_names`; the scripts pass them into `ray start` with
 `docker exec -e NAME`, so the raylet and every job inherit them and no value appears on a command line.

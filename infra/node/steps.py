@@ -1,7 +1,7 @@
 """Node steps: the remote and local commands that bootstrap nodes and run Ray, with a record of each.
 
 Every step is a pulumi-command resource whose `create` is a script under infra/scripts rendered by
-infra/remote.py. The record (node, step, scripts, dependencies) is what the offline plan prints and what the
+infra/node/remote.py. The record (node, step, scripts, dependencies) is what the offline plan prints and what the
 tests and the benchmark analyse (ordering, parallelism, critical path); it is kept alongside the resources
 because Pulumi's mocks do not expose resource options.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from infra import remote
+from infra.node import remote
 
 # Generous dial limits: nodes are new (sshd may not be up yet) and the GPU driver installer reboots them.
 DIAL_ERROR_LIMIT = 120

@@ -3,7 +3,7 @@
 Runs at plan time with Alibaba's stock-aware data sources (sold-out zones and types are omitted from their
 answers), before any resource is registered, so "no stock anywhere" stops the update with a useful message
 instead of failing half-way. Stock can still vanish between plan and create; the vSwitch then keeps the choice
-of the first successful `pulumi up` (see components/network.py, sticky placement).
+of the first successful `pulumi up` (see infra/sources/alibaba/network.py, sticky placement).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pulumi_alicloud as alicloud
 
-from infra import catalog
 from infra.config import ClusterConfig
+from infra.sources.alibaba import catalog
 
 
 class PlacementError(RuntimeError):

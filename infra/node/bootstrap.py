@@ -23,11 +23,10 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.node import DATA_DISK_DEVICE, GpuNode
-from infra import steps
 from infra.config import ClusterConfig
-from infra.layout import DATA_MOUNT, SHARED_MOUNT, WORKSPACE
-from infra.offline import PROJECT_DIR
+from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
+from infra.node import steps
+from infra.sources.alibaba.instance import DATA_DISK_DEVICE, GpuNode
 
 NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
 GPU_READY_TIMEOUT_S = 2400

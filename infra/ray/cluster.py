@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.bootstrap import NodeBootstrap
-from components.node import GpuNode
-from infra import ray_commands, steps
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT
+from infra.node import steps
+from infra.node.bootstrap import NodeBootstrap
+from infra.ray import commands as ray_commands
+from infra.sources.alibaba.instance import GpuNode
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pulumi
 
-SCRIPTS_DIR = Path(__file__).parent / "scripts"
+SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "scripts"
 LIB_SCRIPT = "lib.sh"
 
 

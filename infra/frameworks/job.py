@@ -12,10 +12,11 @@ from dataclasses import dataclass, replace
 
 import pulumi
 
-from components.ray_cluster import RayCluster, RayNode
-from infra import ray_commands, steps
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec, adapter_for
+from infra.node import steps
+from infra.ray import commands as ray_commands
+from infra.ray.cluster import RayCluster, RayNode
 from infra.stack_config import cluster_shape, local_roll_base
 
 

@@ -2,7 +2,7 @@
 
 Used to validate `nodes.instanceTypes` before anything is created, to size the training configuration
 (GPUs per node, bf16 support) and, in the offline plan, to answer like `ecs.get_instance_types` would.
-At deploy time the live `ecs.get_instance_types` answer wins for GPU count and price (see infra/placement.py).
+At deploy time the live `ecs.get_instance_types` answer wins for GPU count and price (placement.py).
 
 Prices are approximate pay-as-you-go list prices in CNY per hour (cn-hangzhou, 2025), for the offline plan only:
 the real region reports its own.

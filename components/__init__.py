@@ -1,1 +1,0 @@
-"""Pulumi ComponentResources of roll-cluster; each takes a typed args object."""
