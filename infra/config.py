@@ -106,6 +106,11 @@ class Section(BaseModel):
 
 # ---------------------------------------------------------------------------------------------------- nodes
 class NodesConfig(Section):
+    source: Literal["alibaba"] = Field(
+        "alibaba",
+        description="Where the nodes come from: `alibaba`, new GPU ECS instances in a VPC of their own "
+        "(infra/sources/alibaba).",
+    )
     count: int = Field(1, ge=1, le=256, description="GPU nodes; rank 0 is the Ray head and runs the training driver.")
     instance_types: list[str] = Field(
         min_length=1,

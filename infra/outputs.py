@@ -10,56 +10,54 @@ import pulumi
 from infra.config import ClusterConfig
 from infra.node import steps
 from infra.ray import commands as ray_commands
-from infra.sources.alibaba.placement import Placement
+from infra.sources.base import ClusterFacts, ProvisionedCluster
 
 if TYPE_CHECKING:
     from infra.frameworks.job import TrainingJob
     from infra.ray.cluster import RayNode
-    from infra.sources.alibaba.network import Network
 
 
 def export_all(
-    config: ClusterConfig, placement: Placement, network: Network, nodes: Sequence[RayNode], job: TrainingJob
+    config: ClusterConfig,
+    facts: ClusterFacts,
+    cluster: ProvisionedCluster,
+    nodes: Sequence[RayNode],
+    job: TrainingJob,
 ) -> None:
-    head = nodes[0].node
-    steps.NOTES.update(
-        placement_tried=list(placement.tried),
-        image_name=placement.image_name,
-        nas_retained=config.storage.retain_on_destroy,
-        auto_start=config.training.auto_start,
-    )
+    head = nodes[0]
+    head_host = pulumi.Output.from_input(head.machine.ssh_host)
+    steps.NOTES.update(cluster.notes)
+    steps.NOTES.update(auto_start=config.training.auto_start, source=config.nodes.source)
     job.spec.apply(lambda spec: steps.NOTES.__setitem__("job_spec", spec))
     key = config.access.ssh_private_key_path
     ports = config.ray
     container = config.container.name
-    pulumi.export("zone", network.zone)
-    pulumi.export("instanceType", network.instance_type)
+    for name, value in cluster.outputs.items():
+        pulumi.export(name, value)
     pulumi.export(
         "nodes",
         [
             pulumi.Output.all(
-                name=n.name, rank=rank, instanceId=n.node.instance_id, publicIp=n.node.public_ip,
-                privateIp=n.node.private_ip,
+                name=n.name, rank=rank, instanceId=n.machine.identity, publicIp=n.machine.ssh_host,
+                privateIp=n.machine.private_ip,
             )
             for rank, n in enumerate(nodes)
         ],
     )
-    pulumi.export("gpus", placement.gpus_per_node * config.nodes.count)
-    pulumi.export("gpuModel", placement.gpu_model)
-    price = hourly_price(placement, config.nodes.count)
-    pulumi.export("hourlyPrice", price)
-    pulumi.export("sshHead", head.public_ip.apply(lambda ip: ray_commands.ssh_command(ip, key)))
+    pulumi.export("gpus", facts.accelerators_per_node * config.nodes.count)
+    pulumi.export("gpuModel", facts.accelerator_model)
+    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key)))
     pulumi.export(
         "dashboardTunnel",
-        head.public_ip.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port)),
+        head_host.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port)),
     )
     if config.access.dashboard == "admin-cidrs":
         pulumi.export(
-            "dashboardUrl", head.public_ip.apply(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port))
+            "dashboardUrl", head_host.apply(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port))
         )
     pulumi.export("rayAddress", head.private_ip.apply(lambda ip: ray_commands.ray_address(ip, ports.gcs_port)))
     pulumi.export("jobId", job.job_id)
-    status_and_logs: Any = pulumi.Output.all(head.public_ip, job.job_id)
+    status_and_logs: Any = pulumi.Output.all(head_host, job.job_id)
     pulumi.export(
         "jobStatus",
         status_and_logs.apply(
@@ -75,8 +73,3 @@ def export_all(
     if not config.training.auto_start:
         pulumi.export("jobSubmitted", False)
 
-
-def hourly_price(placement: Placement, count: int) -> float | None:
-    if placement.hourly_price is None:
-        return None
-    return round(placement.hourly_price * count, 2)

@@ -111,7 +111,7 @@ def test_docker_provider_runs_over_ssh_only_after_docker_is_installed():
     result = run("multi")
     provider = result.cloud.named("node-1-docker-engine")
     assert provider.type == "pulumi:providers:docker"
-    assert provider.inputs["host"] == "ssh://root@" + result.outputs["nodes"][1]["publicIp"]
+    assert provider.inputs["host"] == "ssh://root@" + result.outputs["nodes"][1]["publicIp"] + ":22"
     assert provider.inputs["disableDockerDaemonCheck"] in (True, "true")
     assert result.cloud.options["node-1-docker-engine"].depends_on
 

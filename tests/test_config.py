@@ -379,12 +379,13 @@ def test_a_misspelt_field_names_the_field_it_probably_meant(path: tuple[str, ...
 
 def test_the_documented_typo_suggests_instance_types() -> None:
     found = problems({"nodes": {"instanceType": [ONE_V100]}, "access": stack()["access"]})
-    assert found == [
-        f"{PROJECT}:nodes.instanceTypes: required; got nothing",
-        f"{PROJECT}:nodes.instanceType: unknown field; did you mean 'instanceTypes'? Allowed: count, instanceTypes, "
-        "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
-        "cudnnVersion, internetBandwidthMbps",
-    ]
+    assert found[0] == f"{PROJECT}:nodes.instanceTypes: required; got nothing"
+    assert found[1].startswith(
+        f"{PROJECT}:nodes.instanceType: unknown field; did you mean 'instanceTypes'? Allowed: "
+    )
+    allowed = found[1].split("Allowed: ", 1)[1].split(", ")
+    assert {"count", "instanceTypes", "zone", "spot", "dataDiskGb"} <= set(allowed)
+    assert len(found) == 2
 
 
 def test_an_unknown_field_with_no_near_name_lists_the_allowed_ones() -> None:

@@ -43,8 +43,7 @@ class TrainingJob(pulumi.ComponentResource):
         shape = cluster_shape(config, args.stack, args.gpus_per_node, args.bf16, head_ip="")
         self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
-        ctx = steps.StepContext(node=args.head.name, host=args.head.node.public_ip, key=args.private_key,
-                                parent=self)
+        ctx = steps.context_for(args.head.machine, args.private_key, self)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
         submission = self.spec.apply(to_submission)

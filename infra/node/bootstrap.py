@@ -26,7 +26,7 @@ import pulumi_docker as docker
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
 from infra.node import steps
-from infra.sources.alibaba.instance import DATA_DISK_DEVICE, GpuNode
+from infra.sources.base import Machine
 
 NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
 GPU_READY_TIMEOUT_S = 2400
@@ -35,9 +35,7 @@ GPU_READY_TIMEOUT_S = 2400
 @dataclass(frozen=True)
 class NodeBootstrapArgs:
     config: ClusterConfig
-    node: GpuNode
-    node_name: str
-    rank: int
+    machine: Machine
     gpus_per_node: int
     head_private_ip: pulumi.Input[str]
     nas_server: pulumi.Input[str] | None
@@ -55,15 +53,17 @@ class NodeBootstrap(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:NodeBootstrap", name, None, opts)
         config = args.config
-        ctx = steps.StepContext(node=args.node_name, host=args.node.public_ip, key=args.private_key, parent=self)
-        has_data_disk = config.nodes.data_disk_gb > 0
+        machine = args.machine
+        node_name = machine.name
+        ctx = steps.context_for(machine, args.private_key, self, first=True)
+        has_data_disk = machine.data_disk is not None
 
         prepare = steps.remote_step(
             ctx,
             "prepare-host",
             ["prepare_host.sh"],
             {
-                "DATA_DISK_DEVICE": DATA_DISK_DEVICE if has_data_disk else "",
+                "DATA_DISK_DEVICE": machine.data_disk or "",
                 "DATA_MOUNT": DATA_MOUNT,
                 "NAS_SERVER": args.nas_server or "",
                 "SHARED_MOUNT": SHARED_MOUNT,
@@ -74,7 +74,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             "docker",
             ["install_docker.sh"],
             {"DOCKER_DATA_ROOT": f"{DATA_MOUNT}/docker" if has_data_disk else ""},
-            after=[(f"{args.node_name}/prepare-host", prepare)],
+            after=[(f"{node_name}/prepare-host", prepare)],
         )
         pull = steps.remote_step(
             ctx,
@@ -85,28 +85,28 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "REGISTRY_USERNAME": config.container.registry_username or "",
                 "REGISTRY_PASSWORD": args.registry_password or "",
             },
-            after=[(f"{args.node_name}/docker", install_docker)],
+            after=[(f"{node_name}/docker", install_docker)],
         )
         gpu_ready = command.local.Command(
-            f"{args.node_name}-gpu-ready",
+            f"{node_name}-gpu-ready",
             create="bash infra/scripts/local/gpu_ready.sh",
             dir=str(PROJECT_DIR),
             environment={
-                "HOST": args.node.public_ip,
-                "SSH_USER": "root",
-                "SSH_PORT": "22",
+                "HOST": machine.ssh_host,
+                "SSH_USER": machine.ssh_user,
+                "SSH_PORT": str(machine.ssh_port),
                 "SSH_KEY_PATH": config.access.ssh_private_key_path,
                 "EXPECTED_GPUS": str(args.gpus_per_node),
                 "GPU_DRIVER": config.nodes.gpu_driver,
                 "TIMEOUT_S": str(GPU_READY_TIMEOUT_S),
-                "NODE_NAME": args.node_name,
+                "NODE_NAME": node_name,
             },
             # Reruns when the node is replaced (new instance id), not on every up.
-            triggers=[args.node.instance_id],
+            triggers=[machine.identity],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[pull]),
         )
-        steps.record(args.node_name, "gpu-ready", "local", ["local/gpu_ready.sh", "gpu_check.sh"],
-                     [f"{args.node_name}/pull-image"], f"{args.node_name}-gpu-ready")
+        steps.record(node_name, "gpu-ready", "local", ["local/gpu_ready.sh", "gpu_check.sh"],
+                     [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
 
         registry_auth = None
         if config.container.registry_username and args.registry_password is not None:
@@ -118,8 +118,8 @@ class NodeBootstrap(pulumi.ComponentResource):
                 )
             ]
         provider = docker.Provider(
-            f"{args.node_name}-docker-engine",
-            host=pulumi.Output.concat("ssh://root@", args.node.public_ip),
+            f"{node_name}-docker-engine",
+            host=pulumi.Output.concat("ssh://", machine.ssh_user, "@", machine.ssh_host, ":", str(machine.ssh_port)),
             ssh_opts=["-i", config.access.ssh_private_key_path, "-o", "StrictHostKeyChecking=accept-new",
                       "-o", "ConnectTimeout=15"],
             # The daemon exists only after the docker step; the provider must not probe it at configure time.
@@ -129,12 +129,12 @@ class NodeBootstrap(pulumi.ComponentResource):
         )
         on_node = pulumi.ResourceOptions(parent=self, provider=provider)
         image = docker.RemoteImage(
-            f"{args.node_name}-image",
+            f"{node_name}-image",
             name=config.container.image,
             keep_locally=True,
             opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[pull])),
         )
-        steps.record(args.node_name, "image", "docker", [], [f"{args.node_name}/pull-image"], f"{args.node_name}-image")
+        steps.record(node_name, "image", "docker", [], [f"{node_name}/pull-image"], f"{node_name}-image")
         self.container_name = config.container.name
         volumes = [
             docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
@@ -143,7 +143,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         if config.storage.nas:
             volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))
         self.container = docker.Container(
-            f"{args.node_name}-container",
+            f"{node_name}-container",
             name=config.container.name,
             image=image.image_id,
             command=["sleep", "infinity"],
@@ -157,8 +157,8 @@ class NodeBootstrap(pulumi.ComponentResource):
                 f"GLOO_SOCKET_IFNAME={NIC}",
                 pulumi.Output.concat("MASTER_ADDR=", args.head_private_ip),
                 f"MASTER_PORT={config.ray.gcs_port}",
-                f"RANK={args.rank}",
-                f"NODE_RANK={args.rank}",
+                f"RANK={machine.rank}",
+                f"NODE_RANK={machine.rank}",
             ],
             restart="unless-stopped",
             # An init process reaps Ray's exited children: without it they linger as zombies of `sleep infinity`
@@ -169,19 +169,19 @@ class NodeBootstrap(pulumi.ComponentResource):
                      docker.ContainerUlimitArgs(name="nofile", soft=1048576, hard=1048576)],
             opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[gpu_ready, image])),
         )
-        steps.record(args.node_name, "container", "docker", [],
-                     [f"{args.node_name}/gpu-ready", f"{args.node_name}/image"], f"{args.node_name}-container")
+        steps.record(node_name, "container", "docker", [],
+                     [f"{node_name}/gpu-ready", f"{node_name}/image"], f"{node_name}-container")
         self.ready = self.container
-        self.ready_key = f"{args.node_name}/container"
+        self.ready_key = f"{node_name}/container"
         if args.code_env is not None:
             self.ready = steps.remote_step(
                 ctx,
                 "code",
                 ["fetch_code.sh"],
                 args.code_env,
-                after=[(f"{args.node_name}/container", self.container)],
+                after=[(f"{node_name}/container", self.container)],
                 # A recreated container lost its pip installs: install again.
                 triggers=[self.container.id],
             )
-            self.ready_key = f"{args.node_name}/code"
+            self.ready_key = f"{node_name}/code"
         self.register_outputs({"container": self.container.id})

@@ -18,6 +18,7 @@ import pulumi
 import pulumi_command as command
 
 from infra.node import remote
+from infra.sources.base import Machine
 
 # Generous dial limits: nodes are new (sshd may not be up yet) and the GPU driver installer reboots them.
 DIAL_ERROR_LIMIT = 120
@@ -61,10 +62,13 @@ def private_key(path: str) -> pulumi.Output[str]:
     return pulumi.Output.secret(key_file.read_text())
 
 
-def connection(host: pulumi.Input[str], key: pulumi.Output[str]) -> command.remote.ConnectionArgs:
+def connection(
+    host: pulumi.Input[str], key: pulumi.Output[str], user: str = "root", port: int = 22
+) -> command.remote.ConnectionArgs:
     return command.remote.ConnectionArgs(
         host=host,
-        user="root",
+        user=user,
+        port=port,
         private_key=key,
         dial_error_limit=DIAL_ERROR_LIMIT,
         per_dial_timeout=PER_DIAL_TIMEOUT_S,
@@ -80,6 +84,17 @@ class StepContext:
     key: pulumi.Output[str]
     parent: pulumi.Resource
     node_env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    user: str = "root"
+    port: int = 22
+    depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first step (the machine)
+
+
+def context_for(
+    machine: Machine, key: pulumi.Output[str], parent: pulumi.Resource, *, first: bool = False
+) -> StepContext:
+    """The step context of one machine. `first`: the machine's first steps also wait for the machine itself."""
+    return StepContext(node=machine.name, host=machine.ssh_host, key=key, parent=parent, user=machine.ssh_user,
+                       port=machine.ssh_port, depends_on=machine.depends_on if first else ())
 
 
 def remote_step(
@@ -117,13 +132,13 @@ def remote_step(
         delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}))
     resource = command.remote.Command(
         resource_name,
-        connection=connection(ctx.host, ctx.key),
+        connection=connection(ctx.host, ctx.key, ctx.user, ctx.port),
         create=remote.render(step, scripts, full_env),
         delete=delete,
         triggers=list(triggers) if triggers is not None else None,
         opts=pulumi.ResourceOptions(
             parent=ctx.parent,
-            depends_on=[r for _, r in after],
+            depends_on=[*ctx.depends_on, *(r for _, r in after)],
             delete_before_replace=delete_before_replace,
         ),
     )

@@ -19,13 +19,17 @@ from infra.layout import DATA_MOUNT
 from infra.node import steps
 from infra.node.bootstrap import NodeBootstrap
 from infra.ray import commands as ray_commands
-from infra.sources.alibaba.instance import GpuNode
+from infra.sources.base import Machine
 
 
 @dataclass(frozen=True)
 class RayNode:
     name: str
-    node: GpuNode
+    machine: Machine
+
+    @property
+    def private_ip(self) -> pulumi.Output[str]:
+        return pulumi.Output.from_input(self.machine.private_ip)
     bootstrap: NodeBootstrap
 
 
@@ -67,7 +71,7 @@ class RayCluster(pulumi.ComponentResource):
         super().__init__("roll-cluster:index:RayCluster", name, None, opts)
         config = args.config
         head = args.nodes[0]
-        self.head_private_ip = head.node.private_ip
+        self.head_private_ip = head.private_ip
         node_settings = ray_settings(config, args.gpus_per_node, tuple(sorted(args.secret_env)))
         self.settings = node_settings
         started: list[tuple[str, pulumi.Resource]] = []
@@ -77,7 +81,7 @@ class RayCluster(pulumi.ComponentResource):
             ray_commands.HEAD_STEP.step,
             ray_commands.HEAD_STEP.scripts,
             args.secret_env,
-            dynamic_env=head.node.private_ip.apply(lambda ip: ray_commands.head_env(node_settings, ip)),
+            dynamic_env=head.private_ip.apply(lambda ip: ray_commands.head_env(node_settings, ip)),
             after=[(head.bootstrap.ready_key, head.bootstrap.ready)],
             delete_scripts=ray_commands.RAY_STOP_STEP.scripts,
             delete_env=ray_commands.ray_stop_env(node_settings),
@@ -87,7 +91,7 @@ class RayCluster(pulumi.ComponentResource):
         )
         started.append((f"{head.name}/ray-head", head_start))
         for rank, worker in enumerate(args.nodes[1:], start=1):
-            env = pulumi.Output.all(worker.node.private_ip, head.node.private_ip).apply(
+            env = pulumi.Output.all(worker.private_ip, head.private_ip).apply(
                 functools.partial(_worker_env, node_settings, rank)
             )
             join = steps.remote_step(
@@ -103,10 +107,10 @@ class RayCluster(pulumi.ComponentResource):
                 delete_before_replace=True,
             )
             started.append((f"{worker.name}/ray-worker", join))
-        all_ips = pulumi.Output.all(*[n.node.private_ip for n in args.nodes])
+        all_ips = pulumi.Output.all(*[n.private_ip for n in args.nodes])
         # A cluster-level step (it runs on the head): it reruns when nodes come or go, the head's own steps don't.
         self.ready = steps.remote_step(
-            steps.StepContext(node=head.name, host=head.node.public_ip, key=args.private_key, parent=self),
+            steps.context_for(head.machine, args.private_key, self),
             ray_commands.READY_STEP.step,
             ray_commands.READY_STEP.scripts,
             {},
@@ -118,8 +122,7 @@ class RayCluster(pulumi.ComponentResource):
 
     @staticmethod
     def _context(ray_node: RayNode, args: RayClusterArgs) -> steps.StepContext:
-        return steps.StepContext(node=ray_node.name, host=ray_node.node.public_ip, key=args.private_key,
-                                 parent=ray_node.bootstrap)
+        return steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap)
 
 
 

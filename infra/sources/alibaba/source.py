@@ -1,0 +1,121 @@
+"""The `alibaba` node source: new GPU ECS instances in a VPC of their own, placed by stock, with optional NAS.
+
+Stages inside: placement (placement.py, plan time) -> network (network.py) -> key pair -> NAS (storage.py) ->
+instances (instance.py). What it hands on is the same as any other source's (infra/sources/base.py).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pulumi_alicloud as alicloud
+
+from infra.config import ClusterConfig
+from infra.sources.alibaba.instance import DATA_DISK_DEVICE, GpuNode, GpuNodeArgs
+from infra.sources.alibaba.network import Network, NetworkArgs
+from infra.sources.alibaba.placement import Placement, choose_placement
+from infra.sources.alibaba.storage import SharedStorage, SharedStorageArgs
+from infra.sources.base import ClusterFacts, Machine, ProvisionedCluster
+
+
+class AlibabaSource:
+    name = "alibaba"
+
+    def __init__(self, config: ClusterConfig, stack: str) -> None:
+        self.config = config
+        self.stack = stack
+
+    @functools.cached_property
+    def placement(self) -> Placement:
+        return choose_placement(self.config)
+
+    def facts(self) -> ClusterFacts:
+        placement = self.placement
+        return ClusterFacts(
+            accelerator="nvidia",
+            accelerators_per_node=placement.gpus_per_node,
+            accelerator_model=placement.gpu_model,
+            bf16=placement.bf16,
+            machine_type=placement.instance_type,
+            location=placement.zone,
+        )
+
+    def provision(self) -> ProvisionedCluster:
+        config, stack, placement = self.config, self.stack, self.placement
+        network = Network(
+            "network",
+            NetworkArgs(
+                stack=stack,
+                zone=placement.zone,
+                instance_type=placement.instance_type,
+                admin_cidrs=config.access.admin_cidrs,
+                dashboard_port=config.ray.dashboard_port,
+                dashboard_open_to_admins=config.access.dashboard == "admin-cidrs",
+            ),
+        )
+        key_pair = alicloud.ecs.EcsKeyPair(
+            "key-pair", key_pair_name=f"roll-cluster-{stack}", public_key=config.access.ssh_public_key
+        )
+        storage = None
+        if config.storage.nas:
+            storage = SharedStorage(
+                "shared",
+                SharedStorageArgs(
+                    stack=stack,
+                    vpc_id=network.vpc_id,
+                    vswitch_id=network.vswitch_id,
+                    vswitch_cidr=network.vswitch_cidr,
+                    storage_type=config.storage.nas_storage_type,
+                    retain_on_destroy=config.storage.retain_on_destroy,
+                ),
+            )
+        machines: list[Machine] = []
+        for rank in range(config.nodes.count):
+            name = f"node-{rank}"
+            node = GpuNode(
+                name,
+                GpuNodeArgs(
+                    stack=stack,
+                    rank=rank,
+                    nodes=config.nodes,
+                    instance_type=network.instance_type,
+                    image_id=placement.image_id,
+                    vswitch_id=network.vswitch_id,
+                    security_group_id=network.security_group_id,
+                    key_pair_name=key_pair.key_pair_name,
+                ),
+            )
+            machines.append(
+                Machine(
+                    name=name,
+                    rank=rank,
+                    ssh_host=node.public_ip,
+                    private_ip=node.private_ip,
+                    identity=node.instance_id,
+                    data_disk=DATA_DISK_DEVICE if config.nodes.data_disk_gb > 0 else None,
+                    depends_on=[node],
+                )
+            )
+        outputs: dict[str, object] = {
+            "zone": network.zone,
+            "instanceType": network.instance_type,
+            "hourlyPrice": hourly_price(placement, config.nodes.count),
+        }
+        return ProvisionedCluster(
+            machines=machines,
+            shared_storage_server=storage.mount_domain if storage else None,
+            outputs=outputs,
+            notes={
+                "placement_tried": list(placement.tried),
+                "image_name": placement.image_name,
+                "nas_retained": config.storage.retain_on_destroy,
+            },
+        )
+
+
+def hourly_price(placement: Placement, count: int) -> float | None:
+    if placement.hourly_price is None:
+        return None
+    return round(placement.hourly_price * count, 2)
+
+
