@@ -1,0 +1,513 @@
+"""MindSpeed-RL (GRPO on Ascend NPUs, seed 002): MindSpeed-RL with MindSpeed, Megatron-LM's `megatron/` and
+MindSpeed-LLM placed beside it on every node (or an image that already has them), and `cli/train_grpo.py`
+submitted to the running Ray cluster with Hydra overrides sized from the cluster. Sources for every fact used here:
+docs/mindspeed-rl.md.
+
+The cluster shape's `gpus_per_node` is the NPU count per node on Ascend hosts (the accelerator layer passes it
+there); MindSpeed-RL asks Ray for bundles of `{"NPU": 1, "CPU": num_cpus_for_placement_group}`, so the Ray nodes
+must offer a custom resource named exactly `NPU`.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedRlConfig, TrainingConfig
+from infra.frameworks.base import (
+    WHERE_FROM_ONLY,
+    ClusterShape,
+    CodeSpec,
+    JobSpec,
+    bare_key,
+    flatten,
+    github_archive_url,
+    image_facts,
+    job_id,
+    key,
+)
+from infra.frameworks.verl import hydra_value
+
+ENTRY_SCRIPT = "cli/train_grpo.py"  # MindSpeed-RL@62e9928:cli/train_grpo.py:544 (@hydra.main, configs/)
+SOURCES_DIR_NAME = "mindspeed-rl-sources"  # beside code_dir: the three checkouts whose packages are copied in
+PLACED_PACKAGES = ("mindspeed", "megatron", "mindspeed_llm")
+CODE_SCRIPTS = ("fetch_code.sh", "mindspeed_rl_code.sh")
+
+NUM_NPUS = "rl_config.actor_resource.num_npus"
+TOKENIZER = "megatron_training.tokenizer_name_or_path"
+DATA = "megatron_training.data_path"
+LOAD = "actor_config.load"
+SAVE = "actor_config.save"
+PATH_KEYS = {TOKENIZER: "tokenizerPath", DATA: "dataPath", LOAD: "loadPath", SAVE: "savePath"}
+
+# The values of the GRPO examples of MindSpeed-RL 2.0.0 (the default ref) that the plan-time checks need, read
+# from Ascend/MindSpeed-RL@62e9928:configs/<name>.yaml. Only these two GRPO configs exist at that ref; both are
+# written for one 16-NPU A3 node, i.e. 2 x 8 NPUs on Atlas 800T A2 / 910B.
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "grpo_qwen25_7b_A3": {
+        NUM_NPUS: 16,
+        "actor_config.tensor_model_parallel_size": 4,
+        "actor_config.pipeline_model_parallel_size": 1,
+        "actor_config.micro_batch_size": 1,
+        "megatron_training.global_batch_size": 32,
+        "megatron_training.seq_length": 2048,
+        "rl_config.n_samples_per_prompt": 8,
+        "rl_config.use_integrated_worker": True,
+        "rl_config.verifier_function": ["base_acc"],
+        "rl_config.verifier_weight": [1.0],
+        "generate_config.infer_tensor_parallel_size": 4,
+        "generate_config.infer_pipeline_parallel_size": 1,
+        "generate_config.max_model_len": 4096,
+        TOKENIZER: "./Qwen2.5-7B",
+        DATA: "./dataset/deepscaler/data",
+        LOAD: "./ckpt",
+        SAVE: "./ckpt",
+    },
+    "grpo_qwen25_32b_A3": {
+        NUM_NPUS: 16,
+        "actor_config.tensor_model_parallel_size": 8,
+        "actor_config.pipeline_model_parallel_size": 1,
+        "actor_config.micro_batch_size": 1,
+        "megatron_training.global_batch_size": 32,
+        "megatron_training.seq_length": 2048,
+        "rl_config.n_samples_per_prompt": 8,
+        "rl_config.use_integrated_worker": True,
+        "rl_config.verifier_function": ["base_acc"],
+        "rl_config.verifier_weight": [1.0],
+        "generate_config.infer_tensor_parallel_size": 8,
+        "generate_config.infer_pipeline_parallel_size": 1,
+        "generate_config.max_model_len": 4096,
+        TOKENIZER: "./Qwen2.5-32B",
+        DATA: "./data",
+        LOAD: "./ckpt",
+        SAVE: "./ckpt",
+    },
+}
+
+# Class defaults of MindSpeed-RL 2.0.0 for what an example leaves unset (mindspeed_rl/config_cls/
+# megatron_config.py:305-306,325, generate_config.py:48,51,60, rl_config.py:95).
+CLASS_DEFAULTS: dict[str, Any] = {
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "generate_config.infer_tensor_parallel_size": 8,
+    "generate_config.infer_pipeline_parallel_size": 1,
+    "generate_config.max_model_len": 2048,
+    "rl_config.n_samples_per_prompt": 1,
+    "rl_config.num_cpus_for_placement_group": 8,
+}
+
+# Values MindSpeed-RL's own launch script exports before `ray start` on every node; they must reach the raylets
+# (the Ray/accelerator layer's business), not the job (examples/grpo/grpo_trainer_qwen25_7b.sh:3-4,13-14 at 2.0.0;
+# jemalloc: docs/install_guide.md:115-128).
+NODE_ENV_EXPECTED = {
+    "LD_PRELOAD": "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 (arm64)",
+    "TASK_QUEUE_ENABLE": "2",
+    "HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME": "the node's NIC",
+    "RAY_DEDUP_LOGS": "0",
+}
+
+CHECKS = (
+    f"{NUM_NPUS} <= nodes x NPUs per node (placement groups of {{NPU: 1}} bundles, STRICT_PACK per node)",
+    "num_npus % (TP x PP x CP) == 0",
+    "(global_batch_size x n_samples_per_prompt) % micro_batch_size == 0",
+    "global_batch_size % DP == 0 and (global_batch_size / DP x n_samples_per_prompt) % micro_batch_size == 0, "
+    "DP = num_npus / (TP x PP x CP)",
+    "global_batch_size % (num_npus / (infer TP x infer PP)) == 0",
+    "infer TP <= TP: TP % infer TP == 0; infer TP > TP: DP x TP >= infer TP and DP x TP % infer TP == 0",
+    "generate_config.max_model_len >= seq_length",
+    "len(rl_config.verifier_function) == len(rl_config.verifier_weight)",
+    "tokenizer, data, load and save paths are absolute",
+)
+
+_GITCODE_ASCEND = re.compile(r"^https://gitcode\.com/Ascend/([\w.-]+?)(?:\.git)?/?$")
+
+
+def archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
+    """The user's archive, else GitHub's archive of the ref: of the repo itself, or of the GitHub mirror
+    (github.com/Ascend/<name>) for an Ascend repo on gitcode; the mirror carries the same commits."""
+    if explicit:
+        return explicit
+    match = _GITCODE_ASCEND.match(repo)
+    if match:
+        return f"https://github.com/Ascend/{match.group(1)}/archive/{ref}.tar.gz"
+    return github_archive_url(repo, ref)
+
+
+@dataclass(frozen=True)
+class Value:
+    value: Any
+    source: str  # "override", "cluster", "example" or "default"
+
+    def origin(self, example: str) -> str:
+        return {
+            "override": "from training.overrides",
+            "cluster": "set from the cluster",
+            "example": f"from {example}.yaml",
+            "default": "MindSpeed-RL's default",
+        }[self.source]
+
+
+class MindSpeedRlAdapter:
+    name = "mindspeed-rl"
+
+    def __init__(self, training: TrainingConfig, container: ContainerConfig):
+        if training.mindspeed_rl is None:  # TrainingConfig already refuses this; kept for direct callers
+            raise ValueError(f"{key('training.mindspeedRl')}: required when framework is `mindspeed-rl`; got nothing")
+        self.training = training
+        self.container = container
+        self.msrl: MindSpeedRlConfig = training.mindspeed_rl
+
+    # ------------------------------------------------------------------------------------------------ code
+    @property
+    def sources_dir(self) -> str:
+        return posixpath.join(posixpath.dirname(self.msrl.code_dir.rstrip("/")) or "/", SOURCES_DIR_NAME)
+
+    def code(self) -> CodeSpec | None:
+        if self.msrl.image_has_code:
+            return None  # the image holds the placed code (seed 002 ends with `docker commit`); the head checks it
+        pins = {
+            "MINDSPEED": self.msrl.mindspeed,
+            "MEGATRON": self.msrl.megatron,
+            "MINDSPEED_LLM": self.msrl.mindspeed_llm,
+        }
+        extra: dict[str, str] = {
+            "MSRL_SOURCES_DIR": self.sources_dir,
+            "MSRL_ANTLR_REQUIREMENT": self.msrl.antlr_requirement,
+        }
+        for prefix, pin in pins.items():
+            extra[f"{prefix}_REPO"] = pin.repo
+            extra[f"{prefix}_REF"] = pin.ref
+            extra[f"{prefix}_ARCHIVE_URL"] = archive_url(pin.repo, pin.ref, pin.archive_url) or ""
+        # fetch_code.sh checks out MindSpeed-RL itself and installs nothing: mindspeed_rl_code.sh installs the
+        # requirements after the placement, in the install guide's order.
+        return CodeSpec(
+            repo=self.msrl.repo,
+            ref=self.msrl.ref,
+            archive_url=archive_url(self.msrl.repo, self.msrl.ref, self.msrl.archive_url),
+            code_dir=self.msrl.code_dir,
+            requirements_file=None,
+            pip_index_url=self.msrl.pip_index_url,
+            install_editable=False,
+            extra_packages="",
+            scripts=CODE_SCRIPTS,
+            extra_env=extra,
+        )
+
+    # -------------------------------------------------------------------------------------- configuration
+    def example_values(self) -> dict[str, Any] | None:
+        """The example's values, when known for the configured ref; None otherwise (then only the cluster's and
+        the user's values are checked)."""
+        if self.msrl.ref != DEFAULT_MSRL_REF:
+            return None
+        return EXAMPLES.get(self.msrl.example_config)
+
+    def cluster_overrides(self, shape: ClusterShape) -> dict[str, Any]:
+        """What the cluster and training.mindspeedRl decide. `++` (Hydra's add-or-override) so that an example
+        without one of these keys still takes it."""
+        save = self.msrl.save_path or posixpath.join(shape.output_root(self.name), "ckpt")
+        return {
+            f"++{NUM_NPUS}": shape.total_gpus,
+            f"++{TOKENIZER}": self.msrl.tokenizer_path,
+            f"++{DATA}": self.msrl.data_path,
+            f"++{LOAD}": self.msrl.load_path,
+            f"++{SAVE}": save,
+        }
+
+    def effective_overrides(self, shape: ClusterShape) -> dict[str, Any]:
+        """Cluster values, then the user's keys; a user key replaces a cluster value of the same name (Hydra
+        rejects a key given twice)."""
+        merged: dict[str, tuple[str, Any]] = {
+            bare_key(name): (name, value) for name, value in self.cluster_overrides(shape).items()
+        }
+        for name, value in flatten(self.training.overrides).items():
+            merged[bare_key(name)] = (name, value)
+        return dict(merged.values())
+
+    def arguments(self, shape: ClusterShape) -> list[str]:
+        return [f"{name}={hydra_value(value)}" for name, value in self.effective_overrides(shape).items()]
+
+    def values(self, shape: ClusterShape) -> dict[str, Value]:
+        """Every known value by its Hydra key, with where it comes from (the user's keys win)."""
+        values: dict[str, Value] = {}
+        for name, value in (self.example_values() or {}).items():
+            values[name] = Value(value, "example")
+        for name, value in self.cluster_overrides(shape).items():
+            values[bare_key(name)] = Value(value, "cluster")
+        for name, value in flatten(self.training.overrides).items():
+            if not name.startswith("~"):
+                values[bare_key(name)] = Value(value, "override")
+        return values
+
+    # ------------------------------------------------------------------------------------------------- job
+    def runtime_env(self) -> dict[str, Any]:
+        # MindSpeed-RL's driver calls ray.init(runtime_env=configs/envs/runtime_env.yaml); Ray merges that with the
+        # job's runtime env and raises on a key set by both, so the job sets only PYTHONPATH, which no
+        # MindSpeed-RL runtime_env.yaml sets. `${PYTHONPATH}` keeps what the node has (CANN's set_env.sh adds to it).
+        return {"env_vars": {"PYTHONPATH": f"{self.msrl.code_dir}:${{PYTHONPATH}}"}}
+
+    def entrypoint(self, shape: ClusterShape) -> str:
+        code_dir = shlex.quote(self.msrl.code_dir)
+        arguments = " ".join(shlex.quote(argument) for argument in self.arguments(shape))
+        # The driver runs from MindSpeed-RL's root, as upstream's launch script does; RAY_OVERRIDE_JOB_RUNTIME_ENV
+        # lets the driver's runtime env win should a later MindSpeed-RL ever set PYTHONPATH itself.
+        return (
+            f"cd {code_dir} && export HYDRA_FULL_ERROR=1 RAY_OVERRIDE_JOB_RUNTIME_ENV=1 "
+            f'PYTHONPATH={code_dir}"${{PYTHONPATH:+:$PYTHONPATH}}" && '
+            f"python3 {ENTRY_SCRIPT} --config-name {shlex.quote(self.msrl.example_config)} {arguments}"
+        )
+
+    def pre_submit_check(self) -> str:
+        """On the head, in the container, before submission: the placed code and the example are there (an image
+        that claims to have the code is checked here too). That Ray offers the NPUs is the readiness gate's job."""
+        code_dir = self.msrl.code_dir
+        needed = [
+            posixpath.join(code_dir, ENTRY_SCRIPT),
+            posixpath.join(code_dir, "configs", f"{self.msrl.example_config}.yaml"),
+        ]
+        dirs = [posixpath.join(code_dir, name) for name in ("mindspeed_rl", *PLACED_PACKAGES)]
+        where = "the image (training.mindspeedRl.imageHasCode is true)" if self.msrl.image_has_code else "the code step"
+        tests = " && ".join(
+            [*(f"test -f {shlex.quote(p)}" for p in needed), *(f"test -d {shlex.quote(d)}" for d in dirs)]
+        )
+        missing = (
+            f"MindSpeed-RL is incomplete in {code_dir}: expected {', '.join(needed + dirs)} from {where}; "
+            "see training.mindspeedRl.codeDir and exampleConfig"
+        )
+        return f"{tests} || {{ echo {shlex.quote(missing)} >&2; exit 1; }}"
+
+    def job(self, shape: ClusterShape) -> JobSpec:
+        entrypoint = self.entrypoint(shape)
+        check = self.pre_submit_check()
+        configuration = {
+            "mindspeed_rl": self.msrl.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
+            "overrides": self.training.overrides,
+            **image_facts(self.container),
+        }
+        return JobSpec(
+            job_id=job_id(self.name, shape, configuration),
+            workdir=self.msrl.code_dir,
+            entrypoint=entrypoint,
+            runtime_env=self.runtime_env(),
+            files={},
+            prepare=None,
+            pre_submit_check=check,
+            reward_server=None,
+            summary=self.summary(shape, entrypoint, check),
+        )
+
+    def summary(self, shape: ClusterShape, entrypoint: str, check: str) -> dict[str, Any]:
+        values = self.values(shape)
+        npus = values[NUM_NPUS].value
+        cpus = self._int(values, "rl_config.num_cpus_for_placement_group")
+        per_node = min(shape.gpus_per_node, npus) if isinstance(npus, int) and shape.gpus_per_node else None
+        code: dict[str, Any] = {"dir": self.msrl.code_dir, "image_has_code": self.msrl.image_has_code}
+        if not self.msrl.image_has_code:
+            code.update({
+                "MindSpeed-RL": f"{self.msrl.repo}@{self.msrl.ref}",
+                "placed": {
+                    "mindspeed": f"{self.msrl.mindspeed.repo}@{self.msrl.mindspeed.ref}",
+                    "megatron": f"{self.msrl.megatron.repo}@{self.msrl.megatron.ref}",
+                    "mindspeed_llm": f"{self.msrl.mindspeed_llm.repo}@{self.msrl.mindspeed_llm.ref}",
+                },
+                "sources_dir": self.sources_dir,
+                "scripts": list(CODE_SCRIPTS),
+            })
+        return {
+            "framework": self.name,
+            "cluster": shape.facts(),
+            "code": code,
+            "example_config": f"configs/{self.msrl.example_config}.yaml",
+            "example_values_known": self.example_values() is not None,
+            "hydra_overrides": self.arguments(shape),
+            "overrides": self.training.overrides,
+            "command": entrypoint,
+            "runtime_env": self.runtime_env(),
+            "ray_resources_expected": {
+                "NPU": f"{shape.gpus_per_node} per node (custom resource named NPU)",
+                "CPU": f">= {per_node} x {cpus} + 2 per node (placement bundles, the train task, a rule reward)"
+                if per_node is not None and cpus is not None
+                else "unknown",
+            },
+            "node_env_expected": dict(NODE_ENV_EXPECTED),
+            "checks": list(CHECKS),
+            "pre_submit_check": check,
+            "warnings": self.warnings(shape),
+        }
+
+    def warnings(self, shape: ClusterShape) -> list[str]:
+        notes: list[str] = []
+        if self.example_values() is None:
+            notes.append(
+                f"the values of {self.msrl.example_config}.yaml at ref {self.msrl.ref} are not known here: only the "
+                "cluster's and training.overrides' values are checked before deployment"
+            )
+        npus = self.values(shape)[NUM_NPUS].value
+        if isinstance(npus, int) and 0 < npus < shape.total_gpus:
+            idle = shape.total_gpus - npus
+            notes.append(f"{NUM_NPUS} is {npus}: {idle} of the cluster's {shape.total_gpus} NPUs stay idle")
+        return notes
+
+    # ------------------------------------------------------------------------------------------ local checks
+    @staticmethod
+    def _int(values: Mapping[str, Value], name: str) -> int | None:
+        """A value by its key; `tensor_model_parallel_size` and the like resolve as MindSpeed-RL merges them:
+        actor_config over megatron_training (cli/train_grpo.py:199), then the class default."""
+        candidates = [name] if "." in name else [f"actor_config.{name}", f"megatron_training.{name}"]
+        for candidate in candidates:
+            if candidate in values:
+                value = values[candidate].value
+                return value if isinstance(value, int) and not isinstance(value, bool) else None
+        default = CLASS_DEFAULTS.get(name)
+        return default if isinstance(default, int) else None
+
+    def problems(self, shape: ClusterShape) -> list[str]:
+        values = self.values(shape)
+        example = self.msrl.example_config
+        problems: list[str] = []
+
+        def where(name: str) -> str:
+            """The key the user changes for `name` (a bare Hydra key such as `actor_config.micro_batch_size`)."""
+            found = self._found(values, name)
+            if found is not None and found in PATH_KEYS and values[found].source == "cluster":
+                return key(f"training.mindspeedRl.{PATH_KEYS[found]}")
+            if found is not None and found == NUM_NPUS and values[found].source == "cluster":
+                return key("nodes.count")
+            return key(f"training.overrides.{found or name}")
+
+        def got(*names: str) -> str:
+            parts = []
+            for name in names:
+                found = self._found(values, name)
+                if found is None:
+                    parts.append(f"{name} {CLASS_DEFAULTS.get(name)!r} (MindSpeed-RL's default)")
+                else:
+                    parts.append(f"{found} {values[found].value!r} ({values[found].origin(example)})")
+            return "; ".join(parts)
+
+        for name in PATH_KEYS:
+            value = values[name].value if name in values else None
+            if not (isinstance(value, str) and value.startswith("/")):
+                problems.append(
+                    f"{where(name)}: must be an absolute path, the same on every node (MindSpeed-RL's workers resolve "
+                    f"relative paths against the directory Ray was started in); got {got(name)}"
+                )
+
+        npus = self._int(values, NUM_NPUS)
+        if npus is None or npus < 1:
+            problems.append(f"{where(NUM_NPUS)}: must be a whole number of NPUs, at least 1; got {got(NUM_NPUS)}")
+            return problems
+        total = shape.total_gpus
+        cluster = f"{shape.nodes} node{'s' if shape.nodes > 1 else ''} x {shape.gpus_per_node} NPUs = {total}"
+        if npus > total:
+            needed = math.ceil(npus / max(shape.gpus_per_node, 1))
+            problems.append(
+                f"{where(NUM_NPUS)}: must be at most the cluster's {cluster} (MindSpeed-RL reserves one "
+                f"STRICT_PACK placement group of {shape.gpus_per_node} NPUs per node, so it needs {needed} nodes and "
+                f"would wait forever); got {got(NUM_NPUS)}"
+            )
+
+        tp, pp, cp = (
+            self._int(values, name)
+            for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+        )
+        itp = self._int(values, "generate_config.infer_tensor_parallel_size")
+        ipp = self._int(values, "generate_config.infer_pipeline_parallel_size")
+        batch = self._int(values, "global_batch_size")
+        micro = self._int(values, "micro_batch_size")
+        samples = self._int(values, "rl_config.n_samples_per_prompt")
+        for name, value in (("tensor_model_parallel_size", tp), ("pipeline_model_parallel_size", pp),
+                            ("context_parallel_size", cp), ("generate_config.infer_tensor_parallel_size", itp),
+                            ("generate_config.infer_pipeline_parallel_size", ipp), ("micro_batch_size", micro),
+                            ("global_batch_size", batch), ("rl_config.n_samples_per_prompt", samples)):
+            if value is not None and value < 1:
+                problems.append(f"{where(name)}: must be a whole number, at least 1; got {got(name)}")
+                return problems
+
+        if tp and pp and cp:
+            if npus % (tp * pp * cp):
+                problems.append(
+                    f"{where('tensor_model_parallel_size')}: {NUM_NPUS} must be divisible by TP x PP x CP "
+                    f"(MindSpeed-RL validate_config); got {npus} and {tp} x {pp} x {cp} = {tp * pp * cp}: "
+                    + got(NUM_NPUS, "tensor_model_parallel_size", "pipeline_model_parallel_size")
+                )
+            else:
+                dp = npus // (tp * pp * cp)
+                if batch and micro and samples:
+                    if (batch * samples) % micro:
+                        problems.append(
+                            f"{where('micro_batch_size')}: global_batch_size x n_samples_per_prompt must be divisible "
+                            f"by micro_batch_size; got {batch} x {samples} and {micro}: "
+                            + got("global_batch_size", "rl_config.n_samples_per_prompt", "micro_batch_size")
+                        )
+                    elif batch % dp:
+                        problems.append(
+                            f"{where('global_batch_size')}: must be divisible by the actor's data-parallel size "
+                            f"DP = num_npus / (TP x PP x CP) = {npus} / {tp * pp * cp} = {dp}; got "
+                            + got("global_batch_size", NUM_NPUS)
+                        )
+                    elif (batch // dp * samples) % micro:
+                        problems.append(
+                            f"{where('micro_batch_size')}: global_batch_size / DP x n_samples_per_prompt = "
+                            f"{batch // dp * samples} must be divisible by micro_batch_size; got "
+                            + got("micro_batch_size", "global_batch_size")
+                        )
+                if itp:
+                    if itp <= tp and tp % itp:
+                        problems.append(
+                            f"{where('generate_config.infer_tensor_parallel_size')}: must divide the training TP {tp} "
+                            f"when not larger (MindSpeed-RL gathers train TP into infer TP); got "
+                            + got("generate_config.infer_tensor_parallel_size", "tensor_model_parallel_size")
+                        )
+                    if itp > tp and (dp * tp < itp or (dp * tp) % itp):
+                        problems.append(
+                            f"{where('generate_config.infer_tensor_parallel_size')}: larger than the training TP, so "
+                            f"DP x TP = {dp * tp} must be a multiple of it; got "
+                            + got("generate_config.infer_tensor_parallel_size", "tensor_model_parallel_size")
+                        )
+        if itp and ipp and batch:
+            if npus % (itp * ipp):
+                problems.append(
+                    f"{where('generate_config.infer_tensor_parallel_size')}: {NUM_NPUS} must be divisible by "
+                    f"infer TP x infer PP; got {npus} and {itp} x {ipp}: "
+                    + got("generate_config.infer_tensor_parallel_size", NUM_NPUS)
+                )
+            elif batch % (npus // (itp * ipp)):
+                problems.append(
+                    f"{where('global_batch_size')}: must be divisible by the rollout's data-parallel size num_npus / "
+                    f"(infer TP x infer PP) = {npus // (itp * ipp)}; got "
+                    + got("global_batch_size", "generate_config.infer_tensor_parallel_size")
+                )
+        seq = self._int(values, "seq_length")
+        max_len = self._int(values, "generate_config.max_model_len")
+        if seq and max_len and max_len < seq:
+            problems.append(
+                f"{where('generate_config.max_model_len')}: must be at least seq_length {seq}; got "
+                + got("generate_config.max_model_len", "seq_length")
+            )
+        functions = values.get("rl_config.verifier_function")
+        weights = values.get("rl_config.verifier_weight")
+        if (
+            functions
+            and weights
+            and isinstance(functions.value, list)
+            and isinstance(weights.value, list)
+            and len(functions.value) != len(weights.value)
+        ):
+            problems.append(
+                f"{where('rl_config.verifier_weight')}: must have one weight per verifier_function; got "
+                + got("rl_config.verifier_function", "rl_config.verifier_weight")
+            )
+        return problems
+
+    @staticmethod
+    def _found(values: Mapping[str, Value], name: str) -> str | None:
+        """The full key under which `name` is set (actor_config before megatron_training for a bare name)."""
+        candidates = [name] if "." in name else [f"actor_config.{name}", f"megatron_training.{name}"]
+        return next((candidate for candidate in candidates if candidate in values), None)
+
