@@ -43,6 +43,8 @@ check_placement_settings() {
 
 # fetch_source NAME REPO REF ARCHIVE_URL: one source checkout under MSRL_SOURCES_DIR with fetch_code.sh's own fetch
 # (git, then the archive; a marker; never over local edits). Nothing is pip-installed here.
+# The CODE_* and install settings below are read by fetch_code.sh's functions, rendered before this script.
+# shellcheck disable=SC2034
 fetch_source() {
   local name=$1
   CODE_REPO=$2 CODE_REF=$3 CODE_ARCHIVE_URL=$4
