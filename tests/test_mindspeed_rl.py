@@ -221,7 +221,10 @@ def test_the_job_id_follows_the_training_configuration_only() -> None:
     first = adapter().job(shape()).job_id
     assert first.startswith("mindspeed-rl-ascend-")
     assert adapter().job(shape()).job_id == first
-    assert adapter(pipIndexUrl="https://pypi.org/simple/").job(shape()).job_id == first  # where from, not what
+    # Where the code comes from is not what is trained.
+    assert adapter(pipIndexUrl="https://pypi.org/simple/").job(shape()).job_id == first
+    assert adapter(megatron={"archiveUrl": "https://oss.example.com/megatron.tar.gz"}).job(shape()).job_id == first
+    assert adapter(megatron={"ref": "core_r0.8.0"}).job(shape()).job_id != first
     assert adapter({"rl_config.n_samples_per_prompt": 16}).job(shape()).job_id != first
     assert adapter(imageHasCode=True).job(shape()).job_id != first
 

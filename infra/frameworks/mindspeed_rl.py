@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedRlConfig, TrainingConfig
+from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedPin, MindSpeedRlConfig, TrainingConfig
 from infra.frameworks.base import (
     WHERE_FROM_ONLY,
     ClusterShape,
@@ -281,11 +281,20 @@ class MindSpeedRlAdapter:
         )
         return f"{tests} || {{ echo {shlex.quote(missing)} >&2; exit 1; }}"
 
+    @staticmethod
+    def where_from_only() -> dict[str, Any]:
+        """The settings of where the code comes from, also inside the three pins: not part of the job's id."""
+        pin_fields = {name: True for name in WHERE_FROM_ONLY if name in MindSpeedPin.model_fields}
+        return {
+            **{name: True for name in WHERE_FROM_ONLY},
+            **{pin: pin_fields for pin in ("mindspeed", "megatron", "mindspeed_llm")},
+        }
+
     def job(self, shape: ClusterShape) -> JobSpec:
         entrypoint = self.entrypoint(shape)
         check = self.pre_submit_check()
         configuration = {
-            "mindspeed_rl": self.msrl.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
+            "mindspeed_rl": self.msrl.model_dump(mode="json", exclude=self.where_from_only()),
             "overrides": self.training.overrides,
             **image_facts(self.container),
         }
