@@ -318,6 +318,21 @@ def test_mindspeed_rl_rules_are_checked_before_deploy_naming_the_key(
     assert fragment in problems[0]
 
 
+def test_sizes_that_are_not_whole_positive_numbers_are_refused_by_key() -> None:
+    problems = check_before_deploy(
+        training({"actor_config.micro_batch_size": "2", "rl_config.n_samples_per_prompt": 0}),
+        ContainerConfig(),
+        shape(2, 8),
+    )
+
+    assert problems == [
+        "roll-cluster:training.overrides.actor_config.micro_batch_size: must be a whole number, at least 1; got "
+        "actor_config.micro_batch_size '2' (from training.overrides)",
+        "roll-cluster:training.overrides.rl_config.n_samples_per_prompt: must be a whole number, at least 1; got "
+        "rl_config.n_samples_per_prompt 0 (from training.overrides)",
+    ]
+
+
 def test_an_example_unknown_at_the_ref_is_checked_only_on_what_is_known() -> None:
     chosen = adapter({"actor_config.tensor_model_parallel_size": 3}, exampleConfig="grpo_qwen3_8b_A3")
 

@@ -430,13 +430,16 @@ class MindSpeedRlAdapter:
         batch = self._int(values, "global_batch_size")
         micro = self._int(values, "micro_batch_size")
         samples = self._int(values, "rl_config.n_samples_per_prompt")
+        not_sizes: list[str] = []
         for name, value in (("tensor_model_parallel_size", tp), ("pipeline_model_parallel_size", pp),
                             ("context_parallel_size", cp), ("generate_config.infer_tensor_parallel_size", itp),
                             ("generate_config.infer_pipeline_parallel_size", ipp), ("micro_batch_size", micro),
                             ("global_batch_size", batch), ("rl_config.n_samples_per_prompt", samples)):
-            if value is not None and value < 1:
-                problems.append(f"{where(name)}: must be a whole number, at least 1; got {got(name)}")
-                return problems
+            found = self._found(values, name)
+            if (value is not None and value < 1) or (found is not None and value is None):
+                not_sizes.append(f"{where(name)}: must be a whole number, at least 1; got {got(name)}")
+        if not_sizes:
+            return problems + not_sizes  # the rules below divide by these
 
         if tp and pp and cp:
             if npus % (tp * pp * cp):
