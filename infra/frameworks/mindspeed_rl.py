@@ -1,7 +1,7 @@
 """MindSpeed-RL (GRPO on Ascend NPUs, seed 002): MindSpeed-RL with MindSpeed, Megatron-LM's `megatron/` and
 MindSpeed-LLM placed beside it on every node (or an image that already has them), and `cli/train_grpo.py`
-submitted to the running Ray cluster with Hydra overrides sized from the cluster. Sources for every fact used here:
-docs/mindspeed-rl.md.
+submitted to the running Ray cluster with Hydra overrides sized from the cluster; the plan-time checks live in
+mindspeed_rl_checks.py. Sources for every fact used here: docs/mindspeed-rl.md.
 
 The cluster shape's `gpus_per_node` is the NPU count per node on Ascend hosts (the accelerator layer passes it
 there); MindSpeed-RL asks Ray for bundles of `{"NPU": 1, "CPU": num_cpus_for_placement_group}`, so the Ray nodes
@@ -10,15 +10,13 @@ must offer a custom resource named exactly `NPU`.
 
 from __future__ import annotations
 
-import math
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedPin, MindSpeedRlConfig, TrainingConfig
+from infra.frameworks import mindspeed_rl_checks as checks
 from infra.frameworks.base import (
     WHERE_FROM_ONLY,
     ClusterShape,
@@ -31,76 +29,13 @@ from infra.frameworks.base import (
     job_id,
     key,
 )
+from infra.frameworks.mindspeed_rl_checks import CHECKS, DATA, EXAMPLES, LOAD, NUM_NPUS, SAVE, TOKENIZER, Value, whole
 from infra.frameworks.verl import hydra_value
 
 ENTRY_SCRIPT = "cli/train_grpo.py"  # MindSpeed-RL@62e9928:cli/train_grpo.py:544 (@hydra.main, configs/)
 SOURCES_DIR_NAME = "mindspeed-rl-sources"  # beside code_dir: the three checkouts whose packages are copied in
 PLACED_PACKAGES = ("mindspeed", "megatron", "mindspeed_llm")
 CODE_SCRIPTS = ("fetch_code.sh", "mindspeed_rl_code.sh")
-
-NUM_NPUS = "rl_config.actor_resource.num_npus"
-TOKENIZER = "megatron_training.tokenizer_name_or_path"
-DATA = "megatron_training.data_path"
-LOAD = "actor_config.load"
-SAVE = "actor_config.save"
-PATH_KEYS = {TOKENIZER: "tokenizerPath", DATA: "dataPath", LOAD: "loadPath", SAVE: "savePath"}
-
-# The values of the GRPO examples of MindSpeed-RL 2.0.0 (the default ref) that the plan-time checks need, read
-# from Ascend/MindSpeed-RL@62e9928:configs/<name>.yaml. Only these two GRPO configs exist at that ref; both are
-# written for one 16-NPU A3 node, i.e. 2 x 8 NPUs on Atlas 800T A2 / 910B.
-EXAMPLES: dict[str, dict[str, Any]] = {
-    "grpo_qwen25_7b_A3": {
-        NUM_NPUS: 16,
-        "actor_config.tensor_model_parallel_size": 4,
-        "actor_config.pipeline_model_parallel_size": 1,
-        "actor_config.micro_batch_size": 1,
-        "megatron_training.global_batch_size": 32,
-        "megatron_training.seq_length": 2048,
-        "rl_config.n_samples_per_prompt": 8,
-        "rl_config.use_integrated_worker": True,
-        "rl_config.verifier_function": ["base_acc"],
-        "rl_config.verifier_weight": [1.0],
-        "generate_config.infer_tensor_parallel_size": 4,
-        "generate_config.infer_pipeline_parallel_size": 1,
-        "generate_config.max_model_len": 4096,
-        TOKENIZER: "./Qwen2.5-7B",
-        DATA: "./dataset/deepscaler/data",
-        LOAD: "./ckpt",
-        SAVE: "./ckpt",
-    },
-    "grpo_qwen25_32b_A3": {
-        NUM_NPUS: 16,
-        "actor_config.tensor_model_parallel_size": 8,
-        "actor_config.pipeline_model_parallel_size": 1,
-        "actor_config.micro_batch_size": 1,
-        "megatron_training.global_batch_size": 32,
-        "megatron_training.seq_length": 2048,
-        "rl_config.n_samples_per_prompt": 8,
-        "rl_config.use_integrated_worker": True,
-        "rl_config.verifier_function": ["base_acc"],
-        "rl_config.verifier_weight": [1.0],
-        "generate_config.infer_tensor_parallel_size": 8,
-        "generate_config.infer_pipeline_parallel_size": 1,
-        "generate_config.max_model_len": 4096,
-        TOKENIZER: "./Qwen2.5-32B",
-        DATA: "./data",
-        LOAD: "./ckpt",
-        SAVE: "./ckpt",
-    },
-}
-
-# Class defaults of MindSpeed-RL 2.0.0 for what an example leaves unset (mindspeed_rl/config_cls/
-# megatron_config.py:305-306,325, generate_config.py:48,51,60, rl_config.py:95).
-CLASS_DEFAULTS: dict[str, Any] = {
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "generate_config.infer_tensor_parallel_size": 8,
-    "generate_config.infer_pipeline_parallel_size": 1,
-    "generate_config.max_model_len": 2048,
-    "rl_config.n_samples_per_prompt": 1,
-    "rl_config.num_cpus_for_placement_group": 8,
-}
 
 # Values MindSpeed-RL's own launch script exports before `ray start` on every node; they must reach the raylets
 # (the Ray/accelerator layer's business), not the job (examples/grpo/grpo_trainer_qwen25_7b.sh:3-4,13-14 at 2.0.0;
@@ -111,19 +46,6 @@ NODE_ENV_EXPECTED = {
     "HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME": "the node's NIC",
     "RAY_DEDUP_LOGS": "0",
 }
-
-CHECKS = (
-    f"{NUM_NPUS} <= nodes x NPUs per node (placement groups of {{NPU: 1}} bundles, STRICT_PACK per node)",
-    "num_npus % (TP x PP x CP) == 0",
-    "(global_batch_size x n_samples_per_prompt) % micro_batch_size == 0",
-    "global_batch_size % DP == 0 and (global_batch_size / DP x n_samples_per_prompt) % micro_batch_size == 0, "
-    "DP = num_npus / (TP x PP x CP)",
-    "global_batch_size % (num_npus / (infer TP x infer PP)) == 0",
-    "infer TP <= TP: TP % infer TP == 0; infer TP > TP: DP x TP >= infer TP and DP x TP % infer TP == 0",
-    "generate_config.max_model_len >= seq_length",
-    "len(rl_config.verifier_function) == len(rl_config.verifier_weight)",
-    "tokenizer, data, load and save paths are absolute",
-)
 
 _GITCODE_ASCEND = re.compile(r"^https://gitcode\.com/Ascend/([\w.-]+?)(?:\.git)?/?$")
 
@@ -137,20 +59,6 @@ def archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
     if match:
         return f"https://github.com/Ascend/{match.group(1)}/archive/{ref}.tar.gz"
     return github_archive_url(repo, ref)
-
-
-@dataclass(frozen=True)
-class Value:
-    value: Any
-    source: str  # "override", "cluster", "example" or "default"
-
-    def origin(self, example: str) -> str:
-        return {
-            "override": "from training.overrides",
-            "cluster": "set from the cluster",
-            "example": f"from {example}.yaml",
-            "default": "MindSpeed-RL's default",
-        }[self.source]
 
 
 class MindSpeedRlAdapter:
@@ -313,7 +221,7 @@ class MindSpeedRlAdapter:
     def summary(self, shape: ClusterShape, entrypoint: str, check: str) -> dict[str, Any]:
         values = self.values(shape)
         npus = values[NUM_NPUS].value
-        cpus = self._int(values, "rl_config.num_cpus_for_placement_group")
+        cpus = whole(values, "rl_config.num_cpus_for_placement_group")
         per_node = min(shape.gpus_per_node, npus) if isinstance(npus, int) and shape.gpus_per_node else None
         code: dict[str, Any] = {"dir": self.msrl.code_dir, "image_has_code": self.msrl.image_has_code}
         if not self.msrl.image_has_code:
@@ -363,163 +271,6 @@ class MindSpeedRlAdapter:
         return notes
 
     # ------------------------------------------------------------------------------------------ local checks
-    @staticmethod
-    def _int(values: Mapping[str, Value], name: str) -> int | None:
-        """A value by its key; `tensor_model_parallel_size` and the like resolve as MindSpeed-RL merges them:
-        actor_config over megatron_training (cli/train_grpo.py:199), then the class default."""
-        candidates = [name] if "." in name else [f"actor_config.{name}", f"megatron_training.{name}"]
-        for candidate in candidates:
-            if candidate in values:
-                value = values[candidate].value
-                return value if isinstance(value, int) and not isinstance(value, bool) else None
-        default = CLASS_DEFAULTS.get(name)
-        return default if isinstance(default, int) else None
-
     def problems(self, shape: ClusterShape) -> list[str]:
-        values = self.values(shape)
-        example = self.msrl.example_config
-        problems: list[str] = []
-
-        def where(name: str) -> str:
-            """The key the user changes for `name` (a bare Hydra key such as `actor_config.micro_batch_size`)."""
-            found = self._found(values, name)
-            if found is not None and found in PATH_KEYS and values[found].source == "cluster":
-                return key(f"training.mindspeedRl.{PATH_KEYS[found]}")
-            if found is not None and found == NUM_NPUS and values[found].source == "cluster":
-                return key("nodes.count")
-            return key(f"training.overrides.{found or name}")
-
-        def got(*names: str) -> str:
-            parts = []
-            for name in names:
-                found = self._found(values, name)
-                if found is None:
-                    parts.append(f"{name} {CLASS_DEFAULTS.get(name)!r} (MindSpeed-RL's default)")
-                else:
-                    parts.append(f"{found} {values[found].value!r} ({values[found].origin(example)})")
-            return "; ".join(parts)
-
-        for name in PATH_KEYS:
-            value = values[name].value if name in values else None
-            if not (isinstance(value, str) and value.startswith("/")):
-                problems.append(
-                    f"{where(name)}: must be an absolute path, the same on every node (MindSpeed-RL's workers resolve "
-                    f"relative paths against the directory Ray was started in); got {got(name)}"
-                )
-
-        npus = self._int(values, NUM_NPUS)
-        if npus is None or npus < 1:
-            problems.append(f"{where(NUM_NPUS)}: must be a whole number of NPUs, at least 1; got {got(NUM_NPUS)}")
-            return problems
-        total = shape.total_gpus
-        cluster = f"{shape.nodes} node{'s' if shape.nodes > 1 else ''} x {shape.gpus_per_node} NPUs = {total}"
-        if npus > total:
-            needed = math.ceil(npus / max(shape.gpus_per_node, 1))
-            problems.append(
-                f"{where(NUM_NPUS)}: must be at most the cluster's {cluster} (MindSpeed-RL reserves one "
-                f"STRICT_PACK placement group of {shape.gpus_per_node} NPUs per node, so it needs {needed} nodes and "
-                f"would wait forever); got {got(NUM_NPUS)}"
-            )
-
-        tp, pp, cp = (
-            self._int(values, name)
-            for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
-        )
-        itp = self._int(values, "generate_config.infer_tensor_parallel_size")
-        ipp = self._int(values, "generate_config.infer_pipeline_parallel_size")
-        batch = self._int(values, "global_batch_size")
-        micro = self._int(values, "micro_batch_size")
-        samples = self._int(values, "rl_config.n_samples_per_prompt")
-        not_sizes: list[str] = []
-        for name, value in (("tensor_model_parallel_size", tp), ("pipeline_model_parallel_size", pp),
-                            ("context_parallel_size", cp), ("generate_config.infer_tensor_parallel_size", itp),
-                            ("generate_config.infer_pipeline_parallel_size", ipp), ("micro_batch_size", micro),
-                            ("global_batch_size", batch), ("rl_config.n_samples_per_prompt", samples)):
-            found = self._found(values, name)
-            if (value is not None and value < 1) or (found is not None and value is None):
-                not_sizes.append(f"{where(name)}: must be a whole number, at least 1; got {got(name)}")
-        if not_sizes:
-            return problems + not_sizes  # the rules below divide by these
-
-        if tp and pp and cp:
-            if npus % (tp * pp * cp):
-                problems.append(
-                    f"{where('tensor_model_parallel_size')}: {NUM_NPUS} must be divisible by TP x PP x CP "
-                    f"(MindSpeed-RL validate_config); got {npus} and {tp} x {pp} x {cp} = {tp * pp * cp}: "
-                    + got(NUM_NPUS, "tensor_model_parallel_size", "pipeline_model_parallel_size")
-                )
-            else:
-                dp = npus // (tp * pp * cp)
-                if batch and micro and samples:
-                    if (batch * samples) % micro:
-                        problems.append(
-                            f"{where('micro_batch_size')}: global_batch_size x n_samples_per_prompt must be divisible "
-                            f"by micro_batch_size; got {batch} x {samples} and {micro}: "
-                            + got("global_batch_size", "rl_config.n_samples_per_prompt", "micro_batch_size")
-                        )
-                    elif batch % dp:
-                        problems.append(
-                            f"{where('global_batch_size')}: must be divisible by the actor's data-parallel size "
-                            f"DP = num_npus / (TP x PP x CP) = {npus} / {tp * pp * cp} = {dp}; got "
-                            + got("global_batch_size", NUM_NPUS)
-                        )
-                    elif (batch // dp * samples) % micro:
-                        problems.append(
-                            f"{where('micro_batch_size')}: global_batch_size / DP x n_samples_per_prompt = "
-                            f"{batch // dp * samples} must be divisible by micro_batch_size; got "
-                            + got("micro_batch_size", "global_batch_size")
-                        )
-                if itp:
-                    if itp <= tp and tp % itp:
-                        problems.append(
-                            f"{where('generate_config.infer_tensor_parallel_size')}: must divide the training TP {tp} "
-                            f"when not larger (MindSpeed-RL gathers train TP into infer TP); got "
-                            + got("generate_config.infer_tensor_parallel_size", "tensor_model_parallel_size")
-                        )
-                    if itp > tp and (dp * tp < itp or (dp * tp) % itp):
-                        problems.append(
-                            f"{where('generate_config.infer_tensor_parallel_size')}: larger than the training TP, so "
-                            f"DP x TP = {dp * tp} must be a multiple of it; got "
-                            + got("generate_config.infer_tensor_parallel_size", "tensor_model_parallel_size")
-                        )
-        if itp and ipp and batch:
-            if npus % (itp * ipp):
-                problems.append(
-                    f"{where('generate_config.infer_tensor_parallel_size')}: {NUM_NPUS} must be divisible by "
-                    f"infer TP x infer PP; got {npus} and {itp} x {ipp}: "
-                    + got("generate_config.infer_tensor_parallel_size", NUM_NPUS)
-                )
-            elif batch % (npus // (itp * ipp)):
-                problems.append(
-                    f"{where('global_batch_size')}: must be divisible by the rollout's data-parallel size num_npus / "
-                    f"(infer TP x infer PP) = {npus // (itp * ipp)}; got "
-                    + got("global_batch_size", "generate_config.infer_tensor_parallel_size")
-                )
-        seq = self._int(values, "seq_length")
-        max_len = self._int(values, "generate_config.max_model_len")
-        if seq and max_len and max_len < seq:
-            problems.append(
-                f"{where('generate_config.max_model_len')}: must be at least seq_length {seq}; got "
-                + got("generate_config.max_model_len", "seq_length")
-            )
-        functions = values.get("rl_config.verifier_function")
-        weights = values.get("rl_config.verifier_weight")
-        if (
-            functions
-            and weights
-            and isinstance(functions.value, list)
-            and isinstance(weights.value, list)
-            and len(functions.value) != len(weights.value)
-        ):
-            problems.append(
-                f"{where('rl_config.verifier_weight')}: must have one weight per verifier_function; got "
-                + got("rl_config.verifier_function", "rl_config.verifier_weight")
-            )
-        return problems
-
-    @staticmethod
-    def _found(values: Mapping[str, Value], name: str) -> str | None:
-        """The full key under which `name` is set (actor_config before megatron_training for a bare name)."""
-        candidates = [name] if "." in name else [f"actor_config.{name}", f"megatron_training.{name}"]
-        return next((candidate for candidate in candidates if candidate in values), None)
-
+        """What MindSpeed-RL would refuse (or wait on forever) with these values on this cluster, by key."""
+        return checks.Checker(self.values(shape), self.msrl.example_config, shape).problems()
