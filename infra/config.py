@@ -43,6 +43,19 @@ DEFAULT_ROLL_REPO = "https://github.com/alibaba/ROLL.git"
 # v0.3.0, the ref whose configs, launchers and requirements files ../shared/reference/roll.md describes.
 DEFAULT_ROLL_REF = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
 DEFAULT_PIP_INDEX = "https://mirrors.aliyun.com/pypi/simple/"
+# MindSpeed-RL and the three repositories placed beside it, at the refs of seed 002 (docs/mindspeed-rl.md section 3):
+# the seed pins MindSpeed and MindSpeed-LLM to the commits that MindSpeed-RL's 2.0.0 install guide names
+# (Ascend/MindSpeed-RL@62e9928:docs/install_guide.md:158,165,171); the seed clones MindSpeed-RL without a ref, so
+# the default is the head of that 2.0.0 branch. Upstream moved from gitee to gitcode (master's install guide); the
+# archive fallback is the GitHub mirror of the same commit.
+DEFAULT_MSRL_REPO = "https://gitcode.com/Ascend/MindSpeed-RL.git"
+DEFAULT_MSRL_REF = "62e9928ae89d9570f659b46e816bc55e1191b5e7"  # branch 2.0.0 (2025-05-30)
+DEFAULT_MINDSPEED_REPO = "https://gitcode.com/Ascend/MindSpeed.git"
+DEFAULT_MINDSPEED_REF = "0dfa0035ec54d9a74b2f6ee2867367df897299df"
+DEFAULT_MEGATRON_REPO = "https://github.com/NVIDIA/Megatron-LM.git"
+DEFAULT_MEGATRON_REF = "baf94af3c667248865f23df73b9fb8e2395e6fd0"  # core_r0.8.0 (branch and tag point here)
+DEFAULT_MINDSPEED_LLM_REPO = "https://gitcode.com/Ascend/MindSpeed-LLM.git"
+DEFAULT_MINDSPEED_LLM_REF = "421ef7bcb83fb31844a1efb688cde71705c0526e"
 ROLL_PIPELINES = (
     "agentic", "agentic_rollout", "rlvr", "rlvr_rollout", "rlvr_vl", "distill", "distill_vl", "dpo", "sft",
     "onpolicy_distill",
@@ -534,19 +547,131 @@ class CustomConfig(Section):
     working_dir: str = Field("/workspace", description="Directory (in the container) the entrypoint runs from.")
 
 
+def _absolute_path(path: str) -> str:
+    if not path.startswith("/") or "\n" in path:
+        raise _problem(
+            "must be an absolute path in the container, the same on every node (MindSpeed-RL's workers resolve "
+            f"relative paths against the directory Ray was started in, not the code directory); got {_shown(path)}"
+        )
+    return path
+
+
+class _CodePin(Section):
+    """One repository at one ref; the subclasses only differ in their defaults."""
+
+    repo: str
+    ref: str
+    archive_url: str | None = Field(
+        None,
+        description="Tarball of the same ref, used when `git fetch` fails. Default: GitHub's archive of `ref` for a "
+        "GitHub repo, the GitHub mirror (github.com/Ascend/...) for the Ascend repos on gitcode.",
+    )
+
+
+class MindSpeedPin(_CodePin):
+    repo: str = Field(DEFAULT_MINDSPEED_REPO, description="Git URL of MindSpeed.")
+    ref: str = Field(DEFAULT_MINDSPEED_REF, description="Commit (or tag) of MindSpeed; its `mindspeed/` is placed.")
+
+
+class MegatronPin(_CodePin):
+    repo: str = Field(DEFAULT_MEGATRON_REPO, description="Git URL of Megatron-LM.")
+    ref: str = Field(
+        DEFAULT_MEGATRON_REF, description="Commit (or tag) of Megatron-LM, core_r0.8.0; its `megatron/` is placed."
+    )
+
+
+class MindSpeedLlmPin(_CodePin):
+    repo: str = Field(DEFAULT_MINDSPEED_LLM_REPO, description="Git URL of MindSpeed-LLM.")
+    ref: str = Field(
+        DEFAULT_MINDSPEED_LLM_REF, description="Commit (or tag) of MindSpeed-LLM; its `mindspeed_llm/` is placed."
+    )
+
+
+class MindSpeedRlConfig(Section):
+    repo: str = Field(DEFAULT_MSRL_REPO, description="Git URL of MindSpeed-RL.")
+    ref: str = Field(DEFAULT_MSRL_REF, description="Commit (or tag) of MindSpeed-RL; default: the 2.0.0 release.")
+    archive_url: str | None = Field(
+        None, description="Tarball of the same ref, used when `git fetch` fails; default: the GitHub mirror's archive."
+    )
+    mindspeed: MindSpeedPin = Field(default_factory=MindSpeedPin, description="MindSpeed, placed beside MindSpeed-RL.")
+    megatron: MegatronPin = Field(default_factory=MegatronPin, description="Megatron-LM, placed beside MindSpeed-RL.")
+    mindspeed_llm: MindSpeedLlmPin = Field(
+        default_factory=MindSpeedLlmPin, description="MindSpeed-LLM, placed beside MindSpeed-RL."
+    )
+    code_dir: str = Field(
+        "/workspace/MindSpeed-RL",
+        description="MindSpeed-RL's directory in the container, the same on every node; `mindspeed/`, `megatron/` "
+        "and `mindspeed_llm/` are copied into it.",
+    )
+    image_has_code: bool = Field(
+        False,
+        description="The image already holds the placed code and its requirements in `codeDir` (an image committed "
+        "after the install, as seed 002 does): nothing is fetched or installed, and the head checks the four "
+        "directories before submitting.",
+    )
+    example_config: str = Field(
+        "grpo_qwen25_7b_A3",
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        description="Hydra config name under MindSpeed-RL's `configs/`, without `.yaml` (`--config-name`); the job "
+        "starts from it, then the cluster's values and `training.overrides` (Hydra keys such as "
+        "`actor_config.tensor_model_parallel_size: 4`) are applied.",
+    )
+    tokenizer_path: str = Field(
+        description="Hugging Face model directory (the tokenizer) on every node: "
+        "`megatron_training.tokenizer_name_or_path`."
+    )
+    data_path: str = Field(
+        description="Prefix of the preprocessed dataset on every node (MindSpeed-RL's preprocess_data output, e.g. "
+        "`/data/dataset/deepscaler/data`): `megatron_training.data_path`."
+    )
+    load_path: str = Field(
+        description="Megatron-mcore weights converted with the actor's TP/PP, on every node: `actor_config.load`."
+    )
+    save_path: str | None = Field(
+        None,
+        description="Checkpoint directory: `actor_config.save`. Default: "
+        "`<shared or data dir>/mindspeed-rl/<stack>/ckpt`.",
+    )
+    antlr_requirement: str = Field(
+        "antlr4-python3-runtime==4.7.2",
+        description="Installed with `--no-deps` after the requirements, as MindSpeed-RL 2.0.0's install guide does.",
+    )
+    pip_index_url: str = Field(DEFAULT_PIP_INDEX, description="pip index used on the nodes.")
+
+    @field_validator("code_dir", "tokenizer_path", "data_path", "load_path", "save_path")
+    @classmethod
+    def _absolute(cls, path: str | None) -> str | None:
+        return None if path is None else _absolute_path(path)
+
+    @field_validator("example_config")
+    @classmethod
+    def _config_name(cls, name: str) -> str:
+        if name.endswith((".yaml", ".yml")):
+            raise _problem(
+                f"is a Hydra config name, without the extension (MindSpeed-RL's examples say so); got {_shown(name)}"
+            )
+        return name
+
+
 class TrainingConfig(Section):
-    framework: Literal["roll", "verl", "openrlhf", "custom"] = Field("roll", description="What the job runs.")
+    framework: Literal["roll", "verl", "openrlhf", "mindspeed-rl", "custom"] = Field(
+        "roll", description="What the job runs (`mindspeed-rl`: MindSpeed-RL GRPO on Ascend NPUs)."
+    )
     auto_start: bool = Field(True, description="Submit the job during `pulumi up`; false prepares everything.")
     overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Deep-merged last into the framework's configuration: ROLL YAML keys, verl Hydra keys "
-        "(`a.b.c: value`), OpenRLHF flags (`actor.num_nodes: 2`). ROLL `device_mapping` values are checked against "
+        "(`a.b.c: value`), OpenRLHF flags (`actor.num_nodes: 2`), MindSpeed-RL Hydra keys "
+        "(`rl_config.n_samples_per_prompt: 8`). ROLL `device_mapping` values are checked against "
         "the cluster's GPUs (global indices 0 to nodes x GPUs per node - 1).",
     )
     roll: RollConfig = Field(default_factory=RollConfig, description="ROLL settings.")
     verl: VerlConfig = Field(default_factory=VerlConfig, description="verl settings.")
     openrlhf: OpenRlhfConfig = Field(default_factory=OpenRlhfConfig, description="OpenRLHF settings.")
     custom: CustomConfig | None = Field(None, description="Any Ray program; required when framework is `custom`.")
+    mindspeed_rl: MindSpeedRlConfig | None = Field(
+        None, description="MindSpeed-RL settings; required when framework is `mindspeed-rl`."
+    )
 
     @field_validator("custom")
     @classmethod
@@ -557,6 +682,21 @@ class TrainingConfig(Section):
                 "entrypoint",
             )
         return custom
+
+    @field_validator("mindspeed_rl")
+    @classmethod
+    def _mindspeed_rl_needs_paths(
+        cls, settings: MindSpeedRlConfig | None, info: ValidationInfo
+    ) -> MindSpeedRlConfig | None:
+        if settings is None and info.data.get("framework") == "mindspeed-rl":
+            raise _problem(
+                "required when framework is `mindspeed-rl`: at least tokenizerPath, dataPath and loadPath (absolute "
+                "paths on every node); got nothing",
+                # An unset field is reported under its Python name: name the key as the user writes it.
+                "..",
+                "mindspeedRl",
+            )
+        return settings
 
 
 # -------------------------------------------------------------------------------------------------- storage

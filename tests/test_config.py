@@ -241,7 +241,7 @@ BAD_VALUES: list[tuple[dict[str, Any], str, tuple[str, ...]]] = [
     (stack(ray={"readyTimeoutSeconds": 7201}), "ray.readyTimeoutSeconds", ("between 30 and 7200", "got 7201")),
     # training
     (stack(training={"framework": "deepspeed"}), "training.framework",
-     ('one of "roll", "verl", "openrlhf", "custom"', 'got "deepspeed"')),
+     ('one of "roll", "verl", "openrlhf", "mindspeed-rl", "custom"', 'got "deepspeed"')),
     (stack(training={"autoStart": "later"}), "training.autoStart", ("true or false", 'got "later"')),
     (stack(training={"overrides": ["max_steps=10"]}), "training.overrides",
      ("object with fields", 'got ["max_steps=10"]')),
@@ -339,6 +339,7 @@ def _models_by_path() -> list[tuple[tuple[str, ...], type[BaseModel]]]:
 REQUIRED_IN = {
     ("training", "openrlhf", "rewardServer"): {"command": "python3 -m reward_server"},
     ("training", "custom"): {"entrypoint": "python3 train.py"},
+    ("training", "mindspeedRl"): {"tokenizerPath": "/m", "dataPath": "/d", "loadPath": "/l"},
 }
 
 
@@ -363,7 +364,8 @@ def test_the_unknown_field_cases_cover_every_section_and_nested_object() -> None
     paths = {".".join(path) for path, _ in UNKNOWN_FIELD_CASES}
     assert paths == {
         *SECTIONS, "training.roll", "training.verl", "training.openrlhf", "training.openrlhf.rewardServer",
-        "training.custom",
+        "training.custom", "training.mindspeedRl", "training.mindspeedRl.mindspeed", "training.mindspeedRl.megatron",
+        "training.mindspeedRl.mindspeedLlm",
     }
 
 

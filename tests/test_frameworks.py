@@ -83,7 +83,12 @@ FRAMEWORK_CONFIGS: dict[str, dict[str, Any]] = {
         "overrides": {"train.colocate_all": True},
     },
     "custom": {"framework": "custom", "custom": {"entrypoint": "python3 train.py"}},
+    "mindspeed-rl": {
+        "framework": "mindspeed-rl",
+        "mindspeedRl": {"tokenizerPath": "/m/Qwen2.5-7B", "dataPath": "/m/data", "loadPath": "/m/Qwen2.5-7B-mcore"},
+    },
 }
+SECTION_OF = {"roll": "roll", "verl": "verl", "openrlhf": "openrlhf", "mindspeed-rl": "mindspeedRl"}
 
 
 @pytest.mark.parametrize("framework", FRAMEWORK_CONFIGS)
@@ -98,13 +103,14 @@ def test_job_id_is_stable_for_the_same_config_and_valid_for_ray(framework: str) 
     assert job_of(training(**FRAMEWORK_CONFIGS[framework], autoStart=False)).job_id == first
 
 
-@pytest.mark.parametrize("framework", ["roll", "verl", "openrlhf"])
+@pytest.mark.parametrize("framework", ["roll", "verl", "openrlhf", "mindspeed-rl"])
 def test_job_id_ignores_where_the_code_is_downloaded_from(framework: str) -> None:
     base = FRAMEWORK_CONFIGS[framework]
-    section = {**base.get(framework, {}), "pipIndexUrl": "https://pypi.example.com/simple/"}
+    name = SECTION_OF[framework]
+    section = {**base.get(name, {}), "pipIndexUrl": "https://pypi.example.com/simple/"}
     if framework != "openrlhf":
         section["archiveUrl"] = "https://oss.example.com/code.tar.gz"
-    assert job_of(training(**{**base, framework: section})).job_id == job_of(training(**base)).job_id
+    assert job_of(training(**{**base, name: section})).job_id == job_of(training(**base)).job_id
 
 
 @pytest.mark.parametrize(
@@ -116,6 +122,8 @@ def test_job_id_ignores_where_the_code_is_downloaded_from(framework: str) -> Non
         ("verl", {"verl": {"ref": "v0.6.0"}}),
         ("openrlhf", {"overrides": {"train.colocate_all": True, "rollout.batch_size": 64}}),
         ("custom", {"custom": {"entrypoint": "python3 train.py --lr 1e-5"}}),
+        ("mindspeed-rl", {"overrides": {"rl_config.n_samples_per_prompt": 16}}),
+        ("mindspeed-rl", {"mindspeedRl": {"megatron": {"ref": "core_r0.8.0"}}}),
     ],
 )
 def test_job_id_changes_with_the_config_or_the_code_ref(framework: str, change: dict[str, Any]) -> None:

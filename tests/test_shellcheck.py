@@ -56,3 +56,18 @@ def test_rendered_step_is_shellcheck_clean(script: str) -> None:
         text=True,
     )
     assert result.returncode == 0, f"shellcheck lib.sh + {script}:\n{result.stdout}{result.stderr}"
+
+
+# Steps rendered from more than one script (a framework's CodeSpec.scripts): checked as bash runs them.
+MULTI_SCRIPT_STEPS = [("fetch_code.sh", "mindspeed_rl_code.sh")]
+
+
+@pytest.mark.parametrize("scripts", MULTI_SCRIPT_STEPS, ids=" + ".join)
+def test_rendered_multi_script_step_is_shellcheck_clean(scripts: tuple[str, ...]) -> None:
+    result = subprocess.run(
+        [shellcheck(), "-s", "bash", "--exclude=SC2329", "-"],
+        input=script_text(list(scripts)),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, f"shellcheck lib.sh + {' + '.join(scripts)}:\n{result.stdout}{result.stderr}"

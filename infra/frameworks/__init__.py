@@ -1,9 +1,9 @@
-"""Framework adapters: what code every node gets and what job the head submits, for ROLL, verl, OpenRLHF and
-any Ray program. Pure Python (no Pulumi): the components call these with plain values.
+"""Framework adapters: what code every node gets and what job the head submits, for ROLL, verl, OpenRLHF,
+MindSpeed-RL and any Ray program. Pure Python (no Pulumi): the components call these with plain values.
 
     adapter = adapter_for(config.training, config.container)
     problems = check_before_deploy(config.training, config.container, shape_without_ip)
-    code = adapter.code()          # CodeSpec -> env of fetch_code.sh on every node (None: nothing to fetch)
+    code = adapter.code()          # CodeSpec -> code.scripts with code.env() on every node (None: nothing to fetch)
     job = adapter.job(shape)       # JobSpec -> env of job_submit.sh on the head
 """
 
@@ -17,6 +17,7 @@ from infra.frameworks.base import (
     JobSpec,
 )
 from infra.frameworks.custom import CustomAdapter
+from infra.frameworks.mindspeed_rl import MindSpeedRlAdapter
 from infra.frameworks.openrlhf import OpenRlhfAdapter
 from infra.frameworks.roll import RollAdapter
 from infra.frameworks.roll_render import render_preview
@@ -28,6 +29,7 @@ __all__ = [
     "CustomAdapter",
     "FrameworkAdapter",
     "JobSpec",
+    "MindSpeedRlAdapter",
     "OpenRlhfAdapter",
     "RollAdapter",
     "VerlAdapter",
@@ -36,7 +38,7 @@ __all__ = [
     "render_preview",
 ]
 
-Adapter = RollAdapter | VerlAdapter | OpenRlhfAdapter | CustomAdapter
+Adapter = RollAdapter | VerlAdapter | OpenRlhfAdapter | MindSpeedRlAdapter | CustomAdapter
 
 
 def adapter_for(training: TrainingConfig, container: ContainerConfig, roll_base_yaml: str | None = None) -> Adapter:
@@ -48,6 +50,8 @@ def adapter_for(training: TrainingConfig, container: ContainerConfig, roll_base_
         return VerlAdapter(training, container)
     if training.framework == "openrlhf":
         return OpenRlhfAdapter(training, container)
+    if training.framework == "mindspeed-rl":
+        return MindSpeedRlAdapter(training, container)
     return CustomAdapter(training, container)
 
 

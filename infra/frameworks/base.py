@@ -12,7 +12,7 @@ import json
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from infra.config import PROJECT, ContainerConfig
@@ -65,9 +65,15 @@ class CodeSpec:
     pip_index_url: str
     install_editable: bool
     extra_packages: str
+    # The node scripts of the code step, rendered in this order into one step (lib.sh first). A framework whose
+    # code is more than one checkout adds a script that runs after fetch_code.sh (MindSpeed-RL:
+    # mindspeed_rl_code.sh) and takes its own settings from extra_env.
+    scripts: tuple[str, ...] = ("fetch_code.sh",)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def env(self, container_name: str) -> dict[str, str]:
         return {
+            **self.extra_env,
             "CONTAINER_NAME": container_name,
             "CODE_REPO": self.repo or "",
             "CODE_REF": self.ref or "",

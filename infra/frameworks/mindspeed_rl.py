@@ -1,0 +1,276 @@
+"""MindSpeed-RL (GRPO on Ascend NPUs, seed 002): MindSpeed-RL with MindSpeed, Megatron-LM's `megatron/` and
+MindSpeed-LLM placed beside it on every node (or an image that already has them), and `cli/train_grpo.py`
+submitted to the running Ray cluster with Hydra overrides sized from the cluster; the plan-time checks live in
+mindspeed_rl_checks.py. Sources for every fact used here: docs/mindspeed-rl.md.
+
+The cluster shape's `gpus_per_node` is the NPU count per node on Ascend hosts (the accelerator layer passes it
+there); MindSpeed-RL asks Ray for bundles of `{"NPU": 1, "CPU": num_cpus_for_placement_group}`, so the Ray nodes
+must offer a custom resource named exactly `NPU`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from typing import Any
+
+from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedPin, MindSpeedRlConfig, TrainingConfig
+from infra.frameworks import mindspeed_rl_checks as checks
+from infra.frameworks.base import (
+    WHERE_FROM_ONLY,
+    ClusterShape,
+    CodeSpec,
+    JobSpec,
+    bare_key,
+    flatten,
+    github_archive_url,
+    image_facts,
+    job_id,
+    key,
+)
+from infra.frameworks.mindspeed_rl_checks import CHECKS, DATA, EXAMPLES, LOAD, NUM_NPUS, SAVE, TOKENIZER, Value, whole
+from infra.frameworks.verl import hydra_value
+
+ENTRY_SCRIPT = "cli/train_grpo.py"  # MindSpeed-RL@62e9928:cli/train_grpo.py:544 (@hydra.main, configs/)
+SOURCES_DIR_NAME = "mindspeed-rl-sources"  # beside code_dir: the three checkouts whose packages are copied in
+PLACED_PACKAGES = ("mindspeed", "megatron", "mindspeed_llm")
+CODE_SCRIPTS = ("fetch_code.sh", "mindspeed_rl_code.sh")
+
+# Values MindSpeed-RL's own launch script exports before `ray start` on every node; they must reach the raylets
+# (the Ray/accelerator layer's business), not the job (examples/grpo/grpo_trainer_qwen25_7b.sh:3-4,13-14 at 2.0.0;
+# jemalloc: docs/install_guide.md:115-128).
+NODE_ENV_EXPECTED = {
+    "LD_PRELOAD": "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 (arm64)",
+    "TASK_QUEUE_ENABLE": "2",
+    "HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME": "the node's NIC",
+    "RAY_DEDUP_LOGS": "0",
+}
+
+_GITCODE_ASCEND = re.compile(r"^https://gitcode\.com/Ascend/([\w.-]+?)(?:\.git)?/?$")
+
+
+def archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
+    """The user's archive, else GitHub's archive of the ref: of the repo itself, or of the GitHub mirror
+    (github.com/Ascend/<name>) for an Ascend repo on gitcode; the mirror carries the same commits."""
+    if explicit:
+        return explicit
+    match = _GITCODE_ASCEND.match(repo)
+    if match:
+        return f"https://github.com/Ascend/{match.group(1)}/archive/{ref}.tar.gz"
+    return github_archive_url(repo, ref)
+
+
+class MindSpeedRlAdapter:
+    name = "mindspeed-rl"
+
+    def __init__(self, training: TrainingConfig, container: ContainerConfig):
+        if training.mindspeed_rl is None:  # TrainingConfig already refuses this; kept for direct callers
+            raise ValueError(f"{key('training.mindspeedRl')}: required when framework is `mindspeed-rl`; got nothing")
+        self.training = training
+        self.container = container
+        self.msrl: MindSpeedRlConfig = training.mindspeed_rl
+
+    # ------------------------------------------------------------------------------------------------ code
+    @property
+    def sources_dir(self) -> str:
+        return posixpath.join(posixpath.dirname(self.msrl.code_dir.rstrip("/")) or "/", SOURCES_DIR_NAME)
+
+    def code(self) -> CodeSpec | None:
+        if self.msrl.image_has_code:
+            return None  # the image holds the placed code (seed 002 ends with `docker commit`); the head checks it
+        pins = {
+            "MINDSPEED": self.msrl.mindspeed,
+            "MEGATRON": self.msrl.megatron,
+            "MINDSPEED_LLM": self.msrl.mindspeed_llm,
+        }
+        extra: dict[str, str] = {
+            "MSRL_SOURCES_DIR": self.sources_dir,
+            "MSRL_ANTLR_REQUIREMENT": self.msrl.antlr_requirement,
+        }
+        for prefix, pin in pins.items():
+            extra[f"{prefix}_REPO"] = pin.repo
+            extra[f"{prefix}_REF"] = pin.ref
+            extra[f"{prefix}_ARCHIVE_URL"] = archive_url(pin.repo, pin.ref, pin.archive_url) or ""
+        # fetch_code.sh checks out MindSpeed-RL itself and installs nothing: mindspeed_rl_code.sh installs the
+        # requirements after the placement, in the install guide's order.
+        return CodeSpec(
+            repo=self.msrl.repo,
+            ref=self.msrl.ref,
+            archive_url=archive_url(self.msrl.repo, self.msrl.ref, self.msrl.archive_url),
+            code_dir=self.msrl.code_dir,
+            requirements_file=None,
+            pip_index_url=self.msrl.pip_index_url,
+            install_editable=False,
+            extra_packages="",
+            scripts=CODE_SCRIPTS,
+            extra_env=extra,
+        )
+
+    # -------------------------------------------------------------------------------------- configuration
+    def example_values(self) -> dict[str, Any] | None:
+        """The example's values, when known for the configured ref; None otherwise (then only the cluster's and
+        the user's values are checked)."""
+        if self.msrl.ref != DEFAULT_MSRL_REF:
+            return None
+        return EXAMPLES.get(self.msrl.example_config)
+
+    def cluster_overrides(self, shape: ClusterShape) -> dict[str, Any]:
+        """What the cluster and training.mindspeedRl decide. `++` (Hydra's add-or-override) so that an example
+        without one of these keys still takes it."""
+        save = self.msrl.save_path or posixpath.join(shape.output_root(self.name), "ckpt")
+        return {
+            f"++{NUM_NPUS}": shape.total_gpus,
+            f"++{TOKENIZER}": self.msrl.tokenizer_path,
+            f"++{DATA}": self.msrl.data_path,
+            f"++{LOAD}": self.msrl.load_path,
+            f"++{SAVE}": save,
+        }
+
+    def effective_overrides(self, shape: ClusterShape) -> dict[str, Any]:
+        """Cluster values, then the user's keys; a user key replaces a cluster value of the same name (Hydra
+        rejects a key given twice)."""
+        merged: dict[str, tuple[str, Any]] = {
+            bare_key(name): (name, value) for name, value in self.cluster_overrides(shape).items()
+        }
+        for name, value in flatten(self.training.overrides).items():
+            merged[bare_key(name)] = (name, value)
+        return dict(merged.values())
+
+    def arguments(self, shape: ClusterShape) -> list[str]:
+        return [f"{name}={hydra_value(value)}" for name, value in self.effective_overrides(shape).items()]
+
+    def values(self, shape: ClusterShape) -> dict[str, Value]:
+        """Every known value by its Hydra key, with where it comes from (the user's keys win)."""
+        values: dict[str, Value] = {}
+        for name, value in (self.example_values() or {}).items():
+            values[name] = Value(value, "example")
+        for name, value in self.cluster_overrides(shape).items():
+            values[bare_key(name)] = Value(value, "cluster")
+        for name, value in flatten(self.training.overrides).items():
+            if not name.startswith("~"):
+                values[bare_key(name)] = Value(value, "override")
+        return values
+
+    # ------------------------------------------------------------------------------------------------- job
+    def runtime_env(self) -> dict[str, Any]:
+        # MindSpeed-RL's driver calls ray.init(runtime_env=configs/envs/runtime_env.yaml); Ray merges that with the
+        # job's runtime env and raises on a key set by both, so the job sets only PYTHONPATH, which no
+        # MindSpeed-RL runtime_env.yaml sets. `${PYTHONPATH}` keeps what the node has (CANN's set_env.sh adds to it).
+        return {"env_vars": {"PYTHONPATH": f"{self.msrl.code_dir}:${{PYTHONPATH}}"}}
+
+    def entrypoint(self, shape: ClusterShape) -> str:
+        code_dir = shlex.quote(self.msrl.code_dir)
+        arguments = " ".join(shlex.quote(argument) for argument in self.arguments(shape))
+        # The driver runs from MindSpeed-RL's root, as upstream's launch script does; RAY_OVERRIDE_JOB_RUNTIME_ENV
+        # lets the driver's runtime env win should a later MindSpeed-RL ever set PYTHONPATH itself.
+        return (
+            f"cd {code_dir} && export HYDRA_FULL_ERROR=1 RAY_OVERRIDE_JOB_RUNTIME_ENV=1 "
+            f'PYTHONPATH={code_dir}"${{PYTHONPATH:+:$PYTHONPATH}}" && '
+            f"python3 {ENTRY_SCRIPT} --config-name {shlex.quote(self.msrl.example_config)} {arguments}"
+        )
+
+    def pre_submit_check(self) -> str:
+        """On the head, in the container, before submission: the placed code and the example are there (an image
+        that claims to have the code is checked here too). That Ray offers the NPUs is the readiness gate's job."""
+        code_dir = self.msrl.code_dir
+        needed = [
+            posixpath.join(code_dir, ENTRY_SCRIPT),
+            posixpath.join(code_dir, "configs", f"{self.msrl.example_config}.yaml"),
+        ]
+        dirs = [posixpath.join(code_dir, name) for name in ("mindspeed_rl", *PLACED_PACKAGES)]
+        where = "the image (training.mindspeedRl.imageHasCode is true)" if self.msrl.image_has_code else "the code step"
+        tests = " && ".join(
+            [*(f"test -f {shlex.quote(p)}" for p in needed), *(f"test -d {shlex.quote(d)}" for d in dirs)]
+        )
+        missing = (
+            f"MindSpeed-RL is incomplete in {code_dir}: expected {', '.join(needed + dirs)} from {where}; "
+            "see training.mindspeedRl.codeDir and exampleConfig"
+        )
+        return f"{tests} || {{ echo {shlex.quote(missing)} >&2; exit 1; }}"
+
+    @staticmethod
+    def where_from_only() -> dict[str, Any]:
+        """The settings of where the code comes from, also inside the three pins: not part of the job's id."""
+        pin_fields = {name: True for name in WHERE_FROM_ONLY if name in MindSpeedPin.model_fields}
+        return {
+            **{name: True for name in WHERE_FROM_ONLY},
+            **{pin: pin_fields for pin in ("mindspeed", "megatron", "mindspeed_llm")},
+        }
+
+    def job(self, shape: ClusterShape) -> JobSpec:
+        entrypoint = self.entrypoint(shape)
+        check = self.pre_submit_check()
+        configuration = {
+            "mindspeed_rl": self.msrl.model_dump(mode="json", exclude=self.where_from_only()),
+            "overrides": self.training.overrides,
+            **image_facts(self.container),
+        }
+        return JobSpec(
+            job_id=job_id(self.name, shape, configuration),
+            workdir=self.msrl.code_dir,
+            entrypoint=entrypoint,
+            runtime_env=self.runtime_env(),
+            files={},
+            prepare=None,
+            pre_submit_check=check,
+            reward_server=None,
+            summary=self.summary(shape, entrypoint, check),
+        )
+
+    def summary(self, shape: ClusterShape, entrypoint: str, check: str) -> dict[str, Any]:
+        values = self.values(shape)
+        npus = values[NUM_NPUS].value
+        cpus = whole(values, "rl_config.num_cpus_for_placement_group")
+        per_node = min(shape.gpus_per_node, npus) if isinstance(npus, int) and shape.gpus_per_node else None
+        code: dict[str, Any] = {"dir": self.msrl.code_dir, "image_has_code": self.msrl.image_has_code}
+        if not self.msrl.image_has_code:
+            code.update({
+                "MindSpeed-RL": f"{self.msrl.repo}@{self.msrl.ref}",
+                "placed": {
+                    "mindspeed": f"{self.msrl.mindspeed.repo}@{self.msrl.mindspeed.ref}",
+                    "megatron": f"{self.msrl.megatron.repo}@{self.msrl.megatron.ref}",
+                    "mindspeed_llm": f"{self.msrl.mindspeed_llm.repo}@{self.msrl.mindspeed_llm.ref}",
+                },
+                "sources_dir": self.sources_dir,
+                "scripts": list(CODE_SCRIPTS),
+            })
+        return {
+            "framework": self.name,
+            "cluster": shape.facts(),
+            "code": code,
+            "example_config": f"configs/{self.msrl.example_config}.yaml",
+            "example_values_known": self.example_values() is not None,
+            "hydra_overrides": self.arguments(shape),
+            "overrides": self.training.overrides,
+            "command": entrypoint,
+            "runtime_env": self.runtime_env(),
+            "ray_resources_expected": {
+                "NPU": f"{shape.gpus_per_node} per node (custom resource named NPU)",
+                "CPU": f">= {per_node} x {cpus} + 2 per node (placement bundles, the train task, a rule reward)"
+                if per_node is not None and cpus is not None
+                else "unknown",
+            },
+            "node_env_expected": dict(NODE_ENV_EXPECTED),
+            "checks": list(CHECKS),
+            "pre_submit_check": check,
+            "warnings": self.warnings(shape),
+        }
+
+    def warnings(self, shape: ClusterShape) -> list[str]:
+        notes: list[str] = []
+        if self.example_values() is None:
+            notes.append(
+                f"the values of {self.msrl.example_config}.yaml at ref {self.msrl.ref} are not known here: only the "
+                "cluster's and training.overrides' values are checked before deployment"
+            )
+        npus = self.values(shape)[NUM_NPUS].value
+        if isinstance(npus, int) and 0 < npus < shape.total_gpus:
+            idle = shape.total_gpus - npus
+            notes.append(f"{NUM_NPUS} is {npus}: {idle} of the cluster's {shape.total_gpus} NPUs stay idle")
+        return notes
+
+    # ------------------------------------------------------------------------------------------ local checks
+    def problems(self, shape: ClusterShape) -> list[str]:
+        """What MindSpeed-RL would refuse (or wait on forever) with these values on this cluster, by key."""
+        return checks.Checker(self.values(shape), self.msrl.example_config, shape).problems()
