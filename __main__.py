@@ -39,6 +39,7 @@ for machine in cluster.machines:
             private_key=private_key,
             registry_password=secrets.registry_password,
             code_env=code.env(config.container.name) if code else None,
+            code_scripts=code.scripts if code else (),
         ),
     )
     ray_nodes.append(RayNode(machine.name, machine, bootstrap))

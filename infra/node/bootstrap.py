@@ -42,6 +42,7 @@ class NodeBootstrapArgs:
     private_key: pulumi.Output[str]
     registry_password: pulumi.Output[str] | None
     code_env: dict[str, str] | None
+    code_scripts: tuple[str, ...] = ("fetch_code.sh",)  # the framework's code step, in order
 
 
 class NodeBootstrap(pulumi.ComponentResource):
@@ -177,7 +178,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             self.ready = steps.remote_step(
                 ctx,
                 "code",
-                ["fetch_code.sh"],
+                list(args.code_scripts),
                 args.code_env,
                 after=[(f"{node_name}/container", self.container)],
                 # A recreated container lost its pip installs: install again.
