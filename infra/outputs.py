@@ -70,6 +70,8 @@ def export_all(
             lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)
         ),
     )
+    if head.bootstrap.baked_image_id is not None:
+        pulumi.export("bakedImageId", head.bootstrap.baked_image_id)
     if not config.training.auto_start:
         pulumi.export("jobSubmitted", False)
 
