@@ -27,7 +27,7 @@ def export_all(
     head = nodes[0]
     head_host = pulumi.Output.from_input(head.machine.ssh_host)
     steps.NOTES.update(cluster.notes)
-    steps.NOTES.update(auto_start=config.training.auto_start, source=config.nodes.source)
+    steps.NOTES.update(auto_start=config.training.auto_start, source=config.nodes.source, config=config)
     job.spec.apply(lambda spec: steps.NOTES.__setitem__("job_spec", spec))
     key = config.access.ssh_private_key_path
     ports = config.ray
