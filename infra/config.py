@@ -664,6 +664,14 @@ class ClusterConfig(Section):
                 f"(registry-vpc.{region}.aliyuncs.com/...); got {_shown(container.image)}",
                 "image",
             )
+        nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is not None and nodes.bake and "@" in container.image:
+            # bake-prep commits the framework's requirements into the local tag of the image; a digest is no tag.
+            raise _problem(
+                "must be a tag (`repository:tag`), not a digest, with nodes.bake: true (the baked image keeps the "
+                f"training image under its tag); got {_shown(container.image)}",
+                "image",
+            )
         return container
 
     @field_validator("training")

@@ -4,10 +4,10 @@ Used by tests/test_baked_image.py (no step installs, pulls or reboots on a baked
 (how long each step takes there). The order is the program's on one node (infra/node/bootstrap.py): first boot
 (user data), prepare-host, docker, pull-image, gpu-ready.
 
-"Baking" keeps the node's disks (the temp dir: system disk files and the data-disk stand-in) and "booting" a new
-instance from them (in place: the same contents at the same paths) changes what a new instance changes: the boot id, cloud-init's per-instance state (user data runs
-again), the record of stand-in calls; what systemd does at boot is kept (docker enabled, hence running; the fstab
-mounts; the driver loaded, so nvidia-smi sees the GPUs).
+"Baking" keeps the node's disks (the temp dir: system disk files and the data-disk stand-in). "Booting" a new
+instance from them happens in place (the same contents at the same paths) and changes what a new instance changes:
+the boot id, cloud-init's per-instance state (user data runs again), the record of stand-in calls. What systemd does
+at boot is kept: docker enabled, hence running; the fstab mounts; the driver loaded, so nvidia-smi sees the GPUs.
 """
 
 from __future__ import annotations

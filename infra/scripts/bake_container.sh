@@ -28,7 +28,7 @@ start_bake_container() {
     return 0
   fi
   # A stopped one from an interrupted run: start over.
-  if docker inspect "$BAKE_CONTAINER" >/dev/null 2>&1; then logged docker rm -f "$BAKE_CONTAINER"; fi
+  if docker inspect --format '{{.Id}}' "$BAKE_CONTAINER" >/dev/null 2>&1; then logged docker rm -f "$BAKE_CONTAINER"; fi
   mkdir -p "$WORKSPACE_HOST_DIR"
   logged docker run -d --name "$BAKE_CONTAINER" --network host -v "$WORKSPACE_HOST_DIR:$WORKSPACE" \
     --entrypoint sleep "$IMAGE" infinity

@@ -19,7 +19,7 @@ check_settings() {
 }
 
 commit_requirements() {
-  if ! docker inspect "$BAKE_CONTAINER" >/dev/null 2>&1; then
+  if ! docker inspect --format '{{.Id}}' "$BAKE_CONTAINER" >/dev/null 2>&1; then
     banner "no container $BAKE_CONTAINER: no framework requirements to commit; skipped"
     return 0
   fi
