@@ -55,12 +55,16 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
 
     settings = rc.RaySettings(container_name="roll", gpus_per_node=2, object_store_memory=100 * 1024 * 1024,
                               num_cpus=1, ready_timeout_s=300)
-    times: dict[str, list[float]] = {"ray-head": [], "ray-worker": [], "ray-ready": [], "job": []}
+    times: dict[str, list[float]] = {"ssh-session": [], "ray-head": [], "ray-worker": [], "ray-ready": [], "job": []}
     with hosts_for_script(hosts) as network:
         for host in network.hosts:
             network.create_container(host, "roll")
         head, workers = network.hosts[0], network.hosts[1:]
         for repeat in range(repeats):
+            # What every remote step pays on top of its script: one SSH session (the node steps above ran locally).
+            started = time.monotonic()
+            network.run(head, "true").check()
+            times["ssh-session"].append(time.monotonic() - started)
             started = time.monotonic()
             network.run(head, steps.head(settings, head)).check()
             times["ray-head"].append(time.monotonic() - started)
