@@ -30,12 +30,13 @@ from infra.config import ClusterConfig, acr_vpc_region
 
 VPC_PULL_MBPS = 800.0
 DEFAULT_IMAGE_SIZE_GB = 20.0
-# Compressed sizes of images the shipped stacks use (repository prefix -> GB). Estimates: the "20-30 GB"
-# for ROLL's images; NGC PyTorch and verl's vLLM images are around 10-15 GB (UNCONFIRMED).
-KNOWN_IMAGE_SIZES_GB: tuple[tuple[str, float], ...] = (
-    ("roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/", 25.0),
-    ("nvcr.io/nvidia/pytorch:", 12.0),
-    ("verlai/verl:", 15.0),
+# Compressed sizes of images the shipped stacks use, found by repository and tag wherever they are copied to
+# (pattern -> GB). Estimates: the "20-30 GB" for ROLL's images; NGC PyTorch and verl's vLLM images are
+# around 10-15 GB (UNCONFIRMED).
+KNOWN_IMAGE_SIZES_GB: tuple[tuple[re.Pattern[str], float], ...] = (
+    (re.compile(r"(^|/)pytorch:nvcr-"), 25.0),  # ROLL's images (roll-registry.../roll/pytorch:nvcr-24.05-...)
+    (re.compile(r"(^|/)nvidia/pytorch:"), 12.0),  # NGC PyTorch
+    (re.compile(r"(^|/)verl:"), 15.0),  # verlai/verl
 )
 # A public-IP pull above this many minutes is worth a warning in the plan.
 SLOW_PULL_MINUTES = 10.0
@@ -78,8 +79,8 @@ def inbound_mbps(outbound_mbps: int) -> float:
 def image_size_gb(config: ClusterConfig) -> tuple[float, bool]:
     if config.container.image_size_gb is not None:
         return config.container.image_size_gb, True
-    for prefix, size in KNOWN_IMAGE_SIZES_GB:
-        if config.container.image.startswith(prefix):
+    for pattern, size in KNOWN_IMAGE_SIZES_GB:
+        if pattern.search(config.container.image):
             return size, True
     return DEFAULT_IMAGE_SIZE_GB, False
 

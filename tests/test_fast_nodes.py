@@ -192,7 +192,7 @@ def test_an_image_in_the_regions_registry_comes_over_the_vpc_without_a_warning(c
     result = run("multi", config={"roll-cluster:container": {"image": vpc_image}})
     assert configured_path(steps.NOTES["config"]) == "in-region"
     text = plan.render(result)
-    assert "over the VPC" in text and "WARNING" not in text
+    assert "25 GB from registry-vpc.cn-hangzhou.aliyuncs.com over the VPC" in text and "WARNING" not in text
     assert "<- this stack" in next(line for line in text.splitlines() if "(VPC)" in line)
 
 
