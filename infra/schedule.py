@@ -34,19 +34,21 @@ PATHS: tuple[Path, ...] = ("new", "in-region", "baked")
 INSTANCE_BOOT_MINUTES = 2.0  # RunInstances to sshd answering; nominal (UNCONFIRMED)
 DRIVER_INSTALL_MINUTES = 15.0  # Alibaba's auto-install "may take 10 to 20 minutes" (reference, section 2.2)
 
-# Measured by bench/steps_bench.py on the 2-core development machine (seconds, median of its runs). Node steps:
-# the real scripts on a node where the driver, Docker, the toolkit and the image are present (the baked path),
-# with stand-ins only for what cannot run here (package manager, systemd, dockerd, GPU). Ray and job: the
-# project's steps over SSH on the real-host tier (network-namespace hosts, real sshd and Ray 2.48.0).
+# Measured by bench/steps_bench.py on the 2-core development machine while other work ran on it (seconds, median
+# of 3 runs, 2026-11-23). Node steps: the real scripts on a node where the driver, Docker, the toolkit and the
+# image are present (the baked path), with stand-ins only for what cannot run here (package manager, systemd,
+# dockerd, GPU), plus one SSH session (0.57 s, measured on the real-host tier) each. Ray and job: the project's
+# steps over SSH on the real-host tier (3 network-namespace hosts, real sshd, Ray 2.48.0); the job step includes
+# its 10 s watch for an immediate failure.
 MEASURED_SECONDS: Mapping[str, float] = {
-    "prepare-host": 0.6,
-    "docker": 1.0,
-    "pull-image": 0.3,
-    "gpu-ready": 0.4,
-    "ray-head": 17.0,
-    "ray-worker": 4.0,
-    "ray-ready": 2.0,
-    "job": 3.0,
+    "prepare-host": 0.13 + 0.57,
+    "docker": 0.68 + 0.57,
+    "pull-image": 0.06 + 0.57,
+    "gpu-ready": 0.12 + 0.57,
+    "ray-head": 33.8,
+    "ray-worker": 11.0,
+    "ray-ready": 6.4,
+    "job": 24.5,
 }
 
 # Minutes on a new node (nominal). "pull-image" comes from the image path instead; the Ray and job steps from
