@@ -151,6 +151,18 @@ class NodesConfig(Section):
         description="Regular expression for the public image name; the newest match is used. Alibaba Cloud Linux 3 "
         "and Ubuntu 22.04 (`^ubuntu_22_04_x64_20G_alibase_.*`) are supported.",
     )
+    image: str | None = Field(
+        None,
+        description="An ECS custom image id (`m-...`) to boot from instead of `osImage`: an image baked by "
+        "`bake: true` (see README, 'Baked images'), or one with the NVIDIA driver preinstalled. Booted from a baked "
+        "image every bootstrap step finds its work done.",
+    )
+    bake: bool = Field(
+        False,
+        description="Make an ECS custom image of the head once its bootstrap is done (driver, Docker, NVIDIA "
+        "toolkit, the training image with the framework's requirements); its id is the output `bakedImageId`. The "
+        "image is kept on `pulumi destroy` (README, 'Baked images', says how to delete it).",
+    )
     gpu_driver: Literal["auto-install", "preinstalled"] = Field(
         "auto-install",
         description="`auto-install`: Alibaba's driver auto-install script runs at first boot (10-20 min, overlapped "
@@ -216,6 +228,17 @@ class NodesConfig(Section):
         except re.error as error:
             raise _problem(f"must be a valid regular expression ({error}); got {_shown(pattern)}") from None
         return pattern
+
+    @field_validator("image")
+    @classmethod
+    def _custom_image(cls, image: str | None) -> str | None:
+        # ECS image ids of custom images are `m-` and lower-case letters and digits (e.g. m-bp1g7004ksh0oeuc6v1h).
+        if image is not None and not re.fullmatch(r"m-[a-z0-9]{8,40}", image):
+            raise _problem(
+                f"must be an ECS custom image id such as `m-bp1g7004ksh0oeuc6v1h` (the bakedImageId output of a "
+                f"stack with nodes.bake: true), or be left out to boot from osImage; got {_shown(image)}"
+            )
+        return image
 
     @model_validator(mode="before")
     @classmethod
@@ -355,6 +378,23 @@ _IMAGE_REFERENCE = re.compile(
 )
 
 
+# ACR VPC endpoints (infra/image_path.py has the sources): Personal Edition, old and new, and Enterprise Edition.
+_ACR_VPC_HOSTS = (
+    re.compile(r"registry-vpc\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com"),
+    re.compile(r"crpi-[a-z0-9]+-vpc\.(?P<region>[a-z0-9-]+)\.personal\.cr\.aliyuncs\.com"),
+    re.compile(r"[a-z0-9-]+-registry-vpc\.(?P<region>[a-z0-9-]+)\.cr\.aliyuncs\.com"),
+)
+
+
+def acr_vpc_region(host: str) -> str | None:
+    """The region of an ACR VPC endpoint host, or None when the host is not one."""
+    for pattern in _ACR_VPC_HOSTS:
+        match = pattern.fullmatch(host)
+        if match:
+            return match.group("region")
+    return None
+
+
 class ContainerConfig(Section):
     image: str = Field(
         DEFAULT_ROLL_IMAGE,
@@ -369,6 +409,11 @@ class ContainerConfig(Section):
         None, description="User for a private registry; the password is the secret `registryPassword`."
     )
     name: str = Field("roll", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", description="Container name on every node.")
+    image_size_gb: float | None = Field(
+        None, gt=0, le=1000,
+        description="Compressed size of the training image in GB, for the plan's pull-time estimate; null: the "
+        "known size of the default images (infra/image_path.py), else 20.",
+    )
 
     @field_validator("image")
     @classmethod
@@ -746,6 +791,28 @@ class ClusterConfig(Section):
                 "zone",
             )
         return nodes
+
+    @field_validator("container")
+    @classmethod
+    def _vpc_registry_in_region(cls, container: ContainerConfig, info: ValidationInfo) -> ContainerConfig:
+        # A registry's VPC endpoint answers only inside its own region: from another region the pull would hang.
+        region, vpc_region = info.data.get("region"), acr_vpc_region(container.registry_host)
+        if region is not None and vpc_region is not None and vpc_region != region:
+            raise _problem(
+                f"uses the VPC endpoint of a registry in {vpc_region}, which nodes in alicloud:region {region} cannot "
+                f"reach; use the registry's public endpoint, or copy the image into your registry in {region} "
+                f"(registry-vpc.{region}.aliyuncs.com/...); got {_shown(container.image)}",
+                "image",
+            )
+        nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is not None and nodes.bake and "@" in container.image:
+            # bake-prep commits the framework's requirements into the local tag of the image; a digest is no tag.
+            raise _problem(
+                "must be a tag (`repository:tag`), not a digest, with nodes.bake: true (the baked image keeps the "
+                f"training image under its tag); got {_shown(container.image)}",
+                "image",
+            )
+        return container
 
     @field_validator("training")
     @classmethod

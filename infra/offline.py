@@ -103,6 +103,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     node_private_ips: list[str] | None = None
     preview: bool = False
     previous: dict[str, dict[str, Any]] = field(default_factory=dict)
+    missing_images: set[str] = field(default_factory=set)  # custom image ids the account does not have
     options: dict[str, pulumi.ResourceOptions] = field(default_factory=dict)
     resources: list[Registered] = field(default_factory=list)
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -179,6 +180,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
         }
 
     def _images(self, args: dict[str, Any]) -> dict[str, Any]:
+        if args.get("imageId"):
+            return self._custom_image(str(args["imageId"]))
         pattern = re.compile(args.get("nameRegex") or ".*")
         matches = [(n, os_name) for n, os_name in OS_IMAGES if pattern.search(n)]
         if args.get("mostRecent"):
@@ -197,6 +200,26 @@ class OfflineCloud(pulumi.runtime.Mocks):
             for n, os_name in matches
         ]
         return {"ids": [i["id"] for i in images], "images": images}
+
+    def _custom_image(self, image_id: str) -> dict[str, Any]:
+        """A custom image baked by a stack (nodes.image): the system disk and a 200 GB data disk, as snapshots."""
+        if image_id in self.missing_images:
+            return {"ids": [], "images": []}
+        image = {
+            "id": image_id,
+            "imageId": image_id,
+            "name": f"roll-cluster-baked-{image_id}",
+            "osName": "Alibaba Cloud Linux 3.2104 LTS 64 bit",
+            "osType": "linux",
+            "architecture": "x86_64",
+            "status": "Available",
+            "size": 200,
+            "diskDeviceMappings": [
+                {"device": "/dev/xvda", "size": "200", "snapshotId": f"s-bp1{_digest(image_id + 'a', 17)}"},
+                {"device": "/dev/xvdb", "size": "200", "snapshotId": f"s-bp1{_digest(image_id + 'b', 17)}"},
+            ],
+        }
+        return {"ids": [image_id], "images": [image]}
 
     # ---------------------------------------------------------------- resources
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
@@ -277,6 +300,7 @@ _ID_PREFIX = {
     "alicloud:ecs/securityGroupRule:SecurityGroupRule": "sgr-bp1",
     "alicloud:ecs/instance:Instance": "i-bp1",
     "alicloud:ecs/ecsKeyPair:EcsKeyPair": "kp-",
+    "alicloud:ecs/image:Image": "m-bp1",
     "alicloud:nas/fileSystem:FileSystem": "",
     "alicloud:nas/accessGroup:AccessGroup": "",
     "alicloud:nas/accessRule:AccessRule": "",

@@ -27,7 +27,7 @@ def export_all(
     head = nodes[0]
     head_host = pulumi.Output.from_input(head.machine.ssh_host)
     steps.NOTES.update(cluster.notes)
-    steps.NOTES.update(auto_start=config.training.auto_start, source=config.nodes.source)
+    steps.NOTES.update(auto_start=config.training.auto_start, source=config.nodes.source, config=config)
     job.spec.apply(lambda spec: steps.NOTES.__setitem__("job_spec", spec))
     key = config.access.ssh_private_key_path
     ports = config.ray
@@ -70,6 +70,8 @@ def export_all(
             lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)
         ),
     )
+    if head.bootstrap.baked_image_id is not None:
+        pulumi.export("bakedImageId", head.bootstrap.baked_image_id)
     if not config.training.auto_start:
         pulumi.export("jobSubmitted", False)
 

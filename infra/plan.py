@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from infra.config import ConfigError
+from infra import image_path, schedule
+from infra.config import ClusterConfig, ConfigError
 from infra.node import steps
 from infra.offline import OfflineCloud, OfflineRun, run_program, shipped_stacks
 from infra.sources.alibaba.placement import PlacementError
@@ -82,6 +83,9 @@ def render(run: OfflineRun) -> str:
             deps = ", ".join(record.depends_on) or "first boot"
             lines.append(f"    {record.step:14} {scripts:44} <- {deps}")
     lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")
+    config = steps.NOTES.get("config")
+    if config is not None:
+        lines += image_and_time(config, run.steps)
 
     spec = steps.NOTES.get("job_spec")
     lines.append(section("Training job"))
@@ -111,6 +115,43 @@ def render(run: OfflineRun) -> str:
     for typ, count in sorted(counts.items()):
         lines.append(f"  {count:4}  {typ}")
     return "\n".join(lines) + "\n"
+
+
+PATH_LABELS: dict[schedule.Path, str] = {
+    "new": "new cluster, image as configured",
+    "in-region": "new cluster, image in your registry in the region (VPC)",
+    "baked": "baked image (nodes.image)",
+}
+
+
+def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord]) -> list[str]:
+    """The training image's path (with warnings) and the modelled time to a running job on each path."""
+    lines = [section("Training image")]
+    path = image_path.image_path(config)
+    lines.append(f"  image    {config.container.image}")
+    if config.nodes.image is not None:
+        lines.append(f"  path     already on the disks of the baked image {config.nodes.image} (pull skipped)")
+    else:
+        lines.append(f"  path     {path.describe()}")
+    for warning in image_path.warnings(config):
+        lines.append(f"  WARNING  {warning}")
+    if config.nodes.bake:
+        lines.append("  bake     after gpu-ready the head bakes an ECS custom image (bake-prep, bake-image): kept on "
+                     "pulumi destroy, output bakedImageId; the head's container waits for it this time")
+
+    lines.append(section("Time to a running job (modelled: infra/schedule.py; README, 'Benchmarks')"))
+    configured = schedule.configured_path(config)
+    for name, profile in schedule.profiles(config).items():
+        plan = schedule.schedule(records, profile)
+        mark = "  <- this stack" if name == configured else ""
+        lines.append(f"  {PATH_LABELS[name]:58} {plan.total:5.1f} min{mark}")
+        lines.append("    critical path: " + " -> ".join(
+            [f"boot {schedule.INSTANCE_BOOT_MINUTES:g}"]
+            + [f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path]))
+    lines.append("  With a baked image (nodes.image) these steps find their work done and take seconds:")
+    for step, what in schedule.BAKED_SKIPS.items():
+        lines.append(f"    {step:13} {what}")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,11 @@ Order on a node (nothing here waits for another node):
     prepare-host -> docker -> pull-image -> gpu-ready -> container -> code
                                   (driver installs since first boot, in parallel with all of the above)
 
+With nodes.bake the head takes a detour before its container: bake-prep (the framework's requirements committed
+into the local training image, disks flushed) -> bake-image (the ECS custom image, infra/sources/alibaba/bake.py)
+-> container. The container comes after the image so that no node booted from it finds this node's container.
+On a node booted from a baked image every step finds its work done and says so (README, 'Baked images').
+
 The image pull starts as soon as Docker runs, while the driver installer (started by the first-boot user data)
 is still working. gpu-ready comes after the pull because it is the step that reboots the node when the
 installer asks for it: so no step is ever running while the node reboots. It is a local command that polls the
@@ -30,6 +35,7 @@ from infra.sources.base import Machine
 
 NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
 GPU_READY_TIMEOUT_S = 2400
+BAKE_CONTAINER = "roll-cluster-bake"  # the throw-away container bake-prep installs the requirements in
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class NodeBootstrap(pulumi.ComponentResource):
     container: docker.Container
     ready: pulumi.Resource  # the last bootstrap step: Ray steps depend on it
     ready_key: str  # its step key ("node-1/code")
+    baked_image_id: pulumi.Output[str] | None = None  # the custom image baked from this node (nodes.bake)
 
     def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:NodeBootstrap", name, None, opts)
@@ -108,6 +115,28 @@ class NodeBootstrap(pulumi.ComponentResource):
         )
         steps.record(node_name, "gpu-ready", "local", ["local/gpu_ready.sh", "gpu_check.sh"],
                      [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
+
+        before_container: list[pulumi.Resource] = [gpu_ready]
+        container_after = [f"{node_name}/gpu-ready"]
+        if machine.bake is not None:
+            bake_prep = steps.remote_step(
+                ctx,
+                "bake-prep",
+                [*(["bake_container.sh", "fetch_code.sh"] if args.code_env is not None else []), "bake_finish.sh"],
+                {
+                    **(args.code_env or {}),
+                    "CONTAINER_NAME": BAKE_CONTAINER,
+                    "BAKE_CONTAINER": BAKE_CONTAINER,
+                    "IMAGE": config.container.image,
+                    "WORKSPACE_HOST_DIR": f"{DATA_MOUNT}/workspace",
+                    "WORKSPACE": WORKSPACE,
+                },
+                after=[(f"{node_name}/gpu-ready", gpu_ready)],
+            )
+            baked, self.baked_image_id = machine.bake([bake_prep], self)
+            steps.record(node_name, "bake-image", "cloud", [], [f"{node_name}/bake-prep"], baked.pulumi_resource_name)
+            before_container.append(baked)
+            container_after.append(f"{node_name}/bake-image")
 
         registry_auth = None
         if config.container.registry_username and args.registry_password is not None:
@@ -168,10 +197,10 @@ class NodeBootstrap(pulumi.ComponentResource):
             must_run=True,
             ulimits=[docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1),
                      docker.ContainerUlimitArgs(name="nofile", soft=1048576, hard=1048576)],
-            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[gpu_ready, image])),
+            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[*before_container, image])),
         )
-        steps.record(node_name, "container", "docker", [],
-                     [f"{node_name}/gpu-ready", f"{node_name}/image"], f"{node_name}-container")
+        steps.record(node_name, "container", "docker", [], [*container_after, f"{node_name}/image"],
+                     f"{node_name}-container")
         self.ready = self.container
         self.ready_key = f"{node_name}/container"
         if args.code_env is not None:

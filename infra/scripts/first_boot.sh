@@ -23,6 +23,8 @@
 #   reboot-requested         boot_id, requested_at, command: a reboot the installer asked for, deferred
 #   reboot-shims/            the reboot stand-ins put first in the installer's PATH
 #   driver-installer-output.log   the installer's stdout and stderr
+#   driver-present           boot_id, checked_at, gpus: the driver already worked at first boot (a baked image),
+#                            so the installer was not started
 
 : "${GPU_DRIVER:=auto-install}"
 : "${INSTALL_RDMA:=FALSE}"
@@ -41,6 +43,7 @@ FAILED_MARKER=$ROLL_STATE_DIR/driver-install.failed
 REBOOT_REQUEST=$ROLL_STATE_DIR/reboot-requested
 INSTALLER_OUTPUT=$ROLL_STATE_DIR/driver-installer-output.log
 INSTALLER_WRAPPER=$ROLL_STATE_DIR/run-driver-installer.sh
+PRESENT_MARKER=$ROLL_STATE_DIR/driver-present
 
 check_settings() {
   case $GPU_DRIVER in
@@ -190,9 +193,28 @@ start_installer() {
     "(log: $AUTO_INSTALL_DIR/auto_install.log); the reboot it requests is deferred to gpu-ready"
 }
 
+# A node booted from a baked (or any driver-carrying) custom image has a working driver: nvidia-smi lists its GPUs.
+# Running the installer again would rebuild the driver and reboot for nothing. Bounded: a wedged driver must not
+# hold up the boot.
+driver_works() {
+  local listing
+  command -v nvidia-smi >/dev/null 2>&1 || return 1
+  listing=$(timeout 60 nvidia-smi -L </dev/null 2>/dev/null) || return 1
+  DRIVER_GPUS=$(grep -c '^GPU [0-9]' <<<"$listing") || return 1
+}
+
 install_gpu_driver() {
   if [[ "$GPU_DRIVER" == preinstalled ]]; then
     banner "GPU_DRIVER=preinstalled: the image has the driver, nothing to install; skipped"
+    return 0
+  fi
+  if driver_works; then
+    write_file_if_changed "$PRESENT_MARKER" "$(
+      printf 'boot_id=%s\n' "$(cat "$BOOT_ID_FILE")"
+      printf 'checked_at=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+      printf 'gpus=%s' "$DRIVER_GPUS"
+    )"
+    banner "the NVIDIA driver already works ($DRIVER_GPUS GPU(s) listed by nvidia-smi; a baked image?): installer skipped"
     return 0
   fi
   if installer_already_started; then

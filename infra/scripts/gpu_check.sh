@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check (on the node): one short probe of the GPU driver, no waiting. local/gpu_ready.sh runs it over ssh in a
 # loop. Prints one status line (FAILED adds the log tail below it) and exits with its code:
-#   READY <n>                 0  driver usable (preinstalled, or auto-install said ALL INSTALL OK and has ended)
+#   READY <n>                 0  driver usable (preinstalled, already working at first boot as on a baked image,
+#                                or auto-install said ALL INSTALL OK and has ended)
 #                                and `nvidia-smi -L` lists at least EXPECTED_GPUS GPUs
 #   FAILED <why>              2  auto-install wrote INSTALL FAIL, or the installer could not start or ended without
 #                                a result; followed by the last 40 lines of the install log
@@ -26,6 +27,7 @@ DONE_MARKER=$ROLL_STATE_DIR/driver-install.done
 FAILED_MARKER=$ROLL_STATE_DIR/driver-install.failed
 REBOOT_REQUEST=$ROLL_STATE_DIR/reboot-requested
 INSTALLER_OUTPUT=$ROLL_STATE_DIR/driver-installer-output.log
+PRESENT_MARKER=$ROLL_STATE_DIR/driver-present
 
 check_settings() {
   require_int EXPECTED_GPUS
@@ -127,8 +129,13 @@ check_gpus() {
   report 5 "GPUS_MISSING $seen of $EXPECTED_GPUS expected"
 }
 
+# first_boot.sh found the driver working in this boot (a baked image) and started no installer: nothing to wait for.
+driver_present_this_boot() {
+  [[ "$(state_value "$PRESENT_MARKER" boot_id)" == "$CURRENT_BOOT_ID" ]]
+}
+
 check_settings
-if [[ "$GPU_DRIVER" == auto-install ]]; then
+if [[ "$GPU_DRIVER" == auto-install ]] && ! driver_present_this_boot; then
   check_auto_install
 fi
 check_gpus

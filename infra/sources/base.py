@@ -17,7 +17,7 @@ and one line in infra/sources/__init__.py, as in SkyPilot's sky/provision/<cloud
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -55,6 +55,12 @@ class Machine:
     ssh_port: int = 22
     data_disk: str | None = None  # how prepare-host finds the data disk (see prepare_host.sh), or None
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first SSH step
+    # Baking (a source that can image its machines, with nodes.bake): called by the bootstrap once the machine is
+    # prepared, with the step(s) to wait for and the parent for the image; returns the image resource (later steps
+    # wait for it) and its id.
+    bake: Callable[[Sequence[pulumi.Resource], pulumi.Resource], tuple[pulumi.Resource, pulumi.Output[str]]] | None = (
+        None
+    )
 
 
 @dataclass

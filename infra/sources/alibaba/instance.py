@@ -29,6 +29,7 @@ class GpuNodeArgs:
     vswitch_id: pulumi.Input[str]
     security_group_id: pulumi.Input[str]
     key_pair_name: pulumi.Input[str]
+    data_snapshot: tuple[str, int] | None = None  # (snapshot id, GB) of a baked image's data disk
 
     @property
     def role(self) -> str:
@@ -59,7 +60,10 @@ class GpuNode(pulumi.ComponentResource):
         if nodes.data_disk_gb:
             data_disks = [
                 alicloud.ecs.InstanceDataDiskArgs(
-                    size=nodes.data_disk_gb, category="cloud_essd", name=f"{host_name}-data", delete_with_instance=True
+                    size=max(nodes.data_disk_gb, args.data_snapshot[1] if args.data_snapshot else 0),
+                    category="cloud_essd", name=f"{host_name}-data", delete_with_instance=True,
+                    # Booted from a baked image: the data disk is the image's (Docker's images are on it).
+                    snapshot_id=args.data_snapshot[0] if args.data_snapshot else None,
                 )
             ]
         user_data = base64.b64encode(first_boot_user_data(nodes).encode()).decode()
@@ -89,8 +93,9 @@ class GpuNode(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # user_data is applied in place by rebooting the instance and cloud-init would not run it again:
-                # a changed driver version takes effect on new nodes only (README, "Changing the driver").
-                ignore_changes=["userData", "imageId"],
+                # a changed driver version takes effect on new nodes only (README, "Changing the driver"). Likewise
+                # a new nodes.image, with the data disk made from its snapshot: an existing node keeps its disks.
+                ignore_changes=["userData", "imageId", "dataDisks[0].snapshotId"],
             ),
         )
         self.instance_id = instance.id

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi_alicloud as alicloud
 
@@ -104,6 +105,8 @@ def _price(text: str | None) -> float | None:
 
 
 def _image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
+    if config.nodes.image is not None:
+        return _custom_image(config)
     images = alicloud.ecs.get_images(
         name_regex=config.nodes.os_image, owners="system", most_recent=True, instance_type=type_name,
         architecture="x86_64",
@@ -114,3 +117,50 @@ def _image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
             "for " + type_name + "; use e.g. ^aliyun_3_x64_20G_alibase_.* or ^ubuntu_22_04_x64_20G_alibase_.*"
         )
     return images[0].id, images[0].name
+
+
+def _custom_image(config: ClusterConfig) -> tuple[str, str]:
+    """nodes.image: the account's own image (baked by nodes.bake, or one with the driver preinstalled)."""
+    image = _own_image(config)
+    return image.id, image.name
+
+
+def _own_image(config: ClusterConfig) -> Any:
+    image_id = config.nodes.image
+    images = alicloud.ecs.get_images(image_id=image_id, owners="self").images
+    if not images:
+        raise PlacementError(
+            f"roll-cluster:nodes.image: no custom image {image_id} in {config.region} (images are regional: bake "
+            "in this region or copy the image here); leave nodes.image out to boot from nodes.osImage. Nothing was "
+            "created."
+        )
+    status = getattr(images[0], "status", "Available") or "Available"
+    if status != "Available":
+        raise PlacementError(
+            f"roll-cluster:nodes.image: {image_id} is {status}, not Available yet (an image is usable once a snapshot "
+            "of every disk is made); run again when it is. Nothing was created."
+        )
+    return images[0]
+
+
+def image_data_disk(config: ClusterConfig) -> tuple[str, int] | None:
+    """The data-disk snapshot (id, GB) of nodes.image, or None. A baked image carries the head's data disk (Docker's
+    images are on it when nodes.dataDiskGb > 0): the nodes' data disks are made from that snapshot.
+
+    The device names of DescribeImages' disk mappings (/dev/xvda for the system disk) are the convention of the
+    API's examples; that the system disk is always `...a` is UNCONFIRMED.
+    """
+    if config.nodes.image is None:
+        return None
+    for mapping in getattr(_own_image(config), "disk_device_mappings", None) or []:
+        device, snapshot = str(getattr(mapping, "device", "") or ""), getattr(mapping, "snapshot_id", None)
+        if snapshot and device and not device.endswith("a"):
+            size = int(float(getattr(mapping, "size", 0) or 0))
+            if config.nodes.data_disk_gb == 0:
+                raise PlacementError(
+                    f"roll-cluster:nodes.dataDiskGb: the image {config.nodes.image} carries a {size} GB data disk "
+                    f"(Docker's images are on it); set nodes.dataDiskGb to at least {max(size, 100)}; got 0. "
+                    "Nothing was created."
+                )
+            return str(snapshot), size
+    return None

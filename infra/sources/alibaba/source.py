@@ -7,13 +7,16 @@ instances (instance.py). What it hands on is the same as any other source's (inf
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 
+import pulumi
 import pulumi_alicloud as alicloud
 
 from infra.config import ClusterConfig
+from infra.sources.alibaba.bake import bake_image
 from infra.sources.alibaba.instance import DATA_DISK_DEVICE, GpuNode, GpuNodeArgs
 from infra.sources.alibaba.network import Network, NetworkArgs
-from infra.sources.alibaba.placement import Placement, choose_placement
+from infra.sources.alibaba.placement import Placement, choose_placement, image_data_disk
 from infra.sources.alibaba.storage import SharedStorage, SharedStorageArgs
 from infra.sources.base import ClusterFacts, Machine, ProvisionedCluster
 
@@ -69,6 +72,7 @@ class AlibabaSource:
                     retain_on_destroy=config.storage.retain_on_destroy,
                 ),
             )
+        data_snapshot = image_data_disk(config)
         machines: list[Machine] = []
         for rank in range(config.nodes.count):
             name = f"node-{rank}"
@@ -83,6 +87,7 @@ class AlibabaSource:
                     vswitch_id=network.vswitch_id,
                     security_group_id=network.security_group_id,
                     key_pair_name=key_pair.key_pair_name,
+                    data_snapshot=data_snapshot,
                 ),
             )
             machines.append(
@@ -94,6 +99,7 @@ class AlibabaSource:
                     identity=node.instance_id,
                     data_disk=DATA_DISK_DEVICE if config.nodes.data_disk_gb > 0 else None,
                     depends_on=[node],
+                    bake=_baker(stack, node) if config.nodes.bake and rank == 0 else None,
                 )
             )
         outputs: dict[str, object] = {
@@ -111,6 +117,13 @@ class AlibabaSource:
                 "nas_retained": config.storage.retain_on_destroy,
             },
         )
+
+
+def _baker(
+    stack: str, node: GpuNode
+) -> Callable[[Sequence[pulumi.Resource], pulumi.Resource], tuple[pulumi.Resource, pulumi.Output[str]]]:
+    # Not a child of the GpuNode: the node's steps wait for the GpuNode (all its children), the image for them.
+    return lambda after, parent: bake_image("baked-image", stack, node.instance_id, after, parent)
 
 
 def hourly_price(placement: Placement, count: int) -> float | None:
