@@ -48,13 +48,23 @@ class TrainingJob(pulumi.ComponentResource):
         settings = args.ray.settings
         submission = self.spec.apply(to_submission)
         if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
+            # The server downloads its model: it gets HF_TOKEN (and the other secrets) like the job's prepare step.
+            # Removing it (destroy, or rewardServer dropped from the config) stops it.
             server = steps.remote_step(
                 ctx,
                 ray_commands.REWARD_SERVER_STEP.step,
                 ray_commands.REWARD_SERVER_STEP.scripts,
-                {},
-                dynamic_env=self.spec.apply(lambda spec: ray_commands.reward_server_env(settings, reward_of(spec))),
+                args.secret_env,
+                dynamic_env=self.spec.apply(
+                    lambda spec: ray_commands.reward_server_env(
+                        settings, reward_of(spec), extra_env_names=sorted(args.secret_env)
+                    )
+                ),
                 after=after,
+                delete_scripts=ray_commands.REWARD_STOP_STEP.scripts,
+                delete_env=ray_commands.reward_stop_env(settings),
+                # The stop ends every reward server in the container: the old one must go before the new starts.
+                delete_before_replace=True,
                 resource_name="reward-server",
             )
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
