@@ -866,6 +866,16 @@ def _format(loc: KeyPath) -> str:
     return path
 
 
+def _literal_values(annotation: Any) -> list[Any]:
+    """The values a Literal field allows, also inside `Literal[...] | None` (then null too)."""
+    if typing.get_origin(annotation) is Literal:
+        return list(typing.get_args(annotation))
+    values: list[Any] = []
+    for arg in typing.get_args(annotation):
+        values += [None] if arg is type(None) else _literal_values(arg)
+    return values
+
+
 def _allowed(item: Any, loc: KeyPath) -> str:
     """What a built-in pydantic check allows, in the stack file's terms."""
     kind, ctx = item["type"], item.get("ctx", {})
@@ -876,7 +886,7 @@ def _allowed(item: Any, loc: KeyPath) -> str:
         if low is not None and high is not None:
             return f"must be between {low} and {high}"
     if kind == "literal_error" and field is not None:
-        return "must be one of " + ", ".join(_shown(v) for v in typing.get_args(field.annotation))
+        return "must be one of " + ", ".join(_shown(v) for v in _literal_values(field.annotation))
     if kind == "string_pattern_mismatch":
         example = f" such as {_shown(field.default)}" if field is not None and isinstance(field.default, str) else ""
         return f"must match the regular expression `{ctx.get('pattern')}`{example}"
