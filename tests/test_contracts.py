@@ -150,9 +150,9 @@ def test_a_wrong_openrlhf_flag_is_rejected_by_openrlhfs_parser(capsys: pytest.Ca
 
 
 def test_openrlhfs_own_checks_run_after_parsing() -> None:
-    # group_norm needs several samples per prompt: upstream's assert, not ours, stops this job.
-    entrypoint = job_env("openrlhf", {"roll-cluster:training": {"overrides": {"rollout.n_samples_per_prompt": 1}}})[
+    # Upstream's asserts after parsing run too: partial rollouts need async training (not a rule of ours).
+    entrypoint = job_env("openrlhf", {"roll-cluster:training": {"overrides": {"train.partial_rollout_enable": True}}})[
         "JOB_ENTRYPOINT"
     ]
-    with pytest.raises(AssertionError, match="group_norm requires n_samples_per_prompt > 1"):
+    with pytest.raises(AssertionError, match="--partial_rollout requires --async_train"):
         run_openrlhf_cli("train_ppo_ray.py", module_arguments(entrypoint, "openrlhf.cli.train_ppo_ray"))

@@ -481,6 +481,7 @@ OPENRLHF = {
         "ds.enable_sleep": False,
         "actor": {"model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"},
         "algo.advantage.estimator": "group_norm",
+        "rollout.n_samples_per_prompt": 4,  # group_norm needs a group per prompt (upstream asserts it)
     },
 }
 
@@ -517,6 +518,8 @@ def test_openrlhf_command_line_for_two_nodes_of_eight_gpus() -> None:
         "Qwen/Qwen2.5-7B-Instruct",
         "--algo.advantage.estimator",
         "group_norm",
+        "--rollout.n_samples_per_prompt",
+        "4",
     ]
     assert job.workdir == "/workspace/OpenRLHF"
     assert check_before_deploy(training(**OPENRLHF), container(), shape(2, 8)) == []
@@ -762,3 +765,21 @@ def test_openrlhf_on_gpus_without_bf16_runs_fp16_with_sdpa() -> None:
         "roll-cluster:training.overrides.ds.param_dtype: must be fp16: the cluster's GPUs have no bf16 (V100/T4); "
         "got 'bf16'"
     ]
+
+
+def test_openrlhf_batch_rules_are_checked_before_deploy() -> None:
+    def problems_of(overrides: dict[str, Any]) -> list[str]:
+        config = training(**{**OPENRLHF, "overrides": {**OPENRLHF["overrides"], **overrides}})
+        return check_before_deploy(config, container(), shape(2, 8))
+
+    assert problems_of({}) == []
+    assert problems_of({"rollout.n_samples_per_prompt": 1}) == [
+        "roll-cluster:training.overrides.rollout.n_samples_per_prompt: must be more than 1 with "
+        "algo.advantage.estimator group_norm; got 1"
+    ]
+    assert problems_of({"rollout.n_samples_per_prompt": 4, "train.batch_size": 120}) == [
+        "roll-cluster:training.overrides.train.batch_size: must be a multiple of train.micro_batch_size x the "
+        "actor's data-parallel ranks (1 x 16 = 16); got 120"
+    ]
+    small = problems_of({"rollout.n_samples_per_prompt": 2, "rollout.batch_size": 4, "rollout.micro_batch_size": 1})
+    assert len(small) == 1 and "must be at least the actor's 16 data-parallel ranks; got 2 x 4 // 1" in small[0]

@@ -5,8 +5,8 @@ config changes that replace only the job, autoStart, teardown order and secrets.
 from __future__ import annotations
 
 import base64
-import re
 import io
+import re
 import shutil
 import subprocess
 import tarfile

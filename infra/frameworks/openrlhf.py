@@ -49,6 +49,14 @@ FLAG_DEFAULTS: dict[str, Any] = {
     "ds.param_dtype": "bf16",
     "ds.attn_implementation": "flash_attention_2",
     "data.input_key": "input",
+    "rollout.n_samples_per_prompt": 1,
+    "rollout.batch_size": 1024,
+    "rollout.micro_batch_size": 1,
+    "train.batch_size": 128,
+    "train.micro_batch_size": 1,
+    "ds.ring_attn_size": 1,
+    "ds.tensor_parallel_size": 1,
+    "algo.advantage.estimator": "gae",
 }
 
 
@@ -301,8 +309,41 @@ class OpenRlhfAdapter:
                 "context_messages (a list of chat messages becomes a prompt only through the tokenizer's chat "
                 f"template); got {_shown_flag(flags.get('data.apply_chat_template'))}"
             )
+        problems += self._batch_problems(flags, actor, number)
         if not shape.bf16:
             problems += self._fp16_problems(flags)
+        return problems
+
+    def _batch_problems(self, flags: dict[str, Any], actor: int, number: Callable[[str], int]) -> list[str]:
+        """The batch rules train_ppo_ray asserts after parsing, and DeepSpeed's batch arithmetic."""
+        problems: list[str] = []
+        user = self._user()
+
+        def where(flag: str) -> str:
+            return key(f"training.overrides.{flag}") + ("" if flag in user else f" (OpenRLHF's default {flag})")
+
+        samples = number("rollout.n_samples_per_prompt")
+        estimator = flags.get("algo.advantage.estimator")
+        if estimator in ("rloo", "reinforce_baseline", "group_norm") and samples <= 1:
+            # openrlhf/cli/train_ppo_ray.py (v0.10.2), after hierarchize: the estimator needs a group per prompt.
+            problems.append(f"{where('rollout.n_samples_per_prompt')}: must be more than 1 with "
+                            f"algo.advantage.estimator {estimator}; got {samples}")
+        ranks = actor // max(1, number("ds.ring_attn_size")) // max(1, number("ds.tensor_parallel_size"))
+        rollout, rollout_micro = number("rollout.batch_size"), number("rollout.micro_batch_size")
+        if rollout_micro and samples * rollout // rollout_micro < ranks:
+            # train_ppo_ray.py's last assert: every actor process needs a sample batch.
+            problems.append(
+                f"{where('rollout.batch_size')}: rollout.n_samples_per_prompt x rollout.batch_size // "
+                f"rollout.micro_batch_size must be at least the actor's {ranks} data-parallel ranks; got {samples} x "
+                f"{rollout} // {rollout_micro}"
+            )
+        train, train_micro = number("train.batch_size"), number("train.micro_batch_size")
+        if ranks and train_micro and train % (train_micro * ranks):
+            # DeepSpeed: train_batch_size = micro_batch_per_gpu x gradient_accumulation x data-parallel size.
+            problems.append(
+                f"{where('train.batch_size')}: must be a multiple of train.micro_batch_size x the actor's "
+                f"data-parallel ranks ({train_micro} x {ranks} = {train_micro * ranks}); got {train}"
+            )
         return problems
 
     def _fp16_problems(self, flags: dict[str, Any]) -> list[str]:
