@@ -40,7 +40,12 @@ class TrainingJob(pulumi.ComponentResource):
         config = args.config
         adapter = adapter_for(config.training, config.container, local_roll_base(config))
         shape = cluster_shape(config, args.stack, args.gpus_per_node, args.bf16, head_ip="")
-        self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
+        if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
+            # The job names the reward server by the head's private address, known once the head exists.
+            self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
+        else:
+            # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output).
+            self.spec = pulumi.Output.from_input(adapter.job(shape))
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
         ctx = steps.StepContext(node=args.head.name, host=args.head.node.public_ip, key=args.private_key,
                                 parent=self)

@@ -329,3 +329,16 @@ def test_the_reward_servers_gpus_count_when_the_roles_are_not_colocated():
         run("openrlhf", config=separate(1))
     with pytest.raises(ConfigError, match=re.escape("rewardServer.gpus: the reward server runs on the head, which")):
         run("openrlhf", config=separate(9))
+
+
+@pytest.mark.parametrize("stack", ["dev", "verl"])
+def test_pulumi_preview_knows_the_job_configuration_before_any_node_exists(stack):
+    # In a first preview the nodes' addresses are unknown; the job (the jobConfig output) does not depend on them.
+    from infra import steps
+    from infra.offline import OfflineCloud
+
+    run(stack, cloud=OfflineCloud(preview=True))
+    previewed = steps.NOTES.get("job_spec")
+    assert previewed is not None
+    run(stack)
+    assert previewed == steps.NOTES["job_spec"]
