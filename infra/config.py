@@ -644,9 +644,10 @@ class TrainingConfig(Section):
         None,
         description="Where models and datasets are downloaded from: `huggingface` (the Hub), `hf-mirror` "
         "(a Hub mirror at `hfEndpoint`, given to the job as `HF_ENDPOINT`) or `modelscope` (verl: "
-        "`VERL_USE_MODELSCOPE=True`; OpenRLHF: `--use_ms`; custom: `ROLL_CLUSTER_MODEL_SOURCE`). null: "
-        "`hf-mirror` in mainland China regions (`cn-*` but `cn-hongkong`), where the Hub is not reachable, "
-        "else `huggingface`.",
+        "`VERL_USE_MODELSCOPE=True`; OpenRLHF: `--use_ms`; custom: `ROLL_CLUSTER_MODEL_SOURCE`; model ids must then "
+        "be ModelScope's, and dataset downloads through the Hub's `datasets` library may still need the Hub, so "
+        "`hf-mirror` is the default). null: `hf-mirror` in mainland China regions (`cn-*` but `cn-hongkong`), "
+        "where the Hub is not reachable, else `huggingface`.",
     )
     hf_endpoint: str = Field(
         DEFAULT_HF_MIRROR,
