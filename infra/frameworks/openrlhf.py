@@ -31,7 +31,6 @@ OPENRLHF_DIR = "/workspace/OpenRLHF"
 COLOCATE_ALL = "train.colocate_all"
 GPU_MEMORY = "vllm.gpu_memory_utilization"
 COLOCATED_GPU_MEMORY = 0.5
-BF16_FLAGS = ("ds.param_dtype",)
 # train_ppo_ray's own defaults where the checks below need one (openrlhf/cli/train_ppo_ray.py, v0.10.2).
 FLAG_DEFAULTS: dict[str, Any] = {
     "actor.num_nodes": 1,
