@@ -646,8 +646,8 @@ class TrainingConfig(Section):
         "(a Hub mirror at `hfEndpoint`, given to the job as `HF_ENDPOINT`) or `modelscope` (verl: "
         "`VERL_USE_MODELSCOPE=True`; OpenRLHF: `--use_ms`; custom: `ROLL_CLUSTER_MODEL_SOURCE`; the image needs "
         "the `modelscope` package and model ids must be ModelScope's, and dataset downloads through the Hub's "
-        "`datasets` library may still need the Hub, so `hf-mirror` is the default). null: `hf-mirror` in mainland China regions (`cn-*` but `cn-hongkong`), "
-        "where the Hub is not reachable, else `huggingface`.",
+        "`datasets` library may still need the Hub, so `hf-mirror` is the default). null: `hf-mirror` in "
+        "mainland China regions (`cn-*` but `cn-hongkong`), where the Hub is not reachable, else `huggingface`.",
     )
     hf_endpoint: str = Field(
         DEFAULT_HF_MIRROR,
