@@ -783,3 +783,12 @@ def test_openrlhf_batch_rules_are_checked_before_deploy() -> None:
     ]
     small = problems_of({"rollout.n_samples_per_prompt": 2, "rollout.batch_size": 4, "rollout.micro_batch_size": 1})
     assert len(small) == 1 and "must be at least the actor's 16 data-parallel ranks; got 2 x 4 // 1" in small[0]
+
+
+def test_openrlhf_checkout_and_package_must_be_the_same_release() -> None:
+    other = training(**{**OPENRLHF, "openrlhf": {**OPENRLHF["openrlhf"], "ref": "v0.10.3"}})
+    assert check_before_deploy(other, container(), shape(2, 8)) == [
+        "roll-cluster:training.openrlhf.ref: must be the release of training.openrlhf.package (v0.10.2); got 'v0.10.3'"
+    ]
+    commit = training(**{**OPENRLHF, "openrlhf": {**OPENRLHF["openrlhf"], "ref": "3c3be6234e0cb353e76bb8019947db9d"}})
+    assert check_before_deploy(commit, container(), shape(2, 8)) == []  # a commit cannot be compared: allowed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -308,10 +309,21 @@ class OpenRlhfAdapter:
                 "context_messages (a list of chat messages becomes a prompt only through the tokenizer's chat "
                 f"template); got {_shown_flag(flags.get('data.apply_chat_template'))}"
             )
+        problems += self._version_problems()
         problems += self._batch_problems(flags, actor, number)
         if not shape.bf16:
             problems += self._fp16_problems(flags)
         return problems
+
+    def _version_problems(self) -> list[str]:
+        """The checkout (the job's and the reward server's working dir, where `-m openrlhf...` imports from) and the
+        installed package must be the same release."""
+        pinned = re.fullmatch(r"openrlhf(?:\[[\w,-]+\])?==([\w.]+)", self.openrlhf.package.replace(" ", ""))
+        tag = re.fullmatch(r"v?(\d+(?:\.\d+)*(?:\.post\d+)?)", self.openrlhf.ref)
+        if pinned and tag and pinned.group(1) != tag.group(1):
+            return [f"{key('training.openrlhf.ref')}: must be the release of training.openrlhf.package "
+                    f"(v{pinned.group(1)}); got {self.openrlhf.ref!r}"]
+        return []
 
     def _batch_problems(self, flags: dict[str, Any], actor: int, number: Callable[[str], int]) -> list[str]:
         """The batch rules train_ppo_ray asserts after parsing, and DeepSpeed's batch arithmetic."""
