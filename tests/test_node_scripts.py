@@ -934,6 +934,7 @@ def test_fetch_code_runs_the_openrlhf_spec_like_upstreams_dockerfile(node: FakeN
     )
     assert calls[1].startswith(f"cwd={code_dir} install --progress-bar off {index} vllm==0.19.1 https://")
     assert calls[1].endswith(" openrlhf[vllm]==0.10.2") and len(calls) == 2
+    assert "removed xgboost transformer_engine flash_attn pynvml opencv-python-headless; installed vllm" in first.stdout
 
     second = node.run_step("code", ["fetch_code.sh"], **settings)
 

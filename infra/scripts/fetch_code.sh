@@ -318,7 +318,7 @@ install_requirements() {
   write_marker "$CONTAINER_ID"
   local editable=''
   if [[ "$INSTALL_EDITABLE" == 1 ]]; then editable=' and the code itself (editable)'; fi
-  banner "installed${REQUIREMENTS_FILE:+ $REQUIREMENTS_FILE}${PIP_EXTRA_PACKAGES:+ $PIP_EXTRA_PACKAGES}$editable"
+  banner "${PIP_UNINSTALL_PACKAGES:+removed $PIP_UNINSTALL_PACKAGES; }installed${REQUIREMENTS_FILE:+ $REQUIREMENTS_FILE}${PIP_EXTRA_PACKAGES:+ $PIP_EXTRA_PACKAGES}$editable"
 }
 
 check_settings
