@@ -156,3 +156,13 @@ def test_openrlhfs_own_checks_run_after_parsing() -> None:
     ]
     with pytest.raises(AssertionError, match="--partial_rollout requires --async_train"):
         run_openrlhf_cli("train_ppo_ray.py", module_arguments(entrypoint, "openrlhf.cli.train_ppo_ray"))
+
+
+def test_a_deprecated_global_micro_batch_size_of_the_user_is_not_doubled() -> None:
+    # verl refuses both sizes of one section; the user's deprecated one stays alone.
+    user = {"actor_rollout_ref.rollout.log_prob_micro_batch_size": 32}
+    entrypoint = job_env("verl", {"roll-cluster:training": {"overrides": user}})["JOB_ENTRYPOINT"]
+    config = compose_verl(module_arguments(entrypoint, "verl.trainer.main_ppo"))
+    assert verl_violations(config) == []
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert (rollout["log_prob_micro_batch_size"], rollout["log_prob_micro_batch_size_per_gpu"]) == (32, None)

@@ -161,6 +161,10 @@ class VerlAdapter:
         user = self._user()
         if user.get("critic.enable", user.get(ADV_ESTIMATOR, VERL_DEFAULTS[ADV_ESTIMATOR]) == "gae") is True:
             overrides[CRITIC_MICRO] = micro  # verl/workers/config/critic.py:104-105 asserts it like the actor's
+        for per_gpu in (ACTOR_MICRO, ROLLOUT_LOG_PROB_MICRO, REF_LOG_PROB_MICRO, CRITIC_MICRO):
+            # verl refuses both the deprecated global size and the per-GPU one (actor.py:177-182, config.py:144-148).
+            if per_gpu.removesuffix("_per_gpu") in user:
+                overrides.pop(per_gpu, None)
         if not shape.bf16:
             # V100/T4: no bf16 and no FlashAttention 2 (sm80+). dp_actor.py:86-90 scales the loss for fp16.
             overrides.update(FP16_OVERRIDES)
