@@ -307,11 +307,9 @@ class VerlAdapter:
                 f"{total} GPUs = {normalized}); got {micro}"
             )
         tp = user.get(ROLLOUT_TP, self._default_tp(shape))
-        if not isinstance(tp, int) or tp < 1 or total % tp or tp > shape.gpus_per_node:
-            # verl splits the GPUs into rollout engines of TP GPUs each, within a node.
-            problems.append(
-                f"{where(ROLLOUT_TP)}: must divide {cluster} and be at most the GPUs per node; got {tp!r}"
-            )
+        if not isinstance(tp, int) or tp < 1 or total % tp:
+            # verl splits the GPUs into rollout engines of TP GPUs each (verl-openrlhf.md 1.5).
+            problems.append(f"{where(ROLLOUT_TP)}: must divide {cluster}; got {tp!r}")
         if not shape.bf16:
             problems += self._fp16_problems(user)
         data_dir = self.verl.data_dir
