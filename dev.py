@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".requirements-sha256"
-REQUIREMENTS = ["requirements.txt", "requirements-dev.txt"]
+REQUIREMENTS = ["requirements.txt", "requirements-dev.txt", "requirements-contract.txt"]
+# The frameworks the contract tests read (verl, OpenRLHF): their code only, never their dependencies (torch, Ray,
+# vLLM), which a requirements file cannot say per line.
+NO_DEPS_REQUIREMENTS = "requirements-contract.txt"
 
 
 def requirements_digest() -> str:
@@ -41,6 +44,8 @@ def ensure_venv() -> None:
     print("dev.py: installing requirements-dev.txt into .venv ...", flush=True)
     subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                     "-r", str(ROOT / "requirements-dev.txt")], check=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                    "-r", str(ROOT / NO_DEPS_REQUIREMENTS)], check=True)
     STAMP.write_text(wanted + "\n")
 
 

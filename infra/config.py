@@ -414,6 +414,29 @@ class ContainerConfig(Section):
         description="Compressed size of the training image in GB, for the plan's pull-time estimate; null: the "
         "known size of the default images (infra/image_path.py), else 20.",
     )
+    registry_mirror: str | None = Field(
+        None,
+        description="A Docker Hub mirror (`host[:port][/path]`, e.g. your ACR mirror or `docker.m.daocloud.io`) "
+        "the nodes pull Docker Hub images through: `verlai/verl:tag` is pulled as `<mirror>/verlai/verl:tag` "
+        "(official images as `<mirror>/library/<name>`). Images of other registries are pulled as written. "
+        "Required in mainland China regions (`cn-*` but `cn-hongkong`) for a Docker Hub image, which is not "
+        "reachable from there.",
+    )
+
+    @field_validator("registry_mirror")
+    @classmethod
+    def _mirror(cls, mirror: str | None) -> str | None:
+        if mirror is None:
+            return None
+        host_path = mirror.removeprefix("https://").rstrip("/")
+        if not re.fullmatch(rf"[a-z0-9.-]+(?::[0-9]+)?(?:/{_IMAGE_PATH_COMPONENT})*", host_path) or "." not in (
+            host_path.split("/", 1)[0]
+        ):
+            raise _problem(
+                "must be a registry host with an optional path, such as `docker.m.daocloud.io` or "
+                f"`registry.cn-hangzhou.aliyuncs.com/my-mirror`; got {_shown(mirror)}"
+            )
+        return host_path
 
     @field_validator("image")
     @classmethod
@@ -443,10 +466,31 @@ class ContainerConfig(Section):
         return number * 1024 if unit == "g" else number
 
     @property
-    def registry_host(self) -> str:
+    def from_docker_hub(self) -> bool:
         first = self.image.split("/", 1)[0]
         is_host = "." in first or ":" in first or first == "localhost"
-        return first if "/" in self.image and is_host else "docker.io"
+        return not ("/" in self.image and is_host) or first in ("docker.io", "index.docker.io")
+
+    @property
+    def pull_image(self) -> str:
+        """The reference the nodes pull: the image itself, or a Docker Hub image through `registryMirror`."""
+        if self.registry_mirror is None or not self.from_docker_hub:
+            return self.image
+        path = self.image
+        first = path.split("/", 1)[0]
+        if first in ("docker.io", "index.docker.io"):
+            path = path.split("/", 1)[1]
+        if "/" not in path.split("@", 1)[0].split(":", 1)[0]:
+            path = "library/" + path  # an official image: Docker Hub's implicit namespace
+        return f"{self.registry_mirror}/{path}"
+
+    @property
+    def registry_host(self) -> str:
+        """The registry the nodes log in to and pull from (after the mirror, if any)."""
+        image = self.pull_image
+        first = image.split("/", 1)[0]
+        is_host = "." in first or ":" in first or first == "localhost"
+        return first if "/" in image and is_host else "docker.io"
 
 
 # ------------------------------------------------------------------------------------------------------ ray
@@ -561,18 +605,59 @@ class VerlConfig(Section):
 
 
 class RewardServerConfig(Section):
-    command: str = Field(description="Command that serves the reward model in the container on the head.")
+    command: str = Field(
+        description="Command that serves the reward model in the container on the head (`{port}` is replaced). "
+        "It runs with `CUDA_VISIBLE_DEVICES` set to the head's last `gpus` GPUs."
+    )
     port: int = Field(5000, ge=1024, le=65535, description="Port of the reward server (the job gets its URL).")
+    gpus: int = Field(
+        1, ge=1,
+        description="GPUs of the head the server uses (its last ones, given to it as `CUDA_VISIBLE_DEVICES`; "
+        "`serve_rm` spreads the model over all it sees). They count in the GPU check: without "
+        "`train.colocate_all` the roles plus these must fit the cluster; with it they share GPUs with the colocated "
+        "roles, so `vllm.gpu_memory_utilization` defaults to 0.5 (upstream's colocated example) and may not be "
+        "higher.",
+    )
     health_timeout_seconds: int = Field(
         900, ge=10, le=7200, description="How long to wait for the server to answer before failing."
     )
 
 
+# What upstream's own image adds to nvcr.io/nvidia/pytorch:25.11-py3 at v0.10.2 (dockerfile/Dockerfile): the
+# packages that conflict with OpenRLHF's pins are removed, then vLLM and a prebuilt flash-attn wheel go in.
+OPENRLHF_UNINSTALL = ["xgboost", "transformer_engine", "flash_attn", "pynvml", "opencv-python-headless"]
+OPENRLHF_PREINSTALL = [
+    "vllm==0.19.1",
+    "https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/v0.7.16/"
+    "flash_attn-2.8.3+cu130torch2.10-cp312-cp312-linux_x86_64.whl",
+]
+
+
 class OpenRlhfConfig(Section):
+    repo: str = Field("https://github.com/OpenRLHF/OpenRLHF.git", description="Git URL of OpenRLHF.")
+    ref: str = Field(
+        "v0.10.2",
+        description="Tag or commit of OpenRLHF, checked out on every node (the job and the reward server run "
+        "from it, as upstream's README runs from its checkout); keep it at the version of `package`.",
+    )
+    archive_url: str | None = Field(
+        None, description="Tarball of the same ref, used when GitHub is unreachable. Default: GitHub's archive."
+    )
     package: str = Field(
         "openrlhf[vllm]==0.10.2",
         description="pip requirement installed in the container on every node (0.10.2 is the last release on "
         "Ray 2.48.0 and takes the dotted flag names).",
+    )
+    uninstall_packages: list[str] = Field(
+        default_factory=lambda: list(OPENRLHF_UNINSTALL),
+        description="Packages removed from the image first, as upstream's dockerfile does at v0.10.2 (they "
+        "conflict with OpenRLHF's pins).",
+    )
+    preinstall_packages: list[str] = Field(
+        default_factory=lambda: list(OPENRLHF_PREINSTALL),
+        description="pip requirements installed with `package`, as upstream's dockerfile does at v0.10.2: the "
+        "vLLM pin and a prebuilt flash-attn wheel for the NGC 25.11 image (Python 3.12, CUDA 13, torch 2.10), so "
+        "that nothing compiles on the nodes. Change them with the image.",
     )
     entrypoint_module: str = Field("openrlhf.cli.train_ppo_ray", description="Module run with `python3 -m`.")
     vllm_num_engines: int = Field(
@@ -588,7 +673,12 @@ class OpenRlhfConfig(Section):
 
 
 class CustomConfig(Section):
-    entrypoint: str = Field(description="Shell command submitted as a Ray job, run on the head in the container.")
+    entrypoint: str = Field(
+        description="Shell command submitted as a Ray job, run on the head in the container. The job's "
+        "environment names its checkpoint directory (`ROLL_CLUSTER_CHECKPOINT_DIR`, on the shared storage when "
+        "there is some), whether to resume from it (`ROLL_CLUSTER_RESUME`, 1 or 0, from `training.resume`) and "
+        "the model source (`ROLL_CLUSTER_MODEL_SOURCE`, plus `HF_ENDPOINT` for `hf-mirror`)."
+    )
     working_dir: str = Field("/workspace", description="Directory (in the container) the entrypoint runs from.")
 
 
@@ -698,11 +788,43 @@ class MindSpeedRlConfig(Section):
         return name
 
 
+MODEL_SOURCES = ("huggingface", "modelscope", "hf-mirror")
+DEFAULT_HF_MIRROR = "https://hf-mirror.com"
+
+
+def is_mainland_region(region: str) -> bool:
+    """Alibaba Cloud regions in mainland China, where Docker Hub and the Hugging Face Hub are not reachable."""
+    return region.startswith("cn-") and region != "cn-hongkong"
+
+
 class TrainingConfig(Section):
     framework: Literal["roll", "verl", "openrlhf", "mindspeed-rl", "custom"] = Field(
         "roll", description="What the job runs (`mindspeed-rl`: MindSpeed-RL GRPO on Ascend NPUs)."
     )
     auto_start: bool = Field(True, description="Submit the job during `pulumi up`; false prepares everything.")
+    resume: bool | None = Field(
+        None,
+        description="Whether a job whose configuration changed resumes from the last checkpoint in its "
+        "checkpoint directory (`<shared storage>/checkpoints/<stack>/<job>`) or starts fresh in a new one. "
+        "null: the framework's default (verl: true, `trainer.resume_mode: auto`; OpenRLHF: true, "
+        "`--ckpt.load_enable`; custom: true, given as `ROLL_CLUSTER_RESUME`). Checkpoints are per GPU count "
+        "for verl and OpenRLHF (their sharded checkpoints cannot be loaded by another world size), so a resized "
+        "cluster starts in its own directory.",
+    )
+    model_source: Literal[MODEL_SOURCES] | None = Field(  # type: ignore[valid-type]
+        None,
+        description="Where models and datasets are downloaded from: `huggingface` (the Hub), `hf-mirror` "
+        "(a Hub mirror at `hfEndpoint`, given to the job as `HF_ENDPOINT`) or `modelscope` (verl: "
+        "`VERL_USE_MODELSCOPE=True`; OpenRLHF: `--use_ms`; custom: `ROLL_CLUSTER_MODEL_SOURCE`; the image needs "
+        "the `modelscope` package and model ids must be ModelScope's, and dataset downloads through the Hub's "
+        "`datasets` library may still need the Hub, so `hf-mirror` is the default). null: `hf-mirror` in "
+        "mainland China regions (`cn-*` but `cn-hongkong`), where the Hub is not reachable, else `huggingface`.",
+    )
+    hf_endpoint: str = Field(
+        DEFAULT_HF_MIRROR,
+        pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._/-]*)?$",
+        description="The Hugging Face mirror used with `modelSource: hf-mirror` (`HF_ENDPOINT`).",
+    )
     overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Deep-merged last into the framework's configuration: ROLL YAML keys, verl Hydra keys "
@@ -814,6 +936,21 @@ class ClusterConfig(Section):
             )
         return container
 
+    @field_validator("container")
+    @classmethod
+    def _docker_hub_reachable(cls, container: ContainerConfig, info: ValidationInfo) -> ContainerConfig:
+        region = info.data.get("region")
+        mainland = region is not None and is_mainland_region(region)
+        if mainland and container.from_docker_hub and container.registry_mirror is None:
+            raise _problem(
+                f"must not be a Docker Hub image in {region} without container.registryMirror: Docker Hub is not "
+                "reachable from mainland China regions. Set container.registryMirror to a Docker Hub mirror (e.g. "
+                "`docker.m.daocloud.io`), or push the image to your own ACR in the region and name that; got "
+                + _shown(container.image),
+                "image",
+            )
+        return container
+
     @field_validator("training")
     @classmethod
     def _training_fits_nodes(cls, training: TrainingConfig, info: ValidationInfo) -> TrainingConfig:
@@ -840,6 +977,13 @@ class ClusterConfig(Section):
         if problems:
             raise _Problems(*problems)
         return training
+
+    @property
+    def model_source(self) -> str:
+        """training.modelSource, or the region's default."""
+        if self.training.model_source is not None:
+            return str(self.training.model_source)
+        return "hf-mirror" if is_mainland_region(self.region) else "huggingface"
 
     @property
     def instance_type_info(self) -> catalog.GpuInstanceType | None:
@@ -935,6 +1079,16 @@ def _format(loc: KeyPath) -> str:
     return path
 
 
+def _literal_values(annotation: Any) -> list[Any]:
+    """The values a Literal field allows, also inside `Literal[...] | None` (then null too)."""
+    if typing.get_origin(annotation) is Literal:
+        return list(typing.get_args(annotation))
+    values: list[Any] = []
+    for arg in typing.get_args(annotation):
+        values += [None] if arg is type(None) else _literal_values(arg)
+    return values
+
+
 def _allowed(item: Any, loc: KeyPath) -> str:
     """What a built-in pydantic check allows, in the stack file's terms."""
     kind, ctx = item["type"], item.get("ctx", {})
@@ -945,7 +1099,7 @@ def _allowed(item: Any, loc: KeyPath) -> str:
         if low is not None and high is not None:
             return f"must be between {low} and {high}"
     if kind == "literal_error" and field is not None:
-        return "must be one of " + ", ".join(_shown(v) for v in typing.get_args(field.annotation))
+        return "must be one of " + ", ".join(_shown(v) for v in _literal_values(field.annotation))
     if kind == "string_pattern_mismatch":
         example = f" such as {_shown(field.default)}" if field is not None and isinstance(field.default, str) else ""
         return f"must match the regular expression `{ctx.get('pattern')}`{example}"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from infra.config import ClusterConfig
+from infra.frameworks import JobSpec
 from infra.node import steps
 from infra.ray import commands as ray_commands
 from infra.sources.base import ClusterFacts, ProvisionedCluster
@@ -57,21 +58,43 @@ def export_all(
         )
     pulumi.export("rayAddress", head.private_ip.apply(lambda ip: ray_commands.ray_address(ip, ports.gcs_port)))
     pulumi.export("jobId", job.job_id)
-    status_and_logs: Any = pulumi.Output.all(head_host, job.job_id)
-    pulumi.export(
-        "jobStatus",
-        status_and_logs.apply(
-            lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port)
-        ),
-    )
-    pulumi.export(
-        "jobLogs",
-        status_and_logs.apply(
-            lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)
-        ),
-    )
+    # The configuration the head submits, in full and in plain text (it never holds a secret), so that
+    # `pulumi preview` shows what will run before anything is paid for.
+    pulumi.export("jobConfig", job.spec.apply(job_config))
     if head.bootstrap.baked_image_id is not None:
         pulumi.export("bakedImageId", head.bootstrap.baked_image_id)
-    if not config.training.auto_start:
+    commands: Any = pulumi.Output.all(head_host, job.job_id)
+    if config.training.auto_start:
+        pulumi.export(
+            "jobStatus",
+            commands.apply(lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port)),
+        )
+        pulumi.export(
+            "jobLogs",
+            commands.apply(lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)),
+        )
+        pulumi.export(
+            "jobStop",
+            commands.apply(lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port)),
+        )
+    else:
+        # No job exists to show or stop: the command that submits the prepared one instead.
         pulumi.export("jobSubmitted", False)
+        pulumi.export("jobSubmit", ray_commands.job_submit_command(pulumi.get_stack()))
+
+
+def job_config(spec: JobSpec) -> dict[str, Any]:
+    """The jobConfig output: what the job step ships to the head, as is."""
+    config: dict[str, Any] = {"workdir": spec.workdir, "command": spec.entrypoint}
+    if spec.runtime_env:
+        config["runtimeEnv"] = spec.runtime_env
+    if spec.files:
+        config["files"] = dict(spec.files)
+    if spec.prepare:
+        config["prepare"] = spec.prepare
+    if spec.pre_submit_check:
+        config["check"] = spec.pre_submit_check
+    if spec.reward_server is not None:
+        config["rewardServer"] = {"command": spec.reward_server.command, "port": spec.reward_server.port}
+    return config
 

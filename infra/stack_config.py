@@ -67,6 +67,8 @@ def cluster_shape(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: b
         shared_dir=SHARED_MOUNT if config.storage.nas else None,
         data_dir=DATA_MOUNT,
         dashboard_port=config.ray.dashboard_port,
+        model_source=config.model_source,
+        hf_endpoint=config.training.hf_endpoint,
     )
 
 

@@ -292,7 +292,8 @@ GOOD_EDGE_VALUES: list[tuple[dict[str, Any], str, Any]] = [
     (stack(nodes={"zone": "cn-hangzhou-k"}), "nodes.zone", "cn-hangzhou-k"),
     (stack(nodes={"cudnnVersion": "9.2"}), "nodes.cudnn_version", "9.2"),
     (stack(nodes={"driverVersion": "550.127"}), "nodes.driver_version", "550.127"),
-    (stack(container={"image": "docker.io/library/ubuntu:22.04"}), "container.image",
+    (stack(container={"image": "docker.io/library/ubuntu:22.04", "registryMirror": "docker.m.daocloud.io"}),
+     "container.image",
      "docker.io/library/ubuntu:22.04"),
     (stack(container={"image": "localhost:5000/roll__x/py-torch@sha256:" + "a" * 64}), "container.image",
      "localhost:5000/roll__x/py-torch@sha256:" + "a" * 64),
@@ -968,3 +969,64 @@ def test_every_shipped_stack_file_is_valid(stack_file: Path) -> None:
     }
     config = parse_cluster_config(raw, settings.get("alicloud:region"))
     assert config.nodes.instance_types
+
+
+# ---------------------------------------------------------------------------------- mainland China regions
+@pytest.mark.parametrize("image", ["verlai/verl:vllm012.dev3", "docker.io/library/ubuntu:22.04", "ubuntu:22.04"])
+def test_a_docker_hub_image_in_a_mainland_region_needs_a_mirror(image: str) -> None:
+    path, message = only_problem(stack(container={"image": image}), region="cn-beijing")
+    assert path == "roll-cluster:container.image"
+    assert_words(message, "Docker Hub", "cn-beijing", "container.registryMirror", "your own ACR", json.dumps(image))
+    # Outside the mainland, and through a mirror, it is fine.
+    assert parse(stack(container={"image": image}), region="cn-hongkong").container.pull_image == image
+    assert parse(stack(container={"image": image}), region="ap-southeast-1").container.pull_image == image
+
+
+@pytest.mark.parametrize(
+    ("image", "mirror", "pulled", "host"),
+    [
+        ("verlai/verl:vllm012.dev3", "docker.m.daocloud.io", "docker.m.daocloud.io/verlai/verl:vllm012.dev3",
+         "docker.m.daocloud.io"),
+        ("ubuntu:22.04", "https://registry.example.com/hub/", "registry.example.com/hub/library/ubuntu:22.04",
+         "registry.example.com"),
+        ("docker.io/library/ubuntu@sha256:" + "b" * 64, "mirror.example.com:5000",
+         "mirror.example.com:5000/library/ubuntu@sha256:" + "b" * 64, "mirror.example.com:5000"),
+        # Not from Docker Hub: pulled as written, whatever the mirror.
+        ("nvcr.io/nvidia/pytorch:25.11-py3", "docker.m.daocloud.io", "nvcr.io/nvidia/pytorch:25.11-py3", "nvcr.io"),
+    ],
+)
+def test_docker_hub_images_are_pulled_through_the_mirror(image: str, mirror: str, pulled: str, host: str) -> None:
+    container = parse(stack(container={"image": image, "registryMirror": mirror})).container
+    assert (container.pull_image, container.registry_host, container.image) == (pulled, host, image)
+
+
+def test_a_registry_mirror_must_be_a_registry_host() -> None:
+    path, message = only_problem(stack(container={"registryMirror": "not a host"}))
+    assert path == "roll-cluster:container.registryMirror"
+    assert_words(message, "registry host", '"not a host"')
+
+
+@pytest.mark.parametrize(
+    ("region", "setting", "source"),
+    [
+        ("cn-hangzhou", None, "hf-mirror"),
+        ("cn-wulanchabu", None, "hf-mirror"),
+        ("cn-hongkong", None, "huggingface"),
+        ("ap-southeast-1", None, "huggingface"),
+        ("cn-hangzhou", "modelscope", "modelscope"),
+        ("cn-hangzhou", "huggingface", "huggingface"),
+    ],
+)
+def test_the_model_source_defaults_per_region(region: str, setting: str | None, source: str) -> None:
+    training = {"modelSource": setting} if setting else {}
+    assert parse(stack(training=training), region=region).model_source == source
+
+
+def test_model_source_and_resume_are_checked() -> None:
+    path, message = only_problem(stack(training={"modelSource": "hf"}))
+    assert path == "roll-cluster:training.modelSource"
+    assert_words(message, '"huggingface"', '"modelscope"', '"hf-mirror"', '"hf"')
+    assert only_problem(stack(training={"resume": "sometimes"}))[0] == "roll-cluster:training.resume"
+    assert only_problem(stack(training={"hfEndpoint": "hf-mirror.com"}))[0] == "roll-cluster:training.hfEndpoint"
+    reward = {"framework": "openrlhf", "openrlhf": {"rewardServer": {"command": "x", "gpus": 0}}}
+    assert only_problem(stack(training=reward))[0] == "roll-cluster:training.openrlhf.rewardServer.gpus"

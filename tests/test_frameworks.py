@@ -160,6 +160,7 @@ def test_roll_code_is_the_pinned_checkout_with_the_image_s_requirements() -> Non
         "REQUIREMENTS_FILE": "requirements_torch260_vllm.txt",
         "INSTALL_EDITABLE": "1",
         "PIP_EXTRA_PACKAGES": "",
+        "PIP_UNINSTALL_PACKAGES": "",
     }
 
 
@@ -339,9 +340,16 @@ def test_verl_command_line_for_two_nodes_of_eight_gpus() -> None:
         "trainer.n_gpus_per_node=8",
         "data.train_files=/mnt/shared/data/gsm8k/train.parquet",
         "data.val_files=/mnt/shared/data/gsm8k/test.parquet",
-        "trainer.default_local_dir=/mnt/shared/verl/verl/checkpoints",
+        # Per stack and job; resumed after a config change; per GPU count (FSDP shards are per rank).
+        "trainer.default_local_dir=/mnt/shared/checkpoints/verl/verl-16gpu",
+        "trainer.resume_mode=auto",
         "actor_rollout_ref.rollout.name=sglang",  # the user's value replaces the default in place
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
         "trainer.logger=[console,tensorboard]",
+        # From the cluster: the mini-batch per GPU is 256 x 5 // 16 = 80, so 4 divides it.
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
         "algorithm.adv_estimator=grpo",
         "actor_rollout_ref.rollout.n=5",
         "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
@@ -358,7 +366,7 @@ def test_verl_defaults_without_overrides_use_vllm_console_and_node_local_checkpo
     args = shlex.split(job_of(training(framework="verl"), shape(1, 4, shared=None, stack="one")).entrypoint)
     assert "actor_rollout_ref.rollout.name=vllm" in args
     assert "trainer.logger=[console]" in args
-    assert "trainer.default_local_dir=/data/verl/one/checkpoints" in args
+    assert "trainer.default_local_dir=/data/checkpoints/one/verl-4gpu" in args
 
 
 @pytest.mark.parametrize(
@@ -437,7 +445,14 @@ def test_verl_code_is_an_editable_checkout_without_requirements() -> None:
 
 
 def test_verl_checks_before_deploy() -> None:
-    bad_batch = training(framework="verl", overrides={"data.train_batch_size": 100, "actor_rollout_ref.rollout.n": 1})
+    bad_batch = training(
+        framework="verl",
+        overrides={
+            "data.train_batch_size": 100,
+            "actor_rollout_ref.rollout.n": 1,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
+        },
+    )
     assert check_before_deploy(bad_batch, container(), shape(2, 8)) == [
         "roll-cluster:training.overrides.data.train_batch_size: data.train_batch_size x actor_rollout_ref.rollout.n "
         "must be divisible by the cluster's 16 GPUs (2 x 8); got 100 x 1 = 100"
@@ -474,6 +489,7 @@ OPENRLHF = {
         "ds.enable_sleep": False,
         "actor": {"model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"},
         "algo.advantage.estimator": "group_norm",
+        "rollout.n_samples_per_prompt": 4,  # group_norm needs a group per prompt (upstream asserts it)
     },
 }
 
@@ -495,27 +511,36 @@ def test_openrlhf_command_line_for_two_nodes_of_eight_gpus() -> None:
         "8",
         "--vllm.tensor_parallel_size",
         "2",
+        "--vllm.gpu_memory_utilization",  # colocated: upstream's colocated example, not the parser's 0.95
+        "0.5",
         "--reward.remote_url",
         "http://172.16.0.10:5001/get_reward",
         "--ckpt.path",
-        "/mnt/shared/openrlhf/rlhf/checkpoints",
+        "/mnt/shared/checkpoints/rlhf/openrlhf-16gpu",
         "--ckpt.output_dir",
-        "/mnt/shared/openrlhf/rlhf/model",
+        "/mnt/shared/checkpoints/rlhf/openrlhf-16gpu/model",
+        "--ckpt.load_enable",
         "--train.colocate_all",
         "--vllm.enable_sleep",  # true -> bare flag; false (ds.enable_sleep) -> omitted
         "--actor.model_name_or_path",
         "Qwen/Qwen2.5-7B-Instruct",
         "--algo.advantage.estimator",
         "group_norm",
+        "--rollout.n_samples_per_prompt",
+        "4",
     ]
-    assert job.workdir == "/workspace"
+    assert job.workdir == "/workspace/OpenRLHF"
     assert check_before_deploy(training(**OPENRLHF), container(), shape(2, 8)) == []
 
 
 def test_openrlhf_reward_server_gets_its_port_and_the_job_its_url() -> None:
     job = job_of(training(**OPENRLHF), shape(head_ip="172.16.0.10"))
     assert job.reward_server is not None
-    assert job.reward_server.command == "python3 -m openrlhf.cli.serve_rm --port 5001 --reward.model_name_or_path rm"
+    # The head's last GPU, explicitly: serve_rm spreads over every GPU it sees (device_map="auto").
+    assert job.reward_server.command == (
+        "export CUDA_VISIBLE_DEVICES=7; python3 -m openrlhf.cli.serve_rm --port 5001 --reward.model_name_or_path rm"
+    )
+    assert job.reward_server.workdir == "/workspace/OpenRLHF"
     assert (job.reward_server.port, job.reward_server.health_timeout_s) == (5001, 600)
     assert job.summary["reward_server"]["url"] == "http://172.16.0.10:5001/get_reward"
     without = training(framework="openrlhf", openrlhf={"vllmNumEngines": 16}, overrides={"train.colocate_all": True})
@@ -523,10 +548,20 @@ def test_openrlhf_reward_server_gets_its_port_and_the_job_its_url() -> None:
     assert no_server.reward_server is None and "--reward.remote_url" not in no_server.entrypoint
 
 
-def test_openrlhf_code_is_the_package_on_every_node() -> None:
+def test_openrlhf_code_is_the_pinned_checkout_installed_as_upstreams_dockerfile_does() -> None:
     env = OpenRlhfAdapter(training(framework="openrlhf"), container()).code().env("roll")
-    assert env["PIP_EXTRA_PACKAGES"] == "openrlhf[vllm]==0.10.2"
-    assert (env["CODE_REPO"], env["CODE_DIR"], env["INSTALL_EDITABLE"], env["REQUIREMENTS_FILE"]) == ("", "", "0", "")
+    assert (env["CODE_REPO"], env["CODE_REF"], env["CODE_DIR"]) == (
+        "https://github.com/OpenRLHF/OpenRLHF.git",
+        "v0.10.2",
+        "/workspace/OpenRLHF",
+    )
+    assert env["CODE_ARCHIVE_URL"] == "https://github.com/OpenRLHF/OpenRLHF/archive/v0.10.2.tar.gz"
+    # dockerfile/Dockerfile at v0.10.2: uninstall the conflicting packages, the vLLM pin, a prebuilt flash-attn.
+    assert env["PIP_UNINSTALL_PACKAGES"] == "xgboost transformer_engine flash_attn pynvml opencv-python-headless"
+    packages = env["PIP_EXTRA_PACKAGES"].split()
+    assert packages[0] == "vllm==0.19.1" and packages[-1] == "openrlhf[vllm]==0.10.2"
+    assert re.search(r"/flash_attn-2\.8\.3\+cu130torch2\.10-cp312-cp312-linux_x86_64\.whl$", packages[1])
+    assert (env["INSTALL_EDITABLE"], env["REQUIREMENTS_FILE"]) == ("0", "")
 
 
 def test_openrlhf_user_flags_replace_the_cluster_defaults() -> None:
@@ -571,13 +606,14 @@ def test_custom_job_runs_the_entrypoint_from_its_working_dir() -> None:
     assert isinstance(adapter, CustomAdapter) and adapter.code() is None
     job = adapter.job(shape())
     assert (job.workdir, job.entrypoint) == ("/workspace/me", "python3 my_rl.py --steps 3")
-    assert (job.files, job.prepare, job.pre_submit_check, job.reward_server, job.runtime_env) == (
-        {},
-        None,
-        None,
-        None,
-        None,
-    )
+    assert (job.files, job.prepare, job.pre_submit_check, job.reward_server) == ({}, None, None, None)
+    assert job.runtime_env == {
+        "env_vars": {
+            "ROLL_CLUSTER_CHECKPOINT_DIR": "/mnt/shared/checkpoints/large/custom",
+            "ROLL_CLUSTER_RESUME": "1",
+            "ROLL_CLUSTER_MODEL_SOURCE": "huggingface",
+        }
+    }
     assert check_before_deploy(config, container(), shape()) == []
     ignored = training(framework="custom", custom={"entrypoint": "x"}, overrides={"lr": 1})
     assert check_before_deploy(ignored, container(), shape())[0].startswith(
@@ -605,3 +641,162 @@ def test_no_secret_name_reaches_any_job_field(framework: str) -> None:
     text += json.dumps(job.runtime_env or {})
     for name in SECRET_NAMES:
         assert name.lower() not in text.lower(), f"{name} in the {framework} job"
+
+
+# ------------------------------------------------------------------------ checkpoints, resume, model source
+def test_checkpoint_dir_is_named_by_stack_and_job_on_the_shared_storage() -> None:
+    from infra.layout import checkpoint_dir
+
+    assert checkpoint_dir("large", "roll") == "/mnt/shared/checkpoints/large/roll"
+    assert checkpoint_dir("My Stack", "job/1", shared=False) == "/data/checkpoints/my-stack/job-1"
+    with pytest.raises(ValueError, match="no letter or digit"):
+        checkpoint_dir("large", "..")
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf", "custom"])
+def test_resume_keeps_the_checkpoint_dir_across_config_changes_and_fresh_starts_get_their_own(framework: str) -> None:
+    def checkpoints(resume: bool | None, overrides: dict[str, Any]) -> str:
+        fields: dict[str, Any] = {"framework": framework, "resume": resume}
+        if framework == "custom":
+            fields["custom"] = {"entrypoint": f"python3 train.py {overrides}"}
+        else:
+            fields["overrides"] = overrides
+        job = job_of(training(**fields))
+        if framework == "custom":
+            return str(job.runtime_env["env_vars"]["ROLL_CLUSTER_CHECKPOINT_DIR"])  # type: ignore[index]
+        return str(job.summary["checkpoints"])
+
+    a, b = {"trainer.total_epochs": 1}, {"trainer.total_epochs": 2}
+    if framework == "openrlhf":
+        a, b = {"train.max_epochs": 1}, {"train.max_epochs": 2}
+    assert checkpoints(None, a) == checkpoints(True, b)  # the default resumes
+    assert checkpoints(None, a).startswith("/mnt/shared/checkpoints/large/")
+    fresh_a, fresh_b = checkpoints(False, a), checkpoints(False, b)
+    assert fresh_a != fresh_b and fresh_a.split("/")[-1].startswith(f"{framework}-large-")
+
+
+def test_resume_flags_follow_training_resume() -> None:
+    verl_fresh = job_of(training(framework="verl", resume=False)).entrypoint
+    assert "trainer.resume_mode=disable" in verl_fresh
+    assert "trainer.resume_mode=auto" in job_of(training(framework="verl")).entrypoint
+    assert "--ckpt.load_enable" not in job_of(training(**{**OPENRLHF, "resume": False})).entrypoint
+    custom = job_of(training(framework="custom", custom={"entrypoint": "x"}, resume=False))
+    assert custom.runtime_env is not None and custom.runtime_env["env_vars"]["ROLL_CLUSTER_RESUME"] == "0"
+
+
+def test_a_resized_cluster_gets_its_own_verl_and_openrlhf_checkpoints() -> None:
+    # Their sharded checkpoints cannot be loaded by another world size.
+    for framework in ("verl", "openrlhf"):
+        two = job_of(training(framework=framework), shape(2, 8)).summary["checkpoints"]
+        one = job_of(training(framework=framework), shape(1, 8)).summary["checkpoints"]
+        assert (two, one) == (
+            f"/mnt/shared/checkpoints/large/{framework}-16gpu",
+            f"/mnt/shared/checkpoints/large/{framework}-8gpu",
+        )
+
+
+def test_models_and_datasets_come_from_the_configured_source() -> None:
+    mirror = dataclasses.replace(shape(), model_source="hf-mirror", hf_endpoint="https://hf-mirror.com")
+    scope = dataclasses.replace(shape(), model_source="modelscope")
+    verl = job_of(training(framework="verl"), mirror)
+    assert verl.runtime_env is not None and verl.runtime_env["env_vars"]["HF_ENDPOINT"] == "https://hf-mirror.com"
+    assert verl.prepare is not None and "export HF_ENDPOINT=https://hf-mirror.com; python3 examples/" in verl.prepare
+    verl_scope = job_of(training(framework="verl"), scope)
+    assert verl_scope.runtime_env is not None
+    assert verl_scope.runtime_env["env_vars"]["VERL_USE_MODELSCOPE"] == "True"
+    assert "--use_ms" in job_of(training(**OPENRLHF), scope).entrypoint
+    rlhf = job_of(training(**OPENRLHF), mirror)
+    assert rlhf.runtime_env == {"env_vars": {"HF_ENDPOINT": "https://hf-mirror.com"}}
+    assert rlhf.reward_server is not None and "HF_ENDPOINT=https://hf-mirror.com;" in rlhf.reward_server.command
+    hub = job_of(training(**OPENRLHF))
+    assert hub.runtime_env is None and "--use_ms" not in hub.entrypoint
+
+
+# ----------------------------------------------------------------------------------- GPUs without bf16
+def test_verl_on_gpus_without_bf16_runs_fp16_with_sdpa() -> None:
+    args = shlex.split(job_of(training(framework="verl", overrides={"algorithm.adv_estimator": "grpo"}),
+                              shape(1, 8, bf16=False)).entrypoint)
+    for override in (
+        "actor_rollout_ref.actor.fsdp_config.dtype=float16",
+        "actor_rollout_ref.ref.fsdp_config.dtype=float16",
+        "actor_rollout_ref.rollout.dtype=float16",
+        "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    ):
+        assert override in args
+    assert not any("float16" in a for a in shlex.split(job_of(training(framework="verl")).entrypoint))
+
+
+def test_verl_refuses_what_needs_bf16_on_gpus_without_it() -> None:
+    v100 = shape(1, 8, bf16=False, shared=None)
+    critic = check_before_deploy(training(framework="verl"), container(), v100)
+    assert len(critic) == 1 and critic[0].startswith(
+        "roll-cluster:training.overrides.algorithm.adv_estimator: `gae` trains a critic, which verl v0.7.0 runs in bf16"
+    )
+    forced = training(framework="verl", overrides={"algorithm.adv_estimator": "grpo",
+                                                   "actor_rollout_ref.actor.fsdp_config.dtype": "bf16"})
+    assert check_before_deploy(forced, container(), v100) == [
+        "roll-cluster:training.overrides.actor_rollout_ref.actor.fsdp_config.dtype: must not be bf16: the cluster's "
+        "GPUs have no bf16 (V100/T4); use float16; got 'bf16'"
+    ]
+    assert check_before_deploy(forced, container(), shape(1, 8, shared=None)) == []
+
+
+def test_verl_micro_batch_rules_are_checked_before_deploy() -> None:
+    bad_micro = training(framework="verl", overrides={
+        "data.train_batch_size": 256, "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3})
+    assert check_before_deploy(bad_micro, container(), shape(2, 8)) == [
+        "roll-cluster:training.overrides.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu: must divide the "
+        "mini-batch per GPU (actor_rollout_ref.actor.ppo_mini_batch_size x actor_rollout_ref.rollout.n // 16 GPUs "
+        "= 4); got 3"
+    ]
+    too_small = training(framework="verl", overrides={
+        "data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8})
+    problems = check_before_deploy(too_small, container(), shape(2, 8))
+    assert len(problems) == 1 and "must be at least the data-parallel ranks (16 GPUs); got 8 x 1 = 8" in problems[0]
+
+
+def test_openrlhf_on_gpus_without_bf16_runs_fp16_with_sdpa() -> None:
+    v100 = shape(2, 8, bf16=False)
+    args = shlex.split(job_of(training(**OPENRLHF), v100).entrypoint)
+    assert args[args.index("--ds.param_dtype") + 1] == "fp16"
+    assert args[args.index("--ds.attn_implementation") + 1] == "sdpa"
+    problems = check_before_deploy(training(**OPENRLHF), container(), v100)
+    assert problems == [
+        "roll-cluster:training.openrlhf.rewardServer.command: serve_rm must run with --ds.param_dtype fp16 and "
+        "--ds.attn_implementation sdpa: the cluster's GPUs have no bf16 (V100/T4); got --ds.param_dtype bf16 "
+        "--ds.attn_implementation flash_attention_2"
+    ]
+    forced = training(**{**OPENRLHF, "openrlhf": {"vllmNumEngines": 8, "vllmTensorParallelSize": 2},
+                         "overrides": {**OPENRLHF["overrides"], "ds.param_dtype": "bf16"}})
+    assert check_before_deploy(forced, container(), v100) == [
+        "roll-cluster:training.overrides.ds.param_dtype: must be fp16: the cluster's GPUs have no bf16 (V100/T4); "
+        "got 'bf16'"
+    ]
+
+
+def test_openrlhf_batch_rules_are_checked_before_deploy() -> None:
+    def problems_of(overrides: dict[str, Any]) -> list[str]:
+        config = training(**{**OPENRLHF, "overrides": {**OPENRLHF["overrides"], **overrides}})
+        return check_before_deploy(config, container(), shape(2, 8))
+
+    assert problems_of({}) == []
+    assert problems_of({"rollout.n_samples_per_prompt": 1}) == [
+        "roll-cluster:training.overrides.rollout.n_samples_per_prompt: must be more than 1 with "
+        "algo.advantage.estimator group_norm; got 1"
+    ]
+    assert problems_of({"rollout.n_samples_per_prompt": 4, "train.batch_size": 120}) == [
+        "roll-cluster:training.overrides.train.batch_size: must be a multiple of train.micro_batch_size x the "
+        "actor's data-parallel ranks (1 x 16 = 16); got 120"
+    ]
+    small = problems_of({"rollout.n_samples_per_prompt": 2, "rollout.batch_size": 4, "rollout.micro_batch_size": 1})
+    assert len(small) == 1 and "must be at least the actor's 16 data-parallel ranks; got 2 x 4 // 1" in small[0]
+
+
+def test_openrlhf_checkout_and_package_must_be_the_same_release() -> None:
+    other = training(**{**OPENRLHF, "openrlhf": {**OPENRLHF["openrlhf"], "ref": "v0.10.3"}})
+    assert check_before_deploy(other, container(), shape(2, 8)) == [
+        "roll-cluster:training.openrlhf.ref: must be the release of training.openrlhf.package (v0.10.2); got 'v0.10.3'"
+    ]
+    commit = training(**{**OPENRLHF, "openrlhf": {**OPENRLHF["openrlhf"], "ref": "3c3be6234e0cb353e76bb8019947db9d"}})
+    assert check_before_deploy(commit, container(), shape(2, 8)) == []  # a commit cannot be compared: allowed

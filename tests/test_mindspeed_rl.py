@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from script_harness import FakeNode, Result
 
 from infra.config import ConfigError, ContainerConfig, TrainingConfig, parse_cluster_config
 from infra.frameworks import ClusterShape, MindSpeedRlAdapter, adapter_for, check_before_deploy
-from tests.script_harness import FakeNode, Result
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test"
 PATHS = {

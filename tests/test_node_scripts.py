@@ -907,3 +907,37 @@ def test_fetch_code_retries_a_failing_pip_install_and_resumes_without_fetching_a
     assert_ok(resumed)
     assert "fetch skipped" in resumed.stdout
     assert len(node.calls("pip")) == 2 + 3
+
+
+def test_fetch_code_runs_the_openrlhf_spec_like_upstreams_dockerfile(node: FakeNode, code_repo: dict[str, str]) -> None:
+    # The environment the program gives the OpenRLHF code step, as is, except what cannot exist here: the GitHub
+    # repository (a local one at the same tag name) and /workspace (a directory of the fake node).
+    from infra.config import ContainerConfig, TrainingConfig
+    from infra.frameworks import OpenRlhfAdapter
+
+    spec = OpenRlhfAdapter(TrainingConfig.model_validate({"framework": "openrlhf"}), ContainerConfig()).code()
+    env = spec.env("roll")
+    assert (env["CODE_REPO"], env["CODE_REF"]) == ("https://github.com/OpenRLHF/OpenRLHF.git", "v0.10.2")
+    code_dir = node.root / "container" / env["CODE_DIR"].lstrip("/")
+    subprocess.run(["git", "-C", code_repo["repo"], "tag", "v0.10.2", "v1"], check=True)
+    node.set_state("docker/containers/roll", "true")
+    settings = {**env, "CODE_REPO": code_repo["repo"], "CODE_DIR": str(code_dir), "CODE_ARCHIVE_URL": ""}
+
+    first = node.run_step("code", ["fetch_code.sh"], **settings)
+
+    assert_ok(first)
+    assert head_of(code_dir) == code_repo["v1"]
+    index = "-i https://mirrors.aliyun.com/pypi/simple/"
+    calls = node.calls("pip")
+    assert calls[0] == (
+        f"cwd={code_dir} uninstall -y xgboost transformer_engine flash_attn pynvml opencv-python-headless"
+    )
+    assert calls[1].startswith(f"cwd={code_dir} install --progress-bar off {index} vllm==0.19.1 https://")
+    assert calls[1].endswith(" openrlhf[vllm]==0.10.2") and len(calls) == 2
+    assert "removed xgboost transformer_engine flash_attn pynvml opencv-python-headless; installed vllm" in first.stdout
+
+    second = node.run_step("code", ["fetch_code.sh"], **settings)
+
+    assert_ok(second)
+    assert "requirements already installed for this checkout in this container; skipped" in second.stdout
+    assert len(node.calls("pip")) == 2

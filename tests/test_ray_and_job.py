@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 import shutil
 import subprocess
 import tarfile
@@ -238,3 +239,106 @@ def test_ray_steps_and_the_container_are_replaced_cleanly():
     for name in ("node-0-ray-head", "node-1-ray-worker"):
         assert result.cloud.options[name].delete_before_replace is True
     assert result.cloud.named("node-1-container").inputs["init"] is True
+
+
+# ------------------------------------------------------------------------------------ issue 10: jobs that start
+def test_the_reward_server_gets_hf_token_as_a_secret_and_is_stopped_when_removed():
+    result = run("openrlhf", secrets={"roll-cluster:hfToken": "hf_reward_token"})
+    server = result.cloud.named("reward-server").inputs
+    assert is_secret(server["create"])
+    env = env_of(reveal(server["create"]))
+    assert env["HF_TOKEN"] == "hf_reward_token" and "HF_TOKEN" in env["RAY_EXTRA_ENV_NAMES"]
+    delete = env_of(reveal(server["delete"]))
+    assert delete["REWARD_ACTION"] == "stop" and "reward_server.sh" in reveal(server["delete"])
+    # Its stop ends every reward server in the container: the old one goes before a changed one starts.
+    assert result.cloud.options["reward-server"].delete_before_replace is True
+
+
+def test_the_reward_server_runs_on_explicit_gpus_of_the_head():
+    server = env_of(step_command(run("openrlhf"), "reward-server"))
+    assert server["REWARD_COMMAND"].startswith("export CUDA_VISIBLE_DEVICES=7 HF_ENDPOINT=https://hf-mirror.com; ")
+    two = env_of(step_command(run("openrlhf", config={"roll-cluster:training": {"openrlhf": {"rewardServer": {
+        "gpus": 2}}}}), "reward-server"))
+    assert two["REWARD_COMMAND"].startswith("export CUDA_VISIBLE_DEVICES=6,7 ")
+
+
+def test_job_stop_and_the_full_job_configuration_are_outputs():
+    out = run("verl").outputs
+    assert out["jobStop"].endswith(f"'docker exec roll ray job stop {out['jobId']} --address http://127.0.0.1:8265'")
+    config = out["jobConfig"]
+    assert config["command"] == job_env(run("verl"))["JOB_ENTRYPOINT"]
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in config["command"]
+    assert config["runtimeEnv"]["env_vars"]["HF_ENDPOINT"] == "https://hf-mirror.com"
+    assert "gsm8k" in config["prepare"]
+
+
+def test_auto_start_false_gives_the_submit_command_instead_of_status_and_logs():
+    out = run("verl", config={"roll-cluster:training": {"autoStart": False}}).outputs
+    assert "jobStatus" not in out and "jobLogs" not in out and "jobStop" not in out
+    assert out["jobSubmit"] == (
+        "pulumi config set --stack verl --path 'roll-cluster:training.autoStart' true && pulumi up --stack verl"
+    )
+    assert out["jobConfig"]["command"].startswith("python3 -m verl.trainer.main_ppo ")
+
+
+@pytest.mark.parametrize(
+    ("stack", "config", "message"),
+    [
+        ("verl", {"roll-cluster:nodes": {"instanceTypes": ["ecs.gn6v-c10g1.20xlarge"]},
+                  "roll-cluster:training": {"overrides": {"actor_rollout_ref.rollout.dtype": "bfloat16"}}},
+         "roll-cluster:training.overrides.actor_rollout_ref.rollout.dtype: must not be bf16"),
+        ("verl", {"roll-cluster:nodes": {"instanceTypes": ["ecs.gn6v-c10g1.20xlarge"]},
+                  "roll-cluster:training": {"overrides": {
+                      "+actor_rollout_ref.model.override_config.attn_implementation": "flash_attention_2"}}},
+         "attn_implementation: must not be flash_attention_2"),
+        ("verl", {"roll-cluster:training": {"overrides": {"actor_rollout_ref.actor.ppo_mini_batch_size": 512}}},
+         "actor_rollout_ref.actor.ppo_mini_batch_size: must be at most data.train_batch_size (256)"),
+        ("openrlhf", {"alicloud:region": "cn-hangzhou",
+                      "roll-cluster:nodes": {"instanceTypes": ["ecs.gn6v-c10g1.20xlarge"]}},
+         "roll-cluster:training.openrlhf.rewardServer.command: serve_rm must run with --ds.param_dtype fp16"),
+        ("openrlhf", {"roll-cluster:training": {"overrides": {"vllm.num_engines": 16}}},
+         "roll-cluster:training.overrides.vllm.num_engines: vLLM engines x tensor parallel size must fit"),
+        ("openrlhf", {"roll-cluster:training": {"overrides": {"vllm.gpu_memory_utilization": 0.9}}},
+         "roll-cluster:training.overrides.vllm.gpu_memory_utilization: must be at most 0.5"),
+        ("openrlhf", {"roll-cluster:training": {"overrides": {"data.apply_chat_template": False}}},
+         "roll-cluster:training.overrides.data.apply_chat_template: must be true with data.input_key"),
+    ],
+)
+def test_a_job_that_would_fail_on_the_head_fails_the_plan_naming_its_key(stack, config, message):
+    from infra.config import ConfigError
+    from infra.offline import OfflineCloud
+
+    cloud = OfflineCloud()
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run(stack, cloud=cloud, config=config)
+    assert cloud.resources == []
+
+
+def test_the_reward_servers_gpus_count_when_the_roles_are_not_colocated():
+    from infra.config import ConfigError
+
+    def separate(reward_gpus):
+        return {"roll-cluster:training": {
+            "openrlhf": {"rewardServer": {"gpus": reward_gpus}},
+            "overrides": {"train.colocate_all": False, "train.colocate_actor_ref": True, "vllm.enable_sleep": False,
+                          "ds.enable_sleep": False, "actor.num_nodes": 1, "ref.num_nodes": 1, "vllm.num_engines": 4,
+                          "vllm.gpu_memory_utilization": 0.9}}}
+
+    # actor and ref 8 (colocated) + vLLM 4 x 2 = 16 GPUs: the cluster is full, the reward server's GPU is one more.
+    with pytest.raises(ConfigError, match=re.escape("the roles need 17 GPUs (actor 8, vLLM 8, reward server 1 (on")):
+        run("openrlhf", config=separate(1))
+    with pytest.raises(ConfigError, match=re.escape("rewardServer.gpus: the reward server runs on the head, which")):
+        run("openrlhf", config=separate(9))
+
+
+@pytest.mark.parametrize("stack", ["dev", "verl"])
+def test_pulumi_preview_knows_the_job_configuration_before_any_node_exists(stack):
+    # In a first preview the nodes' addresses are unknown; the job (the jobConfig output) does not depend on them.
+    from infra.node import steps
+    from infra.offline import OfflineCloud
+
+    run(stack, cloud=OfflineCloud(preview=True))
+    previewed = steps.NOTES.get("job_spec")
+    assert previewed is not None
+    run(stack)
+    assert previewed == steps.NOTES["job_spec"]

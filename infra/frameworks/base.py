@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from infra.config import PROJECT, ContainerConfig
+from infra import layout
+from infra.config import PROJECT, ContainerConfig, TrainingConfig
 from infra.ray.commands import RewardServer
 
 
@@ -29,6 +30,10 @@ class ClusterShape:
     shared_dir: str | None  # "/mnt/shared" when storage.nas, else None
     data_dir: str  # "/data" (a data disk or a plain dir)
     dashboard_port: int
+    # Where models and datasets come from (ClusterConfig.model_source) and the mirror for `hf-mirror`: where the
+    # job downloads from, not what it trains, so not among facts().
+    model_source: str = "huggingface"
+    hf_endpoint: str = ""
 
     @property
     def total_gpus(self) -> int:
@@ -37,6 +42,16 @@ class ClusterShape:
     def output_root(self, framework: str) -> str:
         """Checkpoints and logs: on shared storage when there is some, else on each node's data dir."""
         return posixpath.join(self.shared_dir or self.data_dir, framework, self.stack)
+
+    def checkpoint_dir(self, job_name: str) -> str:
+        """This stack's checkpoint directory of the job named job_name (see infra.layout.checkpoint_dir)."""
+        return layout.checkpoint_dir(self.stack, job_name, shared=self.shared_dir is not None)
+
+    def download_env(self) -> dict[str, str]:
+        """Environment that points Hugging Face downloads at the configured source (empty for the Hub itself)."""
+        if self.model_source == "hf-mirror" and self.hf_endpoint:
+            return {"HF_ENDPOINT": self.hf_endpoint}
+        return {}
 
     def facts(self) -> dict[str, Any]:
         """What the training configuration depends on. Not the head's IP or the dashboard port: a replaced
@@ -70,6 +85,7 @@ class CodeSpec:
     # mindspeed_rl_code.sh) and takes its own settings from extra_env.
     scripts: tuple[str, ...] = ("fetch_code.sh",)
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    uninstall_packages: str = ""  # removed from the image before anything is installed (OpenRLHF's dockerfile)
 
     def env(self, container_name: str) -> dict[str, str]:
         return {
@@ -83,6 +99,7 @@ class CodeSpec:
             "REQUIREMENTS_FILE": self.requirements_file or "",
             "INSTALL_EDITABLE": "1" if self.install_editable else "0",
             "PIP_EXTRA_PACKAGES": self.extra_packages,
+            "PIP_UNINSTALL_PACKAGES": self.uninstall_packages,
         }
 
 
@@ -105,6 +122,21 @@ class FrameworkAdapter(Protocol):
     def code(self) -> CodeSpec | None: ...
 
     def job(self, shape: ClusterShape) -> JobSpec: ...
+
+
+def resume_of(training: TrainingConfig, default: bool = True) -> bool:
+    """training.resume, or the framework's default."""
+    return default if training.resume is None else training.resume
+
+
+def job_name(framework: str, shape: ClusterShape, resume: bool, job_id: str, per_world_size: bool) -> str:
+    """The job's identity for its checkpoint directory. Resuming: a name that stays when the configuration
+    changes (with the GPU count where the framework's checkpoints are sharded by world size, so that a resized
+    cluster starts in its own directory instead of failing to load). Fresh: the submission id, new with every
+    configuration."""
+    if not resume:
+        return job_id
+    return f"{framework}-{shape.total_gpus}gpu" if per_world_size else framework
 
 
 def key(path: str) -> str:

@@ -41,20 +41,35 @@ class TrainingJob(pulumi.ComponentResource):
         config = args.config
         adapter = adapter_for(config.training, config.container, local_roll_base(config))
         shape = cluster_shape(config, args.stack, args.gpus_per_node, args.bf16, head_ip="")
-        self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
+        if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
+            # The job names the reward server by the head's private address, known once the head exists.
+            self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
+        else:
+            # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output).
+            self.spec = pulumi.Output.from_input(adapter.job(shape))
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
         ctx = steps.context_for(args.head.machine, args.private_key, self)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
         submission = self.spec.apply(to_submission)
         if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
+            # The server downloads its model: it gets HF_TOKEN (and the other secrets) like the job's prepare step.
+            # Removing it (destroy, or rewardServer dropped from the config) stops it.
             server = steps.remote_step(
                 ctx,
                 ray_commands.REWARD_SERVER_STEP.step,
                 ray_commands.REWARD_SERVER_STEP.scripts,
-                {},
-                dynamic_env=self.spec.apply(lambda spec: ray_commands.reward_server_env(settings, reward_of(spec))),
+                args.secret_env,
+                dynamic_env=self.spec.apply(
+                    lambda spec: ray_commands.reward_server_env(
+                        settings, reward_of(spec), extra_env_names=sorted(args.secret_env)
+                    )
+                ),
                 after=after,
+                delete_scripts=ray_commands.REWARD_STOP_STEP.scripts,
+                delete_env=ray_commands.reward_stop_env(settings),
+                # The stop ends every reward server in the container: the old one must go before the new starts.
+                delete_before_replace=True,
                 resource_name="reward-server",
             )
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]

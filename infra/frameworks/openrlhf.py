@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -18,13 +19,19 @@ from infra.frameworks.base import (
     JobSpec,
     bare_key,
     flatten,
+    github_archive_url,
     image_facts,
     job_id,
+    job_name,
     key,
+    resume_of,
 )
 from infra.ray.commands import RewardServer
 
-WORKDIR = "/workspace"
+OPENRLHF_DIR = "/workspace/OpenRLHF"
+COLOCATE_ALL = "train.colocate_all"
+GPU_MEMORY = "vllm.gpu_memory_utilization"
+COLOCATED_GPU_MEMORY = 0.5
 # train_ppo_ray's own defaults where the checks below need one (openrlhf/cli/train_ppo_ray.py, v0.10.2).
 FLAG_DEFAULTS: dict[str, Any] = {
     "actor.num_nodes": 1,
@@ -38,6 +45,18 @@ FLAG_DEFAULTS: dict[str, Any] = {
     "vllm.num_engines": None,
     "vllm.tensor_parallel_size": 1,
     "algo.kl.init_coef": 0.01,
+    GPU_MEMORY: 0.95,
+    "ds.param_dtype": "bf16",
+    "ds.attn_implementation": "flash_attention_2",
+    "data.input_key": "input",
+    "rollout.n_samples_per_prompt": 1,
+    "rollout.batch_size": 1024,
+    "rollout.micro_batch_size": 1,
+    "train.batch_size": 128,
+    "train.micro_batch_size": 1,
+    "ds.ring_attn_size": 1,
+    "ds.tensor_parallel_size": 1,
+    "algo.advantage.estimator": "gae",
 }
 
 
@@ -57,6 +76,10 @@ def flag_arguments(flags: dict[str, Any]) -> list[str]:
     return arguments
 
 
+def _shown_flag(value: Any) -> str:
+    return "nothing" if value is None else json.dumps(value)
+
+
 def _flag_value(value: Any) -> str:
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True)  # e.g. a JSON-valued flag such as generation kwargs
@@ -74,17 +97,29 @@ class OpenRlhfAdapter:
         self.openrlhf = training.openrlhf
 
     def code(self) -> CodeSpec:
-        # No checkout: the package from the index on every node (job workers run in each node's container).
+        # The checkout at the package's ref on every node (the job and the reward server run from it, as
+        # upstream's README runs from /openrlhf), then the install of upstream's dockerfile at v0.10.2: remove the
+        # conflicting packages, install the vLLM pin and the prebuilt flash-attn wheel with the package.
+        settings = self.openrlhf
         return CodeSpec(
-            repo=None,
-            ref=None,
-            archive_url=None,
-            code_dir=None,
+            repo=settings.repo,
+            ref=settings.ref,
+            archive_url=settings.archive_url or github_archive_url(settings.repo, settings.ref),
+            code_dir=OPENRLHF_DIR,
             requirements_file=None,
-            pip_index_url=self.openrlhf.pip_index_url,
+            pip_index_url=settings.pip_index_url,
             install_editable=False,
-            extra_packages=self.openrlhf.package,
+            extra_packages=" ".join([*settings.preinstall_packages, settings.package]),
+            uninstall_packages=" ".join(settings.uninstall_packages),
         )
+
+    def resume(self) -> bool:
+        return resume_of(self.training, default=True)
+
+    def checkpoint_dir(self, shape: ClusterShape) -> str:
+        # DeepSpeed ZeRO checkpoints are sharded by data-parallel rank: per world size, like verl's.
+        identity = job_name(self.name, shape, self.resume(), self.job_id(shape), per_world_size=True)
+        return shape.checkpoint_dir(identity)
 
     def reward_url(self, shape: ClusterShape) -> str | None:
         server = self.openrlhf.reward_server
@@ -92,7 +127,18 @@ class OpenRlhfAdapter:
             return None
         return f"http://{shape.head_ip}:{server.port}/get_reward"
 
+    def reward_devices(self, shape: ClusterShape) -> list[int]:
+        """The head's last `rewardServer.gpus` GPUs: the reward server's, given as CUDA_VISIBLE_DEVICES."""
+        server = self.openrlhf.reward_server
+        if server is None:
+            return []
+        return list(range(max(0, shape.gpus_per_node - server.gpus), shape.gpus_per_node))
+
+    def _user(self) -> dict[str, Any]:
+        return {bare_key(name): value for name, value in flatten(self.training.overrides).items()}
+
     def cluster_flags(self, shape: ClusterShape) -> dict[str, Any]:
+        user = self._user()
         flags: dict[str, Any] = {
             "actor.num_nodes": shape.nodes,
             "actor.num_gpus_per_node": shape.gpus_per_node,
@@ -101,13 +147,25 @@ class OpenRlhfAdapter:
             "vllm.num_engines": self.openrlhf.vllm_num_engines,
             "vllm.tensor_parallel_size": self.openrlhf.vllm_tensor_parallel_size,
         }
+        if user.get(COLOCATE_ALL) is True:
+            # vLLM shares the GPUs with the trained models (and the reward server): upstream's colocated example
+            # (examples/scripts/train_ppo_ray_hybrid_engine.sh) runs it at 0.5, not the parser's 0.95.
+            flags[GPU_MEMORY] = COLOCATED_GPU_MEMORY
         url = self.reward_url(shape)
         if url is not None:
             flags["reward.remote_url"] = url
         # OpenRLHF's defaults are relative (./ckpt), i.e. wherever the job's cwd happens to be.
-        root = shape.output_root("openrlhf")
-        flags["ckpt.path"] = posixpath.join(root, "checkpoints")
-        flags["ckpt.output_dir"] = posixpath.join(root, "model")
+        checkpoints = self.checkpoint_dir(shape)
+        flags["ckpt.path"] = checkpoints
+        flags["ckpt.output_dir"] = posixpath.join(checkpoints, "model")
+        # Loads the latest checkpoint under ckpt.path when there is one (ppo_actor.py); false: starts fresh.
+        flags["ckpt.load_enable"] = self.resume()
+        if not shape.bf16:
+            # V100/T4: no bf16, and FlashAttention 2 (the parser's default) needs sm80.
+            flags["ds.param_dtype"] = "fp16"
+            flags["ds.attn_implementation"] = "sdpa"
+        if shape.model_source == "modelscope":
+            flags["use_ms"] = True  # train_ppo_ray patches the hub to ModelScope
         return flags
 
     def effective_flags(self, shape: ClusterShape) -> dict[str, Any]:
@@ -117,31 +175,42 @@ class OpenRlhfAdapter:
             merged[bare_key(name)] = value
         return merged
 
+    def reward_server(self, shape: ClusterShape) -> RewardServer | None:
+        server = self.openrlhf.reward_server
+        if server is None:
+            return None
+        exports = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.reward_devices(shape))), **shape.download_env()}
+        prefix = "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exports.items())
+        return RewardServer(
+            command=f"{prefix}; " + server.command.replace("{port}", str(server.port)),
+            port=server.port,
+            health_timeout_s=server.health_timeout_seconds,
+            workdir=OPENRLHF_DIR,
+        )
+
+    def configuration(self) -> dict[str, Any]:
+        return {
+            "openrlhf": self.openrlhf.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
+            "overrides": self.training.overrides,
+            "resume": self.resume(),
+            **image_facts(self.container),
+        }
+
+    def job_id(self, shape: ClusterShape) -> str:
+        return job_id(self.name, shape, self.configuration())
+
     def job(self, shape: ClusterShape) -> JobSpec:
         arguments = flag_arguments(self.effective_flags(shape))
         module = shlex.quote(self.openrlhf.entrypoint_module)
         entrypoint = " ".join(["python3", "-m", module, *map(shlex.quote, arguments)])
-        server = self.openrlhf.reward_server
-        reward = (
-            RewardServer(
-                command=server.command.replace("{port}", str(server.port)),
-                port=server.port,
-                health_timeout_s=server.health_timeout_seconds,
-                workdir=WORKDIR,
-            )
-            if server is not None
-            else None
-        )
-        configuration = {
-            "openrlhf": self.openrlhf.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
-            "overrides": self.training.overrides,
-            **image_facts(self.container),
-        }
+        reward = self.reward_server(shape)
+        download = shape.download_env()
+        runtime_env = {"env_vars": download} if download else None
         return JobSpec(
-            job_id=job_id(self.name, shape, configuration),
-            workdir=WORKDIR,
+            job_id=self.job_id(shape),
+            workdir=OPENRLHF_DIR,
             entrypoint=entrypoint,
-            runtime_env=None,
+            runtime_env=runtime_env,
             files={},
             prepare=None,
             pre_submit_check=None,
@@ -149,14 +218,29 @@ class OpenRlhfAdapter:
             summary={
                 "framework": self.name,
                 "cluster": shape.facts(),
+                "code": {"repo": self.openrlhf.repo, "ref": self.openrlhf.ref, "dir": OPENRLHF_DIR},
                 "package": self.openrlhf.package,
                 "flags": arguments,
                 "overrides": self.training.overrides,
                 "command": entrypoint,
+                "checkpoints": self.checkpoint_dir(shape),
+                "resume": self.resume(),
+                "model_source": shape.model_source,
+                "runtime_env": runtime_env,
                 "reward_server": (
-                    {"command": reward.command, "port": reward.port, "url": self.reward_url(shape)} if reward else None
+                    {
+                        "command": reward.command,
+                        "port": reward.port,
+                        "url": self.reward_url(shape),
+                        "gpus": self.reward_devices(shape),
+                    }
+                    if reward
+                    else None
                 ),
-                "checks": ["vLLM engines x tensor parallel size fit the cluster's GPUs", "placement demand <= GPUs"],
+                "checks": [
+                    "vLLM engines x tensor parallel size fit the cluster's GPUs",
+                    "placement demand (and the reward server's GPUs) <= GPUs",
+                ],
             },
         )
 
@@ -193,12 +277,109 @@ class OpenRlhfAdapter:
                 f"actor.num_gpus_per_node); got {engines} x {tp} = {vllm_gpus} and actor {actor}"
             )
         demand, parts = self._placement_demand(flags, actor, ref, vllm_gpus, number)
+        server = self.openrlhf.reward_server
+        reward_gpus = server.gpus if server is not None else 0
+        server_key = key("training.openrlhf.rewardServer.gpus")
+        if reward_gpus > shape.gpus_per_node:
+            problems.append(f"{server_key}: the reward server runs on the head, which has {shape.gpus_per_node} "
+                            f"GPUs; got {reward_gpus}")
+        elif reward_gpus and not colocate_all:
+            # Ray does not know the server's GPUs: the roles must leave them free.
+            demand += reward_gpus
+            parts.append(f"reward server {reward_gpus} (on the head)")
         if demand > total and not problems:
             problems.append(
                 f"{key('training.overrides')}: the roles need {demand} GPUs ({', '.join(parts)}) but {cluster} "
-                "exist, so Ray would wait forever; colocate them (train.colocate_all: true, with vLLM engines x TP "
-                "= actor GPUs) or shrink them (actor.num_nodes, ref.num_gpus_per_node, ...)"
+                "exist, so Ray would wait forever or share the reward server's GPUs; colocate them "
+                "(train.colocate_all: true, with vLLM engines x TP = actor GPUs) or shrink them (actor.num_nodes, "
+                f"ref.num_gpus_per_node, ..., {server_key})"
             )
+        memory = flags.get(GPU_MEMORY)
+        if reward_gpus and colocate_all and isinstance(memory, int | float) and memory > COLOCATED_GPU_MEMORY:
+            problems.append(
+                f"{key('training.overrides.' + GPU_MEMORY)}: must be at most {COLOCATED_GPU_MEMORY} with "
+                f"train.colocate_all and a reward server: the server shares GPUs {self.reward_devices(shape)} of the "
+                f"head with vLLM and the trained models; got {memory}"
+            )
+        if flags.get("data.input_key") == "context_messages" and flags.get("data.apply_chat_template") is not True:
+            # A message list is a prompt only through the chat template (openrlhf/datasets/prompts_dataset.py:27-42);
+            # upstream passes both flags together (examples/scripts/train_ppo_ray_hybrid_engine.sh).
+            problems.append(
+                f"{key('training.overrides.data.apply_chat_template')}: must be true with data.input_key "
+                "context_messages (a list of chat messages becomes a prompt only through the tokenizer's chat "
+                f"template); got {_shown_flag(flags.get('data.apply_chat_template'))}"
+            )
+        problems += self._version_problems()
+        problems += self._batch_problems(flags, actor, number)
+        if not shape.bf16:
+            problems += self._fp16_problems(flags)
+        return problems
+
+    def _version_problems(self) -> list[str]:
+        """The checkout (the job's and the reward server's working dir, where `-m openrlhf...` imports from) and the
+        installed package must be the same release."""
+        pinned = re.fullmatch(r"openrlhf(?:\[[\w,-]+\])?==([\w.]+)", self.openrlhf.package.replace(" ", ""))
+        tag = re.fullmatch(r"v?(\d+(?:\.\d+)*(?:\.post\d+)?)", self.openrlhf.ref)
+        if pinned and tag and pinned.group(1) != tag.group(1):
+            return [f"{key('training.openrlhf.ref')}: must be the release of training.openrlhf.package "
+                    f"(v{pinned.group(1)}); got {self.openrlhf.ref!r}"]
+        return []
+
+    def _batch_problems(self, flags: dict[str, Any], actor: int, number: Callable[[str], int]) -> list[str]:
+        """The batch rules train_ppo_ray asserts after parsing, and DeepSpeed's batch arithmetic."""
+        problems: list[str] = []
+        user = self._user()
+
+        def where(flag: str) -> str:
+            return key(f"training.overrides.{flag}") + ("" if flag in user else f" (OpenRLHF's default {flag})")
+
+        samples = number("rollout.n_samples_per_prompt")
+        estimator = flags.get("algo.advantage.estimator")
+        if estimator in ("rloo", "reinforce_baseline", "group_norm") and samples <= 1:
+            # openrlhf/cli/train_ppo_ray.py (v0.10.2), after hierarchize: the estimator needs a group per prompt.
+            problems.append(f"{where('rollout.n_samples_per_prompt')}: must be more than 1 with "
+                            f"algo.advantage.estimator {estimator}; got {samples}")
+        ranks = actor // max(1, number("ds.ring_attn_size")) // max(1, number("ds.tensor_parallel_size"))
+        rollout, rollout_micro = number("rollout.batch_size"), number("rollout.micro_batch_size")
+        if rollout_micro and samples * rollout // rollout_micro < ranks:
+            # train_ppo_ray.py's last assert: every actor process needs a sample batch.
+            problems.append(
+                f"{where('rollout.batch_size')}: rollout.n_samples_per_prompt x rollout.batch_size // "
+                f"rollout.micro_batch_size must be at least the actor's {ranks} data-parallel ranks; got {samples} x "
+                f"{rollout} // {rollout_micro}"
+            )
+        train, train_micro = number("train.batch_size"), number("train.micro_batch_size")
+        if ranks and train_micro and train % (train_micro * ranks):
+            # DeepSpeed: train_batch_size = micro_batch_per_gpu x gradient_accumulation x data-parallel size.
+            problems.append(
+                f"{where('train.batch_size')}: must be a multiple of train.micro_batch_size x the actor's "
+                f"data-parallel ranks ({train_micro} x {ranks} = {train_micro * ranks}); got {train}"
+            )
+        return problems
+
+    def _fp16_problems(self, flags: dict[str, Any]) -> list[str]:
+        gpus = "the cluster's GPUs have no bf16 (V100/T4)"
+        problems: list[str] = []
+        user = self._user()
+        if flags.get("ds.param_dtype") == "bf16":
+            problems.append(f"{key('training.overrides.ds.param_dtype')}: must be fp16: {gpus}; got 'bf16'")
+        attention = flags.get("ds.attn_implementation")
+        if isinstance(attention, str) and attention.startswith("flash_attention") and "ds.attn_implementation" in user:
+            problems.append(f"{key('training.overrides.ds.attn_implementation')}: must not be {attention}: it needs "
+                            f"sm80 and {gpus}; use sdpa or eager; got {attention!r}")
+        server = self.openrlhf.reward_server
+        if server is not None and "serve_rm" in server.command:
+            words = server.command.split()
+            dtype = words[words.index("--ds.param_dtype") + 1] if "--ds.param_dtype" in words[:-1] else "bf16"
+            attn = (words[words.index("--ds.attn_implementation") + 1]
+                    if "--ds.attn_implementation" in words[:-1] else "flash_attention_2")
+            if dtype != "fp16" or attn.startswith("flash_attention"):
+                # serve_rm's defaults are bf16 and flash_attention_2 (openrlhf/cli/serve_rm.py at v0.10.2).
+                problems.append(
+                    f"{key('training.openrlhf.rewardServer.command')}: serve_rm must run with --ds.param_dtype fp16 "
+                    f"and --ds.attn_implementation sdpa: {gpus}; got --ds.param_dtype {dtype} "
+                    f"--ds.attn_implementation {attn}"
+                )
         return problems
 
     @staticmethod

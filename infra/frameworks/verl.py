@@ -21,7 +21,9 @@ from infra.frameworks.base import (
     github_archive_url,
     image_facts,
     job_id,
+    job_name,
     key,
+    resume_of,
 )
 
 VERL_DIR = "/workspace/verl"
@@ -32,6 +34,27 @@ RUNTIME_ENV_VARS = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CON
 TRAIN_BATCH = "data.train_batch_size"
 ROLLOUT_N = "actor_rollout_ref.rollout.n"
 ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+MINI_BATCH = "actor_rollout_ref.actor.ppo_mini_batch_size"
+ULYSSES_SP = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+ACTOR_MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+ROLLOUT_LOG_PROB_MICRO = "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
+REF_LOG_PROB_MICRO = "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"
+CRITIC_MICRO = "critic.ppo_micro_batch_size_per_gpu"
+DYNAMIC_BSZ = "actor_rollout_ref.actor.use_dynamic_bsz"
+ADV_ESTIMATOR = "algorithm.adv_estimator"
+MAX_MICRO_BATCH = 4
+# verl v0.7.0's defaults where the checks need them (verl/trainer/config/ppo_trainer.yaml and its defaults).
+VERL_DEFAULTS: dict[str, Any] = {TRAIN_BATCH: 1024, ROLLOUT_N: 1, MINI_BATCH: 256, ADV_ESTIMATOR: "gae"}
+# fp16 where the GPU has no bf16 (V100, T4): the FSDP param dtype of actor and ref (fsdp_workers.py:491), vLLM's
+# dtype, and SDPA attention instead of verl's default flash_attention_2 (fsdp_workers.py:331), which needs sm80.
+FP16_OVERRIDES: dict[str, Any] = {
+    "actor_rollout_ref.actor.fsdp_config.dtype": "float16",
+    "actor_rollout_ref.ref.fsdp_config.dtype": "float16",
+    "actor_rollout_ref.rollout.dtype": "float16",
+    "++actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+}
+BF16_VALUES = ("bf16", "bfloat16")
+SM80_ATTENTION = ("flash_attention_2", "flash_attention_3")
 
 # Strings Hydra reads back unchanged without quotes; anything else is double-quoted.
 _PLAIN_STRING = re.compile(r"[A-Za-z_/][\w./:@+-]*")
@@ -86,18 +109,72 @@ class VerlAdapter:
             extra_packages="",
         )
 
+    def _user(self) -> dict[str, Any]:
+        return {bare_key(name): value for name, value in flatten(self.training.overrides).items()}
+
+    def normalized_mini_batch(self, shape: ClusterShape) -> int | None:
+        """The actor's mini-batch per data-parallel rank, as verl's worker computes it before asserting on it
+        (verl/workers/fsdp_workers.py:242-247 at v0.7.0): ppo_mini_batch_size x rollout.n // (GPUs // SP)."""
+        user = self._user()
+        mini, samples = user.get(MINI_BATCH, VERL_DEFAULTS[MINI_BATCH]), user.get(ROLLOUT_N, VERL_DEFAULTS[ROLLOUT_N])
+        sp = user.get(ULYSSES_SP, 1)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (mini, samples, sp)):
+            return None
+        ranks = shape.total_gpus // sp
+        return mini * samples // ranks if ranks else None
+
+    def micro_batch(self, shape: ClusterShape) -> int:
+        """Micro-batch per GPU from the cluster: the largest of 4, 2, 1 that divides the normalized mini-batch
+        (fsdp_workers.py:255-259 asserts the division), so a small GPU is not handed a large micro-batch."""
+        normalized = self.normalized_mini_batch(shape) or 1
+        return math.gcd(normalized, MAX_MICRO_BATCH) or 1
+
+    def resume(self) -> bool:
+        return resume_of(self.training, default=True)
+
+    def checkpoint_dir(self, shape: ClusterShape) -> str:
+        # FSDP checkpoints are one file per rank (model_world_size_<W>_rank_<r>.pt): another GPU count cannot
+        # load them (verl-openrlhf.md 1.6, issue 2265), so the directory is per world size.
+        identity = job_name(self.name, shape, self.resume(), self.job_id(shape), per_world_size=True)
+        return shape.checkpoint_dir(identity)
+
     def cluster_overrides(self, shape: ClusterShape) -> dict[str, Any]:
         data_dir = self.verl.data_dir
-        return {
+        micro = self.micro_batch(shape)
+        overrides: dict[str, Any] = {
             "trainer.nnodes": shape.nodes,
             "trainer.n_gpus_per_node": shape.gpus_per_node,
             "data.train_files": posixpath.join(data_dir, "train.parquet"),
             "data.val_files": posixpath.join(data_dir, "test.parquet"),
             # verl's default is relative, i.e. inside Ray's temporary working dir (lost with the job).
-            "trainer.default_local_dir": posixpath.join(shape.output_root("verl"), "checkpoints"),
+            "trainer.default_local_dir": self.checkpoint_dir(shape),
+            # auto: the latest checkpoint in default_local_dir, if any; disable: start fresh.
+            "trainer.resume_mode": "auto" if self.resume() else "disable",
             "actor_rollout_ref.rollout.name": "vllm",  # verl's default is `???` (required)
+            ROLLOUT_TP: self._default_tp(shape),
             "trainer.logger": ["console"],  # verl's default adds wandb, which needs an API key
+            # Required unless use_dynamic_bsz (workers/config/actor.py:184-187, utils/config.py:141-142,163-167).
+            ACTOR_MICRO: micro,
+            ROLLOUT_LOG_PROB_MICRO: micro,
+            REF_LOG_PROB_MICRO: micro,
         }
+        user = self._user()
+        if user.get("critic.enable", user.get(ADV_ESTIMATOR, VERL_DEFAULTS[ADV_ESTIMATOR]) == "gae") is True:
+            overrides[CRITIC_MICRO] = micro  # verl/workers/config/critic.py:104-105 asserts it like the actor's
+        for per_gpu in (ACTOR_MICRO, ROLLOUT_LOG_PROB_MICRO, REF_LOG_PROB_MICRO, CRITIC_MICRO):
+            # verl refuses both the deprecated global size and the per-GPU one (actor.py:177-182, config.py:144-148).
+            if per_gpu.removesuffix("_per_gpu") in user:
+                overrides.pop(per_gpu, None)
+        if not shape.bf16:
+            # V100/T4: no bf16 and no FlashAttention 2 (sm80+). dp_actor.py:86-90 scales the loss for fp16.
+            overrides.update(FP16_OVERRIDES)
+        return overrides
+
+    def runtime_env_vars(self, shape: ClusterShape) -> dict[str, str]:
+        env = {**RUNTIME_ENV_VARS, **shape.download_env()}
+        if shape.model_source == "modelscope":
+            env["VERL_USE_MODELSCOPE"] = "True"  # verl/__init__.py patches the hub to ModelScope
+        return env
 
     def effective_overrides(self, shape: ClusterShape) -> dict[str, Any]:
         """Cluster defaults, then the user's keys; a user key replaces a default of the same name (Hydra
@@ -112,10 +189,27 @@ class VerlAdapter:
     def arguments(self, shape: ClusterShape) -> list[str]:
         return [f"{name}={hydra_value(value)}" for name, value in self.effective_overrides(shape).items()]
 
-    def prepare(self) -> str | None:
+    def configuration(self) -> dict[str, Any]:
+        return {
+            "verl": self.verl.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
+            "overrides": self.training.overrides,
+            "resume": self.resume(),
+            **image_facts(self.container),
+        }
+
+    def job_id(self, shape: ClusterShape) -> str:
+        return job_id(self.name, shape, self.configuration())
+
+    def prepare(self, shape: ClusterShape | None = None) -> str | None:
         command = self.verl.data_preparation
         if command is None:
             return None
+        if shape is not None:
+            # The dataset download goes to the same source as the job's (a mirror in mainland regions).
+            exports = [f"{name}={shlex.quote(value)}" for name, value in sorted(self.runtime_env_vars(shape).items())
+                       if name not in RUNTIME_ENV_VARS]
+            if exports:
+                command = f"export {' '.join(exports)}; {command}"
         data_dir = shlex.quote(self.verl.data_dir)
         train = shlex.quote(posixpath.join(self.verl.data_dir, "train.parquet"))
         user_command = command.replace("{data_dir}", data_dir)
@@ -143,18 +237,14 @@ class VerlAdapter:
     def job(self, shape: ClusterShape) -> JobSpec:
         arguments = self.arguments(shape)
         entrypoint = " ".join(["python3", "-m", shlex.quote(self.verl.entrypoint_module), *map(shlex.quote, arguments)])
-        prepare = self.prepare()
+        prepare = self.prepare(shape)
         check = self.pre_submit_check(shape)
-        configuration = {
-            "verl": self.verl.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
-            "overrides": self.training.overrides,
-            **image_facts(self.container),
-        }
+        runtime_env = {"env_vars": self.runtime_env_vars(shape)}
         return JobSpec(
-            job_id=job_id(self.name, shape, configuration),
+            job_id=self.job_id(shape),
             workdir=VERL_DIR,
             entrypoint=entrypoint,
-            runtime_env={"env_vars": dict(RUNTIME_ENV_VARS)},
+            runtime_env=runtime_env,
             files={},
             prepare=prepare,
             pre_submit_check=check,
@@ -166,33 +256,62 @@ class VerlAdapter:
                 "hydra_overrides": arguments,
                 "overrides": self.training.overrides,
                 "command": entrypoint,
+                "checkpoints": self.checkpoint_dir(shape),
+                "resume": self.resume(),
+                "model_source": shape.model_source,
                 "data_preparation": prepare,
                 "checks": [check] if check else [],
-                "runtime_env": {"env_vars": dict(RUNTIME_ENV_VARS)},
+                "runtime_env": runtime_env,
             },
         )
 
     def problems(self, shape: ClusterShape) -> list[str]:
+        """What verl v0.7.0 asserts at start-up (paths in the verl package), checked before anything is paid for."""
         problems: list[str] = []
-        user = {bare_key(name): value for name, value in flatten(self.training.overrides).items()}
+        user = self._user()
         total = shape.total_gpus
+        cluster = f"the cluster's {total} GPUs ({shape.nodes} x {shape.gpus_per_node})"
         path = "training.overrides."
-        if TRAIN_BATCH in user or ROLLOUT_N in user:
-            # verl's defaults for the one the user left alone (1024 prompts, 1 sample each).
-            batch, samples = user.get(TRAIN_BATCH, 1024), user.get(ROLLOUT_N, 1)
-            if isinstance(batch, int) and isinstance(samples, int) and (batch * samples) % total:
-                named = TRAIN_BATCH if TRAIN_BATCH in user else ROLLOUT_N
-                problems.append(
-                    f"{key(path + named)}: {TRAIN_BATCH} x {ROLLOUT_N} must be divisible by the cluster's "
-                    f"{total} GPUs ({shape.nodes} x {shape.gpus_per_node}); got {batch} x {samples} = {batch * samples}"
-                )
-        if ROLLOUT_TP in user:
-            tp = user[ROLLOUT_TP]
-            if not isinstance(tp, int) or tp < 1 or total % tp:
-                problems.append(
-                    f"{key(path + ROLLOUT_TP)}: must divide the cluster's {total} GPUs "
-                    f"({shape.nodes} x {shape.gpus_per_node}); got {tp!r}"
-                )
+
+        def number(name: str) -> Any:
+            return user.get(name, VERL_DEFAULTS.get(name))
+
+        def where(name: str) -> str:
+            return key(path + name) if name in user else key("training.overrides") + f" (verl's default {name})"
+
+        batch, samples, mini = number(TRAIN_BATCH), number(ROLLOUT_N), number(MINI_BATCH)
+        numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, samples, mini))
+        dynamic = user.get(DYNAMIC_BSZ) is True
+        if numbers and not dynamic and (batch * samples) % total:
+            # verl/utils/config.py:111-115 (FSDP: the minimal batch is the GPU count)
+            named = TRAIN_BATCH if TRAIN_BATCH in user else ROLLOUT_N
+            problems.append(
+                f"{where(named)}: {TRAIN_BATCH} x {ROLLOUT_N} must be divisible by {cluster}; got {batch} x "
+                f"{samples} = {batch * samples}"
+            )
+        if numbers and not dynamic and batch < mini:
+            # verl/workers/config/actor.py:204-208
+            problems.append(f"{where(MINI_BATCH)}: must be at most {TRAIN_BATCH} ({batch}); got {mini}")
+        normalized = self.normalized_mini_batch(shape)
+        if numbers and not dynamic and normalized == 0:
+            # verl/workers/fsdp_workers.py:242-247
+            problems.append(
+                f"{where(MINI_BATCH)}: {MINI_BATCH} x {ROLLOUT_N} must be at least the data-parallel ranks "
+                f"({total} GPUs); got {mini} x {samples} = {mini * samples}"
+            )
+        micro = user.get(ACTOR_MICRO)
+        if normalized and isinstance(micro, int) and not dynamic and (micro < 1 or normalized % micro):
+            # verl/workers/fsdp_workers.py:255-262
+            problems.append(
+                f"{key(path + ACTOR_MICRO)}: must divide the mini-batch per GPU ({MINI_BATCH} x {ROLLOUT_N} // "
+                f"{total} GPUs = {normalized}); got {micro}"
+            )
+        tp = user.get(ROLLOUT_TP, self._default_tp(shape))
+        if not isinstance(tp, int) or tp < 1 or total % tp:
+            # verl splits the GPUs into rollout engines of TP GPUs each (verl-openrlhf.md 1.5).
+            problems.append(f"{where(ROLLOUT_TP)}: must divide {cluster}; got {tp!r}")
+        if not shape.bf16:
+            problems += self._fp16_problems(user)
         data_dir = self.verl.data_dir
         shared = shape.shared_dir
         on_shared = bool(shared) and (data_dir == shared or data_dir.startswith(str(shared).rstrip("/") + "/"))
@@ -202,4 +321,34 @@ class VerlAdapter:
                 "TaskRunner reads the data on any node); set roll-cluster:storage.nas: true and a dataDir under "
                 f"/mnt/shared; got {data_dir!r}" + ("" if shared else " without shared storage")
             )
+        return problems
+
+    @staticmethod
+    def _default_tp(shape: ClusterShape) -> int:
+        return min(2, shape.gpus_per_node)  # verl's default is 2; a node of one GPU gets 1
+
+    def _fp16_problems(self, user: dict[str, Any]) -> list[str]:
+        """GPUs without bf16 (V100, T4) have no FlashAttention 2 either (it needs sm80)."""
+        problems: list[str] = []
+        gpus = "the cluster's GPUs have no bf16 (V100/T4)"
+        for name, value in user.items():
+            if name.split(".")[-1] in ("dtype", "param_dtype", "model_dtype") and str(value).lower() in BF16_VALUES:
+                problems.append(f"{key('training.overrides.' + name)}: must not be bf16: {gpus}; use float16; "
+                                f"got {value!r}")
+            if name.split(".")[-1] == "attn_implementation" and value in SM80_ATTENTION:
+                problems.append(f"{key('training.overrides.' + name)}: must not be {value}: it needs sm80 and "
+                                f"{gpus}; use sdpa or eager; got {value!r}")
+        critic_mixed = any(name.startswith("critic.model.fsdp_config.mixed_precision") for name in user)
+        if user.get(ADV_ESTIMATOR, VERL_DEFAULTS[ADV_ESTIMATOR]) == "gae" and not critic_mixed:
+            # verl/workers/fsdp_workers.py:1396-1402: the critic's FSDP params are bf16 unless mixed_precision is set.
+            problems.append(
+                f"{key('training.overrides.' + ADV_ESTIMATOR)}: `gae` trains a critic, which verl v0.7.0 runs in "
+                f"bf16 and {gpus}; use a critic-free estimator (e.g. grpo) or set "
+                "critic.model.fsdp_config.mixed_precision.param_dtype: fp16; got "
+                f"{user.get(ADV_ESTIMATOR, 'gae (verl default)')!r}"
+            )
+        if user.get("reward_model.enable") is True:
+            # verl/workers/fsdp_workers.py:1732,1742: the reward model is loaded in bf16.
+            problems.append(f"{key('training.overrides.reward_model.enable')}: verl v0.7.0 loads the reward model "
+                            f"in bf16 and {gpus}; use a function reward; got true")
         return problems

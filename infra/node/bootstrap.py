@@ -89,7 +89,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             "pull-image",
             ["pull_image.sh"],
             {
-                "IMAGE": config.container.image,
+                "IMAGE": config.container.pull_image,
                 "REGISTRY_USERNAME": config.container.registry_username or "",
                 "REGISTRY_PASSWORD": args.registry_password or "",
             },
@@ -160,7 +160,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         on_node = pulumi.ResourceOptions(parent=self, provider=provider)
         image = docker.RemoteImage(
             f"{node_name}-image",
-            name=config.container.image,
+            name=config.container.pull_image,
             keep_locally=True,
             opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[pull])),
         )

@@ -409,3 +409,23 @@ def job_logs_command(head_public_ip: str, key_path: str, container_name: str, jo
     _check_job_id(job_id)
     words = ["ray", "job", "logs", "--follow", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
     return _in_head_container(head_public_ip, key_path, container_name, words)
+
+
+def job_stop_command(head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int) -> str:
+    """`jobStop`: asks Ray to stop the job (its checkpoints stay; a later `pulumi up` does not resubmit an
+    unchanged job, a changed configuration does)."""
+    _check_port("dashboard port", dashboard_port)
+    _check_job_id(job_id)
+    words = ["ray", "job", "stop", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
+    return _in_head_container(head_public_ip, key_path, container_name, words)
+
+
+def job_submit_command(stack: str) -> str:
+    """`jobSubmit` (training.autoStart: false): turns auto start on and lets `pulumi up` submit the prepared job
+    through the program's own job step (its files, preparation and checks included)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}", stack):
+        raise ValueError(f"stack name {stack!r} is not a Pulumi stack name")
+    return (
+        f"pulumi config set --stack {stack} --path 'roll-cluster:training.autoStart' true && "
+        f"pulumi up --stack {stack}"
+    )

@@ -15,6 +15,8 @@
 #   REQUIREMENTS_FILE ['']        relative to CODE_DIR; empty: none
 #   INSTALL_EDITABLE [0]          1: `pip install -e . --no-deps` in CODE_DIR afterwards
 #   PIP_EXTRA_PACKAGES ['']       extra pip requirements, space separated
+#   PIP_UNINSTALL_PACKAGES ['']   packages removed from the image before the installs, space separated (OpenRLHF's
+#                                 dockerfile removes what conflicts with its pins)
 #   CONTAINER_PYTHON [python3]    the container's interpreter; pip runs as `<it> -m pip`
 #   CLONE_TIMEOUT_S [600], ARCHIVE_TIMEOUT_S [900], PIP_TIMEOUT_S [3600]   bounds for one attempt
 #   CONTAINER_WAIT_TIMEOUT_S [120]   bound for the container to be running
@@ -26,6 +28,7 @@
 : "${REQUIREMENTS_FILE:=}"
 : "${INSTALL_EDITABLE:=0}"
 : "${PIP_EXTRA_PACKAGES:=}"
+: "${PIP_UNINSTALL_PACKAGES:=}"
 : "${CONTAINER_PYTHON:=python3}"
 : "${CLONE_TIMEOUT_S:=600}"
 : "${ARCHIVE_TIMEOUT_S:=900}"
@@ -174,6 +177,7 @@ read_code_state() {
   state=$(run_in_container container_code_state "$CODE_DIR" "$CODE_MARKER") \
     || fail "could not inspect $CODE_DIR in container $CONTAINER_NAME"
   M_REPO='' M_REF='' M_COMMIT='' M_SOURCE='' M_REQUIREMENTS='' M_EXTRA='' M_EDITABLE='' M_INDEX='' M_INSTALLED=''
+  M_UNINSTALL=''
   DIR_STATE='' ACTUAL_ORIGIN='' ACTUAL_COMMIT='' LOCAL_CHANGES=''
   while IFS= read -r line; do
     key=${line%%=*} value=${line#*=}
@@ -184,6 +188,7 @@ read_code_state() {
       source) M_SOURCE=$value ;;
       requirements) M_REQUIREMENTS=$value ;;
       extra) M_EXTRA=$value ;;
+      uninstall) M_UNINSTALL=$value ;;
       editable) M_EDITABLE=$value ;;
       index) M_INDEX=$value ;;
       installed) M_INSTALLED=$value ;;
@@ -209,7 +214,8 @@ code_is_current() {
 write_marker() {
   local installed=$1
   printf '%s\n' "repo=$CODE_REPO" "ref=$CODE_REF" "commit=$FETCHED_COMMIT" "source=$FETCHED_SOURCE" \
-    "requirements=$REQUIREMENTS_FILE" "extra=$PIP_EXTRA_PACKAGES" "editable=$INSTALL_EDITABLE" \
+    "requirements=$REQUIREMENTS_FILE" "extra=$PIP_EXTRA_PACKAGES" "uninstall=$PIP_UNINSTALL_PACKAGES" \
+    "editable=$INSTALL_EDITABLE" \
     "index=$PIP_INDEX_URL" "installed=$installed" \
     | run_in_container -i container_write_file "$CODE_MARKER"
 }
@@ -279,12 +285,23 @@ pip_install() {
     || fail "pip install $* in $CODE_DIR failed after $RETRY_ATTEMPTS attempts"
 }
 
+pip_uninstall() {
+  # Removing what is not installed is a warning, not an error, for pip: a rerun passes.
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd docker exec -w "$CODE_DIR" "$CONTAINER_NAME" \
+    timeout "$PIP_TIMEOUT_S" "$CONTAINER_PYTHON" -m pip uninstall -y "$@" \
+    || fail "pip uninstall $* in $CONTAINER_NAME failed after $RETRY_ATTEMPTS attempts"
+}
+
 install_requirements() {
-  local extra_packages=()
+  local extra_packages=() uninstall_packages=()
   if [[ "$M_INSTALLED" == "$CONTAINER_ID" && "$M_REQUIREMENTS" == "$REQUIREMENTS_FILE" && "$M_EXTRA" == "$PIP_EXTRA_PACKAGES" \
-    && "$M_EDITABLE" == "$INSTALL_EDITABLE" && "$M_INDEX" == "$PIP_INDEX_URL" ]]; then
+    && "$M_UNINSTALL" == "$PIP_UNINSTALL_PACKAGES" && "$M_EDITABLE" == "$INSTALL_EDITABLE" && "$M_INDEX" == "$PIP_INDEX_URL" ]]; then
     banner "requirements already installed for this checkout in this container; skipped"
     return 0
+  fi
+  read -r -a uninstall_packages <<<"$PIP_UNINSTALL_PACKAGES"
+  if ((${#uninstall_packages[@]} > 0)); then
+    pip_uninstall "${uninstall_packages[@]}"
   fi
   if [[ -n "$REQUIREMENTS_FILE" ]]; then
     run_in_container container_file_exists "$CODE_DIR/$REQUIREMENTS_FILE" \
@@ -301,7 +318,7 @@ install_requirements() {
   write_marker "$CONTAINER_ID"
   local editable=''
   if [[ "$INSTALL_EDITABLE" == 1 ]]; then editable=' and the code itself (editable)'; fi
-  banner "installed${REQUIREMENTS_FILE:+ $REQUIREMENTS_FILE}${PIP_EXTRA_PACKAGES:+ $PIP_EXTRA_PACKAGES}$editable"
+  banner "${PIP_UNINSTALL_PACKAGES:+removed $PIP_UNINSTALL_PACKAGES; }installed${REQUIREMENTS_FILE:+ $REQUIREMENTS_FILE}${PIP_EXTRA_PACKAGES:+ $PIP_EXTRA_PACKAGES}$editable"
 }
 
 check_settings

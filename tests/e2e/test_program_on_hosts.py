@@ -20,6 +20,7 @@ pytestmark = pytest.mark.e2e
 CONTAINER = "roll"
 SECRET = "e2e-hf-token-program-9c1f"
 PROBE = """
+import os
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 ray.init()
@@ -33,6 +34,8 @@ refs = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["Node
         for n in alive]
 for ip in sorted(ray.get(refs)):
     print("probe ran on", ip, flush=True)
+print("checkpoint dir", os.environ.get("ROLL_CLUSTER_CHECKPOINT_DIR"), "resume", os.environ.get("ROLL_CLUSTER_RESUME"),
+      flush=True)
 """
 
 
@@ -83,6 +86,8 @@ def test_the_programs_steps_form_the_cluster_and_run_the_job_on_every_node(netwo
     logs = network.run_user_command(outputs["jobLogs"]).check().output
     for host in hosts:
         assert f"probe ran on {host.ip}" in logs
+    # The custom job is told its checkpoint directory through the runtime env the program submits.
+    assert "checkpoint dir /data/checkpoints/" in logs and "/custom resume 1" in logs
 
 
 def test_every_program_step_run_again_changes_nothing(network, cluster):
