@@ -38,8 +38,7 @@ def render(run: OfflineRun) -> str:
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
     lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
-    price = out.get("hourlyPrice")
-    lines.append(f"  price         {f'{price:.2f} per hour (region list price)' if price else 'not reported'}")
+    lines.extend(price_lines(out.get("hourlyPrice")))
 
     lines.append(section("Network"))
     for r in cloud.resources:
@@ -53,11 +52,20 @@ def render(run: OfflineRun) -> str:
         source = r.inputs.get("cidrIp") or r.inputs.get("ipv6CidrIp") or "members of this security group"
         lines.append(f"    {r.inputs.get('ipProtocol'):4} {r.inputs.get('portRange'):12} from {source:32} "
                      f"{r.inputs.get('description')}")
+    lines.append(section("Shared storage"))
+    existing = steps.NOTES.get("nas_existing")
+    if existing:
+        lines.append(f"  NAS {existing} (existing, attached: never created or deleted here), mounted at /mnt/shared "
+                     "on every node and container")
     for r in cloud.of_type("alicloud:nas/fileSystem:FileSystem"):
-        lines.append(section("Shared storage"))
         keep = "kept on pulumi destroy" if steps.NOTES.get("nas_retained") else "DELETED on pulumi destroy"
-        lines.append(f"  NAS {r.inputs.get('protocolType')} {r.inputs.get('storageType')}, mounted at /mnt/shared "
-                     f"on every node and container; {keep}")
+        lines.append(f"  NAS {r.inputs.get('protocolType')} {r.inputs.get('storageType')} in {r.inputs.get('zoneId')}, "
+                     f"mounted at /mnt/shared on every node and container; {keep}")
+    for r in cloud.of_type("alicloud:nas/mountTarget:MountTarget"):
+        lines.append(f"  mount target in the cluster's vSwitch; access rule: {cloud_rule_cidr(run)} read-write, "
+                     "created before the mount target")
+    if steps.NOTES.get("checkpoints"):
+        lines.append(f"  {steps.NOTES['checkpoints']}")
 
     lines.append(section("Nodes"))
     for r in cloud.of_type("alicloud:ecs/instance:Instance"):
@@ -111,6 +119,21 @@ def render(run: OfflineRun) -> str:
     for typ, count in sorted(counts.items()):
         lines.append(f"  {count:4}  {typ}")
     return "\n".join(lines) + "\n"
+
+
+def price_lines(price: Any) -> list[str]:
+    """The cost line: the amount with its currency, where it comes from, and what it does not include."""
+    if not isinstance(price, dict) or not price.get("amount"):
+        return ["  price         not reported"]
+    return [
+        f"  price         {price['amount']:.2f} {price['currency']} per {price['per']}: {price['includes']}",
+        f"                ({price['basis']}); not included: {price['excludes']}",
+    ]
+
+
+def cloud_rule_cidr(run: OfflineRun) -> str:
+    rules = run.cloud.of_type("alicloud:nas/accessRule:AccessRule")
+    return str(rules[0].inputs.get("sourceCidrIp")) if rules else "none"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

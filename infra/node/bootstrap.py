@@ -140,8 +140,13 @@ class NodeBootstrap(pulumi.ComponentResource):
             docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
             docker.ContainerVolumeArgs(host_path=f"{DATA_MOUNT}/workspace", container_path=WORKSPACE),
         ]
+        labels = None
         if config.storage.nas:
             volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))
+            # A bind mount keeps what was mounted when the container started: when prepare-host mounts another NAS,
+            # this label changes and the container is recreated on the new mount.
+            labels = [docker.ContainerLabelArgs(label="roll-cluster.shared-storage",
+                                                value=pulumi.Output.from_input(args.nas_server or ""))]
         self.container = docker.Container(
             f"{node_name}-container",
             name=config.container.name,
@@ -160,6 +165,7 @@ class NodeBootstrap(pulumi.ComponentResource):
                 f"RANK={machine.rank}",
                 f"NODE_RANK={machine.rank}",
             ],
+            labels=labels,
             restart="unless-stopped",
             # An init process reaps Ray's exited children: without it they linger as zombies of `sleep infinity`
             # and every `ray stop` waits out its grace period.

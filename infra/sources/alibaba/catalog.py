@@ -118,3 +118,13 @@ def lookup(type_name: str) -> GpuInstanceType | None:
 def is_gpu_family(type_name: str) -> bool:
     """A GPU family we know, even if this exact size is missing from the catalog (the live answer decides)."""
     return family_of(type_name) in FAMILIES
+
+
+def estimated_price(type_name: str) -> float:
+    """Approximate CNY per hour (the offline plan, and the fallback when the region reports no live price)."""
+    known = lookup(type_name)
+    if known is not None:
+        return known.hourly_price
+    family = FAMILIES.get(family_of(type_name) or "")
+    # An unlisted size of a known family: one GPU's price, the smallest such type (config admits known families only).
+    return family.price_per_gpu_hour if family is not None else 0.0
