@@ -185,13 +185,9 @@ class NodesConfig(Section):
                 "all candidate types must have the same number of GPUs per node, because the training "
                 f"configuration is sized from it; got {detail}",
             ))
-        families = [f for f in (catalog.FAMILIES.get(catalog.family_of(n) or "") for n in types) if f is not None]
-        if len({f.bf16 for f in families}) > 1:
-            detail = ", ".join(
-                f"{n} ({'bf16' if f.bf16 else 'no bf16'})"
-                for n, f in zip(types, (catalog.FAMILIES.get(catalog.family_of(n) or "") for n in types), strict=True)
-                if f is not None
-            )
+        bf16 = {n: f.bf16 for n in types if (f := catalog.FAMILIES.get(catalog.family_of(n) or "")) is not None}
+        if len(set(bf16.values())) > 1:
+            detail = ", ".join(f"{n} ({'bf16' if b else 'no bf16'})" for n, b in bf16.items())
             problems.append((
                 (),
                 "all candidate types must agree on bf16 support (the training dtype is chosen from it, and a "

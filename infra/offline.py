@@ -129,7 +129,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         """The cloud as the next `pulumi up` of the same stack finds it: this run's resources are its state.
 
         changes: fields that differ next time (stock, prices, ...)."""
-        fields = {
+        fields: dict[str, Any] = {
             "stock": self.stock, "prices": self.prices, "external_file_systems": self.external_file_systems,
             "currency": self.currency,
         }
@@ -386,9 +386,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
         # CreateVSwitch's ZoneId must be a zone of the region (DescribeZones lists them).
         if zone not in REGION_ZONES.get(region, []):
             raise CloudRefusal(f"InvalidZoneId.NotFound: vSwitch {name}: {zone} is not a zone of {region}")
-        cidr = ipaddress.ip_network(str(inputs.get("cidrBlock")))
+        cidr = ipaddress.IPv4Network(str(inputs.get("cidrBlock")))
         vpc = self._by_id("alicloud:vpc/network:Network", inputs.get("vpcId"))
-        if vpc is not None and not cidr.subnet_of(ipaddress.ip_network(str(vpc.inputs.get("cidrBlock")))):
+        if vpc is not None and not cidr.subnet_of(ipaddress.IPv4Network(str(vpc.inputs.get("cidrBlock")))):
             # CreateVSwitch: "The CIDR block of the vSwitch must be a subset of the CIDR block of the VPC".
             raise CloudRefusal(f"InvalidCidrBlock.Malformed: vSwitch {name}: {cidr} is outside its VPC")
         # CreateVSwitch error 400 InvalidCidrBlock.Overlapped, "Specified CIDR block overlapped with other subnets"

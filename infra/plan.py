@@ -17,7 +17,7 @@ from typing import Any
 
 from infra.config import ConfigError
 from infra.node import steps
-from infra.offline import OfflineCloud, OfflineRun, run_program, shipped_stacks
+from infra.offline import CloudRefusal, OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config
 from infra.sources.alibaba.placement import PlacementError
 
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
@@ -61,7 +61,7 @@ def render(run: OfflineRun) -> str:
         keep = "kept on pulumi destroy" if steps.NOTES.get("nas_retained") else "DELETED on pulumi destroy"
         lines.append(f"  NAS {r.inputs.get('protocolType')} {r.inputs.get('storageType')} in {r.inputs.get('zoneId')}, "
                      f"mounted at /mnt/shared on every node and container; {keep}")
-    for r in cloud.of_type("alicloud:nas/mountTarget:MountTarget"):
+    if cloud.of_type("alicloud:nas/mountTarget:MountTarget"):
         lines.append(f"  mount target in the cluster's vSwitch; access rule: {cloud_rule_cidr(run)} read-write, "
                      "created before the mount target")
     if steps.NOTES.get("checkpoints"):
@@ -121,6 +121,14 @@ def render(run: OfflineRun) -> str:
     return "\n".join(lines) + "\n"
 
 
+def offline_cloud_for(stack: str) -> OfflineCloud:
+    """The offline cloud for a stack's plan: a NAS file system the stack attaches (storage.existingFileSystemId)
+    exists in the account, as it must for the real `pulumi up`."""
+    storage = stack_config(stack).get("roll-cluster:storage") if stack in shipped_stacks() else None
+    kept = storage.get("existingFileSystemId") if isinstance(storage, dict) else None
+    return OfflineCloud(external_file_systems={str(kept): "unknown"} if kept else {})
+
+
 def price_lines(price: Any) -> list[str]:
     """The cost line: the amount with its currency, where it comes from, and what it does not include."""
     if not isinstance(price, dict) or not price.get("amount"):
@@ -145,9 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nodes is not None:
         config["roll-cluster:nodes"] = {"count": args.nodes}
     try:
-        run = run_program(args.stack, cloud=OfflineCloud(), config=config)
+        run = run_program(args.stack, cloud=offline_cloud_for(args.stack), config=config)
     except (ConfigError, PlacementError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except CloudRefusal as refusal:
+        print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
     sys.stdout.write(render(run))
     return 0

@@ -45,7 +45,7 @@ def is_zone_of(zone: str, region: str) -> bool:
 
 
 def example_zone(region: str) -> str:
-    return region + ("a" if region[-1].isdigit() else "-a")
+    return region + ("a" if region[-1].isdigit() else "-k")
 
 
 def region_of_zone(zone: str) -> str | None:
