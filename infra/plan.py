@@ -34,6 +34,8 @@ def render(run: OfflineRun) -> str:
     tried = steps.NOTES.get("placement_tried") or []
     for note in tried:
         lines.append(f"  skipped  {note}")
+    for note in steps.NOTES.get("placement_kept") or []:
+        lines.append(f"  {note}")
     lines.append(f"  zone          {out.get('zone')}")
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")

@@ -211,6 +211,8 @@ def test_a_changed_nas_recreates_the_container_on_the_new_mount():
     labels = result.cloud.named("node-0-container").inputs["labels"]
     domain = result.cloud.named("shared-mount").outputs["mountTargetDomain"]
     assert {"label": "roll-cluster.shared-storage", "value": domain} in labels
+    # Same container name: the old container must go before the new one starts.
+    assert result.cloud.options["node-0-container"].delete_before_replace is True
 
 
 def test_the_dev_plan_says_its_checkpoints_die_with_the_instance(capsys):

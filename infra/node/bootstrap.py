@@ -173,7 +173,11 @@ class NodeBootstrap(pulumi.ComponentResource):
             must_run=True,
             ulimits=[docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1),
                      docker.ContainerUlimitArgs(name="nofile", soft=1048576, hard=1048576)],
-            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[gpu_ready, image])),
+            # The name is fixed, and Docker refuses a second container of the same name ("Conflict. The container
+            # name ... is already in use"): a replacement (new image, new NAS) must delete the old one first.
+            opts=pulumi.ResourceOptions.merge(
+                on_node, pulumi.ResourceOptions(depends_on=[gpu_ready, image], delete_before_replace=True)
+            ),
         )
         steps.record(node_name, "container", "docker", [],
                      [f"{node_name}/gpu-ready", f"{node_name}/image"], f"{node_name}-container")

@@ -112,7 +112,8 @@ class AlibabaSource:
             shared_storage_server=storage.mount_domain if storage else None,
             outputs=outputs,
             notes={
-                "placement_tried": list(placement.tried),
+                "placement_tried": [] if placement.existing else list(placement.tried),
+                "placement_kept": list(placement.tried) if placement.existing else [],
                 "image_name": placement.image_name,
                 "nas_retained": config.storage.retain_on_destroy,
                 "nas_existing": config.storage.existing_file_system_id,
