@@ -19,14 +19,16 @@ STACKS = ["dev", "large", "multi", "openrlhf", "verl"]
 
 
 # ------------------------------------------------------------------------------------------- 4. sticky placement
-def test_an_existing_cluster_updates_when_its_type_has_no_stock_left_anywhere():
+@pytest.mark.parametrize("stack", STACKS)
+def test_an_existing_cluster_updates_when_its_type_has_no_stock_left_anywhere(stack):
     first_cloud = OfflineCloud()
-    first = run("multi", cloud=first_cloud)
+    first = run(stack, cloud=first_cloud)
     # Later: no GPU type has stock anywhere in the region.
     later = first_cloud.next_run(stock={})
-    second = run("multi", cloud=later)
+    second = run(stack, cloud=later)
 
     assert later.changed_nodes() == {}
+    assert {name: change for name, change in later.changes.items() if change != "same"} == {}
     for key in ("zone", "instanceType", "gpuModel", "gpus", "jobId", "nodes"):
         assert second.outputs[key] == first.outputs[key], key
     # The price is still the running type's; sold-out types are missing from the live answer, so it is the
@@ -298,3 +300,21 @@ def test_placement_errors_still_come_before_any_resource():
     with pytest.raises(PlacementError):
         run("dev", cloud=cloud)
     assert [r for r in cloud.resources if r.custom] == []
+
+
+def test_the_plan_of_a_stack_that_attaches_a_kept_file_system(monkeypatch, capsys):
+    import infra.offline
+
+    original = infra.offline.stack_config
+
+    def attaching(stack):  # type: ignore[no-untyped-def]
+        values = original(stack)
+        values["roll-cluster:storage"] = {"existingFileSystemId": "31a8e4b0c2"}
+        return values
+
+    monkeypatch.setattr(infra.offline, "stack_config", attaching)
+    monkeypatch.setattr(plan, "stack_config", attaching)
+    assert plan.main(["multi"]) == 0
+    text = capsys.readouterr().out
+    assert "NAS 31a8e4b0c2 (existing, attached: never created or deleted here)" in text
+    assert "nasFileSystemId  31a8e4b0c2" in text
