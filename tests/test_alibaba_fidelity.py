@@ -192,8 +192,11 @@ def test_the_access_rule_exists_before_the_mount_target_and_so_before_any_mount(
 
 
 def test_an_existing_file_system_is_attached_not_created_and_survives_a_destroy():
-    kept = "31a8e4b0c2"
-    cloud = OfflineCloud(external_file_systems={kept: "cn-hangzhou-i"})
+    first = run("multi")
+    kept = first.outputs["nasFileSystemId"]
+    assert first.cloud.options["shared-fs"].retain_on_delete is True
+    # `pulumi destroy` deletes everything but the retained file system; the next `up` attaches it.
+    cloud = OfflineCloud(external_file_systems={kept: first.outputs["zone"]})
     result = run("multi", cloud=cloud, config={"roll-cluster:storage": {"existingFileSystemId": kept}})
     assert cloud.of_type(FILE_SYSTEM) == []
     assert result.outputs["nasFileSystemId"] == kept

@@ -4,8 +4,9 @@ Used to validate `nodes.instanceTypes` before anything is created, to size the t
 (GPUs per node, bf16 support) and, in the offline plan, to answer like `ecs.get_instance_types` would.
 At deploy time the live `ecs.get_instance_types` answer wins for GPU count and price (placement.py).
 
-Prices are approximate pay-as-you-go list prices in CNY per hour (cn-hangzhou, 2025), for the offline plan only:
-the real region reports its own.
+Prices are approximate pay-as-you-go list prices in CNY per hour (cn-hangzhou, 2025): the offline plan's, and the
+estimate shown (labelled as such) when the region reports no live price for a type, e.g. a sold-out type an
+existing cluster runs. The real region reports its own.
 """
 
 from __future__ import annotations
