@@ -144,7 +144,8 @@ class NodeBootstrap(pulumi.ComponentResource):
         if config.storage.nas:
             volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))
             # A bind mount keeps what was mounted when the container started: when prepare-host mounts another NAS,
-            # this label changes and the container is recreated on the new mount.
+            # this label changes and the container is recreated on the new mount (`labels` is ForceNew:
+            # kreuzwerker/terraform-provider-docker internal/provider/resource_docker_container.go).
             labels = [docker.ContainerLabelArgs(label="roll-cluster.shared-storage",
                                                 value=pulumi.Output.from_input(args.nas_server or ""))]
         self.container = docker.Container(
