@@ -144,6 +144,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             "alicloud:ecs/getInstanceTypes:getInstanceTypes": self._instance_types,
             "alicloud:ecs/getImages:getImages": self._images,
             "alicloud:vpc/getSwitches:getSwitches": self._switches,
+            "alicloud:ecs/getInstances:getInstances": self._instances_answer,
             "alicloud:cloudcontrol/getPrices:getPrices": self._prices,
         }.get(args.token)
         if handler is None:
@@ -265,6 +266,19 @@ class OfflineCloud(pulumi.runtime.Mocks):
                 "status": "Available",
             })
         return {"ids": [v["id"] for v in found], "names": [v["name"] for v in found], "vswitches": found}
+
+    def _instances_answer(self, args: dict[str, Any]) -> dict[str, Any]:
+        """ecs.get_instances over the instances that exist (a previous run's state), by vSwitch and tags."""
+        wanted_tags = dict(args.get("tags") or {})
+        found = [
+            r for r in self.prior
+            if r.type == "alicloud:ecs/instance:Instance"
+            and (not args.get("vswitchId") or r.outputs.get("vswitchId") == args["vswitchId"])
+            and all(dict(r.outputs.get("tags") or {}).get(k) == v for k, v in wanted_tags.items())
+        ]
+        return {"ids": [r.id for r in found], "names": [r.outputs.get("instanceName") for r in found],
+                "instances": [{"id": r.id, "name": r.outputs.get("instanceName"), "status": "Running"}
+                              for r in found]}
 
     def _prices(self, args: dict[str, Any]) -> dict[str, Any]:
         if self.currency is None:
@@ -454,15 +468,20 @@ class OfflineCloud(pulumi.runtime.Mocks):
     def _instance_addresses(self, inputs: Mapping[str, Any]) -> dict[str, str]:
         index = self._instances
         self._instances += 1
+        # Addresses of instances that still exist (a previous run's included) are never handed out twice.
+        live = self.live("alicloud:ecs/instance:Instance")
+        taken = {r.outputs.get(k) for r in live for k in ("privateIp", "publicIp")}
         if self.node_private_ips is not None:
             private = self.node_private_ips[index]
         else:
             cidr = ipaddress.ip_network(self._vswitch_cidr())
-            private = str(cidr.network_address + 100 + index)
+            private = next(str(cidr.network_address + 100 + i) for i in range(index, 4000)
+                           if str(cidr.network_address + 100 + i) not in taken)
         if self.node_public_ips is not None:
             public = self.node_public_ips[index]
         else:
-            public = str(ipaddress.ip_address("47.96.0.0") + 0x10000 + 37 * index + 11)
+            base = ipaddress.ip_address("47.96.0.0") + 0x10000 + 11
+            public = next(str(base + 37 * i) for i in range(index, 100000) if str(base + 37 * i) not in taken)
         return {"privateIp": private, "publicIp": public, "primaryIpAddress": private}
 
     def _vswitch_cidr(self) -> str:

@@ -47,10 +47,10 @@ def test_facts_and_price_come_from_the_running_type_not_from_todays_first_choice
     assert first.outputs["instanceType"] == "ecs.gn6v-c8g1.4xlarge"
     # The first type sold out; the second has stock in another zone. A third node joins.
     later = first_cloud.next_run(stock={"ecs.gn6v": [], "ecs.gn6e": ["cn-hangzhou-k"]})
-    with pytest.raises(CloudRefusal, match=r"OperationDenied\.NoStock"):
-        # A new node of a sold-out type cannot be created: Alibaba says so, and so does the offline cloud.
+    with pytest.raises(PlacementError, match=r"roll-cluster:nodes\.count: the cluster runs 2 nodes of ecs\.gn6v"):
+        # A new node of a sold-out type cannot be created: said before anything is touched.
         run("multi", cloud=later, config={"roll-cluster:nodes": {"count": 3}})
-    later = first_cloud.next_run(stock={"ecs.gn6v": [], "ecs.gn6e": ["cn-hangzhou-k"]})
+    assert later.resources == []
     second = run("multi", cloud=later)
     assert second.outputs["zone"] == "cn-hangzhou-i"
     assert second.outputs["instanceType"] == "ecs.gn6v-c8g1.4xlarge"
@@ -321,3 +321,14 @@ def test_the_plan_of_a_stack_that_attaches_a_kept_file_system(monkeypatch, capsy
     text = capsys.readouterr().out
     assert "NAS 31a8e4b0c2 (existing, attached: never created or deleted here)" in text
     assert "nasFileSystemId  31a8e4b0c2" in text
+
+
+def test_an_existing_cluster_grows_with_its_own_type_in_its_own_zone():
+    first_cloud = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i"]})
+    run("multi", cloud=first_cloud)
+    # The first choice would now be zone k, but the cluster lives in zone i, where its type still has stock.
+    later = first_cloud.next_run(stock={"ecs.gn6v": ["cn-hangzhou-i", "cn-hangzhou-b"]})
+    grown = run("multi", cloud=later, config={"roll-cluster:nodes": {"count": 3}})
+    assert later.changed_nodes() == {"node-2-instance": "create"}
+    assert grown.outputs["zone"] == "cn-hangzhou-i"
+    assert {r.inputs["instanceType"] for r in later.of_type(INSTANCE)} == {"ecs.gn6v-c8g1.4xlarge"}

@@ -114,12 +114,33 @@ def _keep(config: ClusterConfig, stack: str, existing: ExistingCluster) -> Place
             "nodes.instanceTypes / nodes.zone no longer match the running cluster; they apply when it is moved "
             "(bump nodes.placementGeneration)"
         )
+    _check_growth(config, stack, existing)
     image_id, image_name = _image(config, type_name)
     return Placement(
         zone=existing.zone, instance_type=type_name, gpus_per_node=gpus, gpu_model=model, bf16=family.bf16,
         price=_price(config, type_name, live), tried=tuple(notes), image_id=image_id, image_name=image_name,
         existing=True, vswitch_name=vswitch_name(stack),
     )
+
+
+def _check_growth(config: ClusterConfig, stack: str, existing: ExistingCluster) -> None:
+    """New nodes of an existing cluster need stock of its type in its zone: asked only when the cluster grows, so
+    that a sold-out type stops the update before anything is touched, not half-way through creating nodes."""
+    nodes = config.nodes
+    running = alicloud.ecs.get_instances(vswitch_id=existing.vswitch_id, tags={STACK_TAG: stack}).ids or []
+    if nodes.count <= len(running):
+        return
+    zones = alicloud.get_zones(
+        available_instance_type=existing.instance_type, available_resource_creation="Instance",
+        instance_charge_type="PostPaid", spot_strategy=nodes.spot_strategy,
+    ).ids or []
+    if existing.zone not in zones:
+        raise PlacementError(
+            f"roll-cluster:nodes.count: the cluster runs {len(running)} nodes of {existing.instance_type} in "
+            f"{existing.zone}, which has no stock of that type now, so {nodes.count - len(running)} more cannot be "
+            f"created. The running nodes are untouched; keep nodes.count at {len(running)}, try again later, or "
+            "move the cluster (bump nodes.placementGeneration). Nothing was changed."
+        )
 
 
 def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
