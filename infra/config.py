@@ -33,7 +33,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
-from infra.sources.alibaba import catalog
+from infra.sources.alibaba import catalog, regions
 
 PROJECT = "roll-cluster"
 SECTIONS = ("nodes", "access", "container", "ray", "training", "storage")
@@ -128,13 +128,21 @@ class NodesConfig(Section):
     instance_types: list[str] = Field(
         min_length=1,
         description="ECS GPU instance types (e.g. `ecs.gn7i-c8g1.2xlarge`) in order of preference, each listed once "
-        "and all with the same number of GPUs; every node gets the same type (ROLL needs identical nodes). The "
-        "first type with stock in the region (or in `zone`) is taken.",
+        "and all with the same number of GPUs and the same bf16 support; every node gets the same type (ROLL needs "
+        "identical nodes). The first type with stock in the region (or in `zone`) is taken. Once the cluster exists "
+        "it keeps its type, even when that type has no stock left (see `placementGeneration`).",
     )
     zone: str = Field(
         "auto",
-        description="A zone id of the region (e.g. `cn-hangzhou-k`), or `auto` for a zone with stock for the "
-        "chosen type. Once the cluster exists the zone is kept (see README, 'sticky placement').",
+        description="A zone id of the region (`cn-hangzhou-k`, `cn-wulanchabu-a`, `ap-southeast-1a`), or `auto` for "
+        "a zone with stock for the chosen type. Once the cluster exists the zone is kept (see README, 'sticky "
+        "placement').",
+    )
+    placement_generation: int = Field(
+        0, ge=0, le=1000,
+        description="Bump it (e.g. 0 -> 1) to move an existing cluster on purpose: the next `pulumi up` places it "
+        "afresh by stock and replaces its vSwitch, nodes and NAS mount target (the NAS file system and its data "
+        "stay). Unchanged, the cluster keeps its zone and type whatever the stock.",
     )
     spot: bool = Field(False, description="Preemptible (spot) instances at the market price.")
     spot_price_limit: float | None = Field(
@@ -202,6 +210,14 @@ class NodesConfig(Section):
                 "all candidate types must have the same number of GPUs per node, because the training "
                 f"configuration is sized from it; got {detail}",
             ))
+        bf16 = {n: f.bf16 for n in types if (f := catalog.FAMILIES.get(catalog.family_of(n) or "")) is not None}
+        if len(set(bf16.values())) > 1:
+            detail = ", ".join(f"{n} ({'bf16' if b else 'no bf16'})" for n, b in bf16.items())
+            problems.append((
+                (),
+                "all candidate types must agree on bf16 support (the training dtype is chosen from it, and a "
+                f"fallback must not switch a run between bf16 and fp16); got {detail}",
+            ))
         if problems:
             raise _Problems(*problems)
         return types
@@ -209,8 +225,11 @@ class NodesConfig(Section):
     @field_validator("zone")
     @classmethod
     def _zone(cls, zone: str) -> str:
-        if zone != "auto" and not re.fullmatch(r"[a-z]{2}-[a-z0-9]+(-[a-z0-9]+)*-[a-z0-9]", zone):
-            raise _problem(f"must be `auto` or a zone id such as `cn-hangzhou-k`; got {_shown(zone)}")
+        # The region's own check (ClusterConfig._zone_in_region) decides; this only catches what is no zone at all.
+        if zone != "auto" and not re.fullmatch(r"[a-z]{2,3}-[a-z0-9]+(-[a-z0-9]+)*-?[a-z]", zone):
+            raise _problem(
+                "must be `auto` or a zone id such as `cn-hangzhou-k` or `ap-southeast-1a`; got " + _shown(zone)
+            )
         return zone
 
     @field_validator("data_disk_gb")
@@ -873,6 +892,40 @@ class StorageConfig(Section):
     nas_storage_type: Literal["Capacity", "Performance", "Premium"] = Field(
         "Capacity", description="NAS storage class of a standard (General-purpose) NFS file system."
     )
+    existing_file_system_id: str | None = Field(
+        None,
+        description="Id of a kept General-purpose NAS file system of the region (e.g. the `nasFileSystemId` output "
+        "of an earlier deployment) to attach instead of creating one: its checkpoints are there again after "
+        "`pulumi destroy` and `pulumi up`. Implies `nas: true`; the program then never deletes it.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _existing_implies_nas(cls, data: Any) -> Any:
+        # An explicit `nas: false` is kept so that the contradiction is reported below.
+        if isinstance(data, dict) and data.get("existingFileSystemId") is not None and "nas" not in data:
+            data = {**data, "nas": True}
+        return data
+
+    @field_validator("existing_file_system_id")
+    @classmethod
+    def _file_system_id(cls, fs_id: str | None, info: ValidationInfo) -> str | None:
+        if fs_id is None:
+            return None
+        # General-purpose NAS ids are lowercase hex-like (`31a8e4****`, CreateMountTarget's FileSystemId); Extreme
+        # (`extreme-...`) and CPFS (`cpfs-...`) file systems are other products this program does not mount.
+        if not re.fullmatch(r"[0-9a-z]{6,32}", fs_id):
+            raise _problem(
+                "must be the id of a General-purpose NAS file system, such as `31a8e4b0c2` (not `extreme-...` or "
+                f"`cpfs-...`); got {_shown(fs_id)}"
+            )
+        if info.data.get("nas") is False:
+            raise _problem(
+                f"must not be set with nas: false (leave nas out or set it to true); got {_shown(fs_id)} with "
+                "nas false",
+                "..", "nas",
+            )
+        return fs_id
 
 
 # ---------------------------------------------------------------------------------------------------- whole
@@ -898,17 +951,22 @@ class ClusterConfig(Section):
     @field_validator("region")
     @classmethod
     def _region(cls, region: str) -> str:
-        if not re.fullmatch(r"[a-z]{2}-[a-z0-9]+(-[a-z0-9]+)*", region):
-            raise _problem(f"must be an Alibaba Cloud region id such as `cn-hangzhou`; got {_shown(region)}")
+        if not regions.is_region(region):
+            close = difflib.get_close_matches(region, regions.REGIONS, n=1)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            raise _problem(
+                f"unknown region{hint}: must be an Alibaba Cloud region id such as `cn-hangzhou`, one of "
+                f"{', '.join(regions.REGIONS)}; got {_shown(region)}"
+            )
         return region
 
     @field_validator("nodes")
     @classmethod
     def _zone_in_region(cls, nodes: NodesConfig, info: ValidationInfo) -> NodesConfig:
         region = info.data.get("region")
-        if region is not None and nodes.zone != "auto" and not nodes.zone.startswith(region + "-"):
+        if region is not None and nodes.zone != "auto" and not regions.is_zone_of(nodes.zone, region):
             raise _problem(
-                f"must be `auto` or a zone of alicloud:region {region} (such as `{region}-k`); "
+                f"must be `auto` or a zone of alicloud:region {region} (such as `{regions.example_zone(region)}`); "
                 f"got {_shown(nodes.zone)}",
                 "zone",
             )

@@ -6,10 +6,16 @@ public images); resources get ids and addresses in the shapes Alibaba Cloud uses
 private IPs from the vSwitch CIDR, public IPs from Alibaba's ranges). Used by the offline plan, the tests and the
 benchmark. Stand-ins: remote and local commands are not executed (their stdout is empty); docker resources get
 ids but no daemon is contacted.
+
+Strict: it refuses what Alibaba refuses (see `_refuse_*` below, each rule with its source), so that a program
+that passes here does not fail on its first real `pulumi up` for a reason the mocks hid. And it keeps state:
+`cloud.next_run()` is the cloud of the next `pulumi up` of the same stack, holding this run's resources (the
+data sources see them, unchanged resources keep their ids and outputs, `changes` says what the engine would do).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import json
@@ -26,10 +32,14 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
 from infra.layout import PROJECT_DIR
-from infra.sources.alibaba import catalog
+from infra.sources.alibaba import catalog, regions
 
 SIG_KEY = "4dabf18193072939515e22adb298388d"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+class CloudRefusal(RuntimeError):
+    """What Alibaba Cloud would answer with an error: the code it uses (where documented) and why."""
+
 
 # Zones of the regions the shipped stacks use, as DescribeZones lists them.
 REGION_ZONES: dict[str, list[str]] = {
@@ -94,7 +104,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
     uses its test hosts' addresses); by default public IPs come from 47.96.0.0/12 and private IPs from the
     vSwitch CIDR.
     previous: outputs a previous deployment left, by resource name, for properties the program marked
-    ignore_changes (emulates the engine keeping them); see infra/sticky.py.
+    ignore_changes (emulates the engine keeping them).
+    prior: the resources a previous `pulumi up` left (its state; see next_run()).
+    external_file_systems: NAS file systems of the account that no stack owns (id -> zone), e.g. kept ones.
+    currency: the account's billing currency (Cloud Control's GetPrice answer); None: that API fails.
     """
 
     stock: dict[str, list[str]] = field(default_factory=lambda: dict(DEFAULT_FAMILY_ZONES))
@@ -104,10 +117,25 @@ class OfflineCloud(pulumi.runtime.Mocks):
     preview: bool = False
     previous: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing_images: set[str] = field(default_factory=set)  # custom image ids the account does not have
+    prior: list[Registered] = field(default_factory=list)
+    external_file_systems: dict[str, str] = field(default_factory=dict)
+    currency: str | None = "CNY"
+    changes: dict[str, str] = field(default_factory=dict)  # resource name -> create | update | replace | same
     options: dict[str, pulumi.ResourceOptions] = field(default_factory=dict)
     resources: list[Registered] = field(default_factory=list)
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _instances: int = 0
+
+    def next_run(self, **changes: Any) -> OfflineCloud:
+        """The cloud as the next `pulumi up` of the same stack finds it: this run's resources are its state.
+
+        changes: fields that differ next time (stock, prices, ...)."""
+        fields: dict[str, Any] = {
+            "stock": self.stock, "prices": self.prices, "external_file_systems": self.external_file_systems,
+            "currency": self.currency,
+        }
+        fields.update(changes)
+        return OfflineCloud(prior=list(self.resources), **fields)
 
     # ------------------------------------------------------------------ invokes
     def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
@@ -116,10 +144,26 @@ class OfflineCloud(pulumi.runtime.Mocks):
             "alicloud:index/getZones:getZones": self._zones,
             "alicloud:ecs/getInstanceTypes:getInstanceTypes": self._instance_types,
             "alicloud:ecs/getImages:getImages": self._images,
+            "alicloud:vpc/getSwitches:getSwitches": self._switches,
+            "alicloud:ecs/getInstances:getInstances": self._instances_answer,
+            "alicloud:cloudcontrol/getPrices:getPrices": self._prices,
         }.get(args.token)
         if handler is None:
             return {}
-        return handler(dict(args.args))
+        try:
+            self._check_region()
+            return handler(dict(args.args))
+        except CloudRefusal as refusal:
+            # The engine reports a data source's error as a failed invoke: the program sees an exception.
+            return {}, [("", str(refusal))]
+
+    def _check_region(self) -> None:
+        region = self.region()
+        if not regions.is_region(region):
+            # The provider's own region list (regions.py); DescribeRegions would not list it either.
+            raise CloudRefusal(f"InvalidRegionId.NotFound: {region} is not an Alibaba Cloud region")
+        if region not in REGION_ZONES:
+            raise CloudRefusal(f"the offline cloud does not model region {region} (it knows {', '.join(REGION_ZONES)})")
 
     def zones_with_stock(self, type_name: str, region: str) -> list[str]:
         family = catalog.family_of(type_name) or ""
@@ -160,10 +204,15 @@ class OfflineCloud(pulumi.runtime.Mocks):
         name = args.get("instanceType")
         info = catalog.lookup(name) if name else None
         zone = args.get("availabilityZone")
+        if zone and zone not in REGION_ZONES[region]:
+            # alicloud/service_alicloud_ecs.go DescribeAvailableResources: "Availability zone %s status is not
+            # available in the region %s" (the data source fails; it does not answer empty).
+            raise CloudRefusal(f"Availability zone {zone} status is not available in the region {region}")
         zones = self.zones_with_stock(name, region) if name else []
         if info is None or not zones or (zone and zone not in zones):
             return {"ids": [], "instanceTypes": []}  # sold-out types are omitted, like the real API
-        price = self.price(info.name)
+        # `price` only with sorted_by = "Price" (data_source_alicloud_instance_types.go; the `price` docstring).
+        price = self.price(info.name) if args.get("sortedBy") == "Price" else None
         return {
             "ids": [info.name],
             "instanceTypes": [
@@ -173,7 +222,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
                     "cpuCoreCount": info.vcpus,
                     "memorySize": float(info.memory_gib),
                     "gpus": [{"amount": str(info.gpus), "category": info.family.gpu_model}],
-                    "price": f"{price:.2f}" if price is not None else None,
+                    "price": f"{price:.4f}" if price is not None else "",
                     "availabilityZones": zones,
                 }
             ],
@@ -221,6 +270,47 @@ class OfflineCloud(pulumi.runtime.Mocks):
         }
         return {"ids": [image_id], "images": [image]}
 
+    def _switches(self, args: dict[str, Any]) -> dict[str, Any]:
+        """vpc.get_switches over the vSwitches that exist (a previous run's state), filtered like the API."""
+        wanted_tags = dict(args.get("tags") or {})
+        found = []
+        for r in self.prior:
+            if r.type != "alicloud:vpc/switch:Switch":
+                continue
+            tags = dict(r.outputs.get("tags") or {})
+            if args.get("vswitchName") and r.outputs.get("vswitchName") != args["vswitchName"]:
+                continue
+            if any(tags.get(k) != v for k, v in wanted_tags.items()):
+                continue
+            found.append({
+                "id": r.id, "vswitchId": r.id, "name": r.outputs.get("vswitchName"),
+                "vswitchName": r.outputs.get("vswitchName"), "cidrBlock": r.outputs.get("cidrBlock"),
+                "zoneId": r.outputs.get("zoneId"), "vpcId": r.outputs.get("vpcId"), "tags": tags,
+                "status": "Available",
+            })
+        return {"ids": [v["id"] for v in found], "names": [v["name"] for v in found], "vswitches": found}
+
+    def _instances_answer(self, args: dict[str, Any]) -> dict[str, Any]:
+        """ecs.get_instances over the instances that exist (a previous run's state), by vSwitch and tags."""
+        wanted_tags = dict(args.get("tags") or {})
+        found = [
+            r for r in self.prior
+            if r.type == "alicloud:ecs/instance:Instance"
+            and (not args.get("vswitchId") or r.outputs.get("vswitchId") == args["vswitchId"])
+            and all(dict(r.outputs.get("tags") or {}).get(k) == v for k, v in wanted_tags.items())
+        ]
+        return {"ids": [r.id for r in found], "names": [r.outputs.get("instanceName") for r in found],
+                "instances": [{"id": r.id, "name": r.outputs.get("instanceName"), "status": "Running"}
+                              for r in found]}
+
+    def _prices(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.currency is None:
+            raise CloudRefusal("Forbidden.RAM: the account may not call Cloud Control GetPrice")
+        attributes = dict(args.get("desireAttributes") or {})
+        price = self.price(str(attributes.get("InstanceType"))) or 0.0
+        return {"prices": [{"currency": self.currency, "originalPrice": price, "discountPrice": 0.0,
+                            "tradePrice": price, "moduleDetails": [], "promotionDetails": []}]}
+
     # ---------------------------------------------------------------- resources
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         inputs = dict(args.inputs)
@@ -228,6 +318,20 @@ class OfflineCloud(pulumi.runtime.Mocks):
         prefix = _ID_PREFIX.get(args.typ, "res-")
         resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
         typ = args.typ
+        old = self._prior(typ, args.name)
+        change = self._change(typ, args.name, inputs, old)
+        self.changes[args.name] = change
+        if old is not None and change in ("same", "update"):
+            # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
+            outputs = {**old.outputs, **inputs}
+            self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
+                                             args.provider or None))
+            if change == "update":
+                self._refuse(typ, args.name, inputs, replacing=None)
+            return old.id, outputs
+        if old is not None:  # replaced: a new cloud resource with a new id
+            resource_id = f"{prefix}{_digest(args.typ + args.name + str(old.id), 17)}"
+        self._refuse(typ, args.name, inputs, replacing=old)
         if typ == "alicloud:ecs/instance:Instance":
             outputs.update(self._instance_addresses(inputs))
             outputs["status"] = "Running"
@@ -262,22 +366,149 @@ class OfflineCloud(pulumi.runtime.Mocks):
         )
         return resource_id, outputs
 
+    # ------------------------------------------------------------------ state
+    def _prior(self, typ: str, name: str) -> Registered | None:
+        for r in self.prior:
+            if r.type == typ and r.name == name:
+                return r
+        return None
+
+    def _change(self, typ: str, name: str, inputs: Mapping[str, Any], old: Registered | None) -> str:
+        """What the engine would do: create, same, update, or replace (a ForceNew property changed)."""
+        if old is None:
+            return "create"
+        options = self.options.get(name)
+        ignored = set(options.ignore_changes or []) if options is not None else set()
+        keys = (set(inputs) | set(old.inputs)) - ignored
+        changed = {k for k in keys if _canonical(inputs.get(k)) != _canonical(old.inputs.get(k))}
+        if not changed:
+            return "same"
+        return "replace" if changed & FORCE_NEW.get(typ, set()) or not typ.startswith("alicloud:") else "update"
+
+    def live(self, typ: str) -> list[Registered]:
+        """Resources of a type that exist while this run creates: this run's, and the prior ones not yet deleted
+        (the engine deletes replaced and removed resources after the creations, unless delete_before_replace)."""
+        current = [r for r in self.resources if r.type == typ]
+        kept_ids = {r.id for r in current}
+        names = {r.name for r in current}
+        for r in self.prior:
+            if r.type != typ or r.id in kept_ids:
+                continue
+            options = self.options.get(r.name)
+            if r.name in names and options is not None and options.delete_before_replace:
+                continue
+            current.append(r)
+        return current
+
+    def changed_nodes(self) -> dict[str, str]:
+        """Instances the run would create, update or replace (empty: no node changes)."""
+        return {r.name: self.changes[r.name] for r in self.of_type("alicloud:ecs/instance:Instance")
+                if self.changes.get(r.name) != "same"}
+
+    # ------------------------------------------------------------------ refusals
+    def _refuse(self, typ: str, name: str, inputs: Mapping[str, Any], replacing: Registered | None) -> None:
+        check = {
+            "alicloud:vpc/switch:Switch": self._refuse_vswitch,
+            "alicloud:ecs/instance:Instance": self._refuse_instance,
+            "alicloud:ecs/securityGroupRule:SecurityGroupRule": self._refuse_rule,
+            "alicloud:nas/fileSystem:FileSystem": self._refuse_file_system,
+            "alicloud:nas/mountTarget:MountTarget": self._refuse_mount_target,
+        }.get(typ)
+        if check is not None:
+            check(name, inputs)
+
+    def _refuse_vswitch(self, name: str, inputs: Mapping[str, Any]) -> None:
+        region = self.region()
+        zone = str(inputs.get("zoneId"))
+        # CreateVSwitch's ZoneId must be a zone of the region (DescribeZones lists them).
+        if zone not in REGION_ZONES.get(region, []):
+            raise CloudRefusal(f"InvalidZoneId.NotFound: vSwitch {name}: {zone} is not a zone of {region}")
+        cidr = ipaddress.IPv4Network(str(inputs.get("cidrBlock")))
+        vpc = self._by_id("alicloud:vpc/network:Network", inputs.get("vpcId"))
+        if vpc is not None and not cidr.subnet_of(ipaddress.IPv4Network(str(vpc.inputs.get("cidrBlock")))):
+            # CreateVSwitch: "The CIDR block of the vSwitch must be a subset of the CIDR block of the VPC".
+            raise CloudRefusal(f"InvalidCidrBlock.Malformed: vSwitch {name}: {cidr} is outside its VPC")
+        # CreateVSwitch error 400 InvalidCidrBlock.Overlapped, "Specified CIDR block overlapped with other subnets"
+        # (reference/alibaba-cloud-verified.md §7). A replaced vSwitch still exists while its replacement is created
+        # (Pulumi creates before it deletes, unless delete_before_replace).
+        for other in self.live("alicloud:vpc/switch:Switch"):
+            if other.inputs.get("vpcId") != inputs.get("vpcId"):
+                continue
+            if cidr.overlaps(ipaddress.ip_network(str(other.inputs.get("cidrBlock")))):
+                raise CloudRefusal(
+                    f"InvalidCidrBlock.Overlapped: vSwitch {name} ({cidr}) overlaps {other.name} "
+                    f"({other.inputs.get('cidrBlock')}) in the same VPC"
+                )
+
+    def _refuse_instance(self, name: str, inputs: Mapping[str, Any]) -> None:
+        type_name = str(inputs.get("instanceType"))
+        if catalog.lookup(type_name) is None:
+            raise CloudRefusal(f"InvalidInstanceType.NotFound: {name}: {type_name} is not an instance type")
+        vswitch = self._by_id("alicloud:vpc/switch:Switch", inputs.get("vswitchId"))
+        if vswitch is None:
+            raise CloudRefusal(f"InvalidVSwitchId.NotFound: {name}: no vSwitch {inputs.get('vswitchId')}")
+        zone = str(vswitch.inputs.get("zoneId"))
+        # RunInstances in a zone without stock of the type: "OperationDenied.NoStock" (reference/alibaba-cloud.md
+        # §stock; the stock-aware data sources omit exactly these zones).
+        if zone not in self.zones_with_stock(type_name, self.region()):
+            raise CloudRefusal(f"OperationDenied.NoStock: {name}: {type_name} has no stock in {zone}")
+
+    def _refuse_rule(self, name: str, inputs: Mapping[str, Any]) -> None:
+        # AuthorizeSecurityGroup: "如果指定的安全组规则已存在，此次调用成功，但不会增加规则"
+        # (if the rule exists, the call succeeds but adds no rule; help.aliyun.com/document_detail/25554.html).
+        # Two resources would then own one rule, and deleting either removes it for both: refused here so the
+        # program never declares one twice.
+        identity = _rule_identity(inputs)
+        for other in self.resources:
+            if other.type == "alicloud:ecs/securityGroupRule:SecurityGroupRule" and _rule_identity(other.inputs) \
+                    == identity:
+                raise CloudRefusal(f"duplicate security group rule: {name} is the same rule as {other.name}")
+
+    def _refuse_file_system(self, name: str, inputs: Mapping[str, Any]) -> None:
+        zone = inputs.get("zoneId")
+        if zone is not None and zone not in REGION_ZONES.get(self.region(), []):
+            raise CloudRefusal(f"InvalidZoneId.NotFound: NAS {name}: {zone} is not a zone of {self.region()}")
+
+    def _refuse_mount_target(self, name: str, inputs: Mapping[str, Any]) -> None:
+        fs_id = inputs.get("fileSystemId")
+        known = {r.id for r in self.live("alicloud:nas/fileSystem:FileSystem")} | set(self.external_file_systems)
+        if fs_id not in known:
+            raise CloudRefusal(f"InvalidFileSystem.NotFound: mount target {name}: no file system {fs_id}")
+        vswitch = self._by_id("alicloud:vpc/switch:Switch", inputs.get("vswitchId"))
+        if vswitch is None or vswitch.inputs.get("vpcId") != inputs.get("vpcId"):
+            # CreateMountTarget: VpcId and VSwitchId are required for a VPC mount target and must belong together.
+            raise CloudRefusal(f"InvalidVSwitchId.NotFound: mount target {name}: vSwitch not in VPC "
+                               f"{inputs.get('vpcId')}")
+        # Not refused: a mount target in another zone than a standard file system ("file systems in different
+        # zones in the same region communicate with ECS cloud servers", TF alicloud_nas_file_system `zone_id`).
+
+    def _by_id(self, typ: str, resource_id: Any) -> Registered | None:
+        for r in self.live(typ):
+            if r.id == resource_id:
+                return r
+        return None
+
     def _instance_addresses(self, inputs: Mapping[str, Any]) -> dict[str, str]:
         index = self._instances
         self._instances += 1
+        # Addresses of instances that still exist (a previous run's included) are never handed out twice.
+        live = self.live("alicloud:ecs/instance:Instance")
+        taken = {r.outputs.get(k) for r in live for k in ("privateIp", "publicIp")}
         if self.node_private_ips is not None:
             private = self.node_private_ips[index]
         else:
             cidr = ipaddress.ip_network(self._vswitch_cidr())
-            private = str(cidr.network_address + 100 + index)
+            private = next(str(cidr.network_address + 100 + i) for i in range(index, 4000)
+                           if str(cidr.network_address + 100 + i) not in taken)
         if self.node_public_ips is not None:
             public = self.node_public_ips[index]
         else:
-            public = str(ipaddress.ip_address("47.96.0.0") + 0x10000 + 37 * index + 11)
+            base = ipaddress.ip_address("47.96.0.0") + 0x10000 + 11
+            public = next(str(base + 37 * i) for i in range(index, 100000) if str(base + 37 * i) not in taken)
         return {"privateIp": private, "publicIp": public, "primaryIpAddress": private}
 
     def _vswitch_cidr(self) -> str:
-        for r in self.resources:
+        for r in reversed(self.resources):
             if r.type == "alicloud:vpc/switch:Switch":
                 return str(r.inputs.get("cidrBlock"))
         return "10.20.0.0/20"
@@ -306,6 +537,33 @@ _ID_PREFIX = {
     "alicloud:nas/accessRule:AccessRule": "",
     "alicloud:nas/mountTarget:MountTarget": "",
 }
+
+
+# Properties whose change replaces the resource (ForceNew in aliyun/terraform-provider-alicloud:
+# resource_alicloud_vswitch.go cidr_block/vpc_id/zone_id; alicloud_instance vswitch_id (availability_zone follows
+# it); alicloud_nas_mount_target file_system_id/vswitch_id/vpc_id/network_type; alicloud_nas_file_system
+# zone_id/protocol_type/storage_type/file_system_type; the VPC cidr_block is kept ForceNew here for safety).
+FORCE_NEW: dict[str, set[str]] = {
+    "alicloud:vpc/switch:Switch": {"cidrBlock", "vpcId", "zoneId"},
+    "alicloud:vpc/network:Network": {"cidrBlock"},
+    "alicloud:ecs/instance:Instance": {"vswitchId", "availabilityZone"},
+    "alicloud:nas/mountTarget:MountTarget": {"fileSystemId", "vswitchId", "vpcId", "networkType"},
+    "alicloud:nas/fileSystem:FileSystem": {"zoneId", "protocolType", "storageType", "fileSystemType"},
+    "alicloud:ecs/securityGroupRule:SecurityGroupRule": {
+        "type", "ipProtocol", "portRange", "securityGroupId", "sourceSecurityGroupId", "cidrIp", "ipv6CidrIp",
+        "nicType", "policy", "priority",
+    },
+}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(unwrap(value), sort_keys=True, default=str)
+
+
+def _rule_identity(inputs: Mapping[str, Any]) -> tuple[str, ...]:
+    keys = ("securityGroupId", "type", "ipProtocol", "portRange", "nicType", "policy", "cidrIp", "ipv6CidrIp",
+            "sourceSecurityGroupId")
+    return tuple(str(inputs.get(k) or "") for k in keys)
 
 
 def _digest(text: str, length: int) -> str:
@@ -406,8 +664,26 @@ def _run_to_completion(program: Callable[[], pulumi.Output[Any]]) -> dict[str, A
 
         return pulumi_mocks._sync_await(resolve())  # type: ignore[attr-defined]
 
-    pulumi_mocks._sync_await(pulumi_mocks.run_pulumi_func(body))  # type: ignore[attr-defined]
+    try:
+        pulumi_mocks._sync_await(pulumi_mocks.run_pulumi_func(body))  # type: ignore[attr-defined]
+    except BaseException:
+        _cancel_leftovers()
+        raise
     return result
+
+
+def _cancel_leftovers() -> None:
+    """A run that failed (a refusal, a program error) leaves registrations pending on the event loop; they would
+    wake up inside the next run and fail it. Cancel them."""
+    loop = asyncio.get_event_loop()
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    with pulumi_settings.SETTINGS.lock:
+        pulumi_settings.SETTINGS.outputs.clear()
+    pulumi_settings.SETTINGS.rpc_manager.clear()
 
 
 def unwrap(value: Any) -> Any:
@@ -421,6 +697,7 @@ def unwrap(value: Any) -> Any:
 
 
 __all__: Sequence[str] = [
+    "CloudRefusal",
     "OfflineCloud",
     "OfflineRun",
     "Registered",

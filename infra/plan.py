@@ -18,7 +18,7 @@ from typing import Any
 from infra import image_path, schedule
 from infra.config import ClusterConfig, ConfigError
 from infra.node import steps
-from infra.offline import OfflineCloud, OfflineRun, run_program, shipped_stacks
+from infra.offline import CloudRefusal, OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config
 from infra.sources.alibaba.placement import PlacementError
 
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
@@ -35,12 +35,13 @@ def render(run: OfflineRun) -> str:
     tried = steps.NOTES.get("placement_tried") or []
     for note in tried:
         lines.append(f"  skipped  {note}")
+    for note in steps.NOTES.get("placement_kept") or []:
+        lines.append(f"  {note}")
     lines.append(f"  zone          {out.get('zone')}")
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
     lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
-    price = out.get("hourlyPrice")
-    lines.append(f"  price         {f'{price:.2f} per hour (region list price)' if price else 'not reported'}")
+    lines.extend(price_lines(out.get("hourlyPrice")))
 
     lines.append(section("Network"))
     for r in cloud.resources:
@@ -54,11 +55,20 @@ def render(run: OfflineRun) -> str:
         source = r.inputs.get("cidrIp") or r.inputs.get("ipv6CidrIp") or "members of this security group"
         lines.append(f"    {r.inputs.get('ipProtocol'):4} {r.inputs.get('portRange'):12} from {source:32} "
                      f"{r.inputs.get('description')}")
+    lines.append(section("Shared storage"))
+    existing = steps.NOTES.get("nas_existing")
+    if existing:
+        lines.append(f"  NAS {existing} (existing, attached: never created or deleted here), mounted at /mnt/shared "
+                     "on every node and container")
     for r in cloud.of_type("alicloud:nas/fileSystem:FileSystem"):
-        lines.append(section("Shared storage"))
         keep = "kept on pulumi destroy" if steps.NOTES.get("nas_retained") else "DELETED on pulumi destroy"
-        lines.append(f"  NAS {r.inputs.get('protocolType')} {r.inputs.get('storageType')}, mounted at /mnt/shared "
-                     f"on every node and container; {keep}")
+        lines.append(f"  NAS {r.inputs.get('protocolType')} {r.inputs.get('storageType')} in {r.inputs.get('zoneId')}, "
+                     f"mounted at /mnt/shared on every node and container; {keep}")
+    if cloud.of_type("alicloud:nas/mountTarget:MountTarget"):
+        lines.append(f"  mount target in the cluster's vSwitch; access rule: {cloud_rule_cidr(run)} read-write, "
+                     "created before the mount target")
+    if steps.NOTES.get("checkpoints"):
+        lines.append(f"  {steps.NOTES['checkpoints']}")
 
     lines.append(section("Nodes"))
     for r in cloud.of_type("alicloud:ecs/instance:Instance"):
@@ -154,6 +164,29 @@ def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord]) -
     return lines
 
 
+def offline_cloud_for(stack: str) -> OfflineCloud:
+    """The offline cloud for a stack's plan: a NAS file system the stack attaches (storage.existingFileSystemId)
+    exists in the account, as it must for the real `pulumi up`."""
+    storage = stack_config(stack).get("roll-cluster:storage") if stack in shipped_stacks() else None
+    kept = storage.get("existingFileSystemId") if isinstance(storage, dict) else None
+    return OfflineCloud(external_file_systems={str(kept): "unknown"} if kept else {})
+
+
+def price_lines(price: Any) -> list[str]:
+    """The cost line: the amount with its currency, where it comes from, and what it does not include."""
+    if not isinstance(price, dict) or not price.get("amount"):
+        return ["  price         not reported"]
+    return [
+        f"  price         {price['amount']:.2f} {price['currency']} per {price['per']}: {price['includes']}",
+        f"                ({price['basis']}); not included: {price['excludes']}",
+    ]
+
+
+def cloud_rule_cidr(run: OfflineRun) -> str:
+    rules = run.cloud.of_type("alicloud:nas/accessRule:AccessRule")
+    return str(rules[0].inputs.get("sourceCidrIp")) if rules else "none"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.splitlines()[0])
     parser.add_argument("stack", nargs="?", default="dev", help=f"one of: {', '.join(shipped_stacks())}")
@@ -163,9 +196,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nodes is not None:
         config["roll-cluster:nodes"] = {"count": args.nodes}
     try:
-        run = run_program(args.stack, cloud=OfflineCloud(), config=config)
+        run = run_program(args.stack, cloud=offline_cloud_for(args.stack), config=config)
     except (ConfigError, PlacementError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except CloudRefusal as refusal:
+        print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
     sys.stdout.write(render(run))
     return 0

@@ -164,6 +164,31 @@ def test_prepare_host_mounts_the_nas_installing_the_nfs_client_and_retrying_the_
     assert len(node.calls("mount")) == 3
 
 
+def test_prepare_host_mounts_a_changed_nas_in_place_of_the_old_one(node: FakeNode) -> None:
+    old, new = "old111.cn-hangzhou.nas.aliyuncs.com", "new222.cn-hangzhou.nas.aliyuncs.com"
+    assert_ok(node.run_step("prepare-host", ["prepare_host.sh"], NAS_SERVER=old))
+
+    result = node.run_step("prepare-host", ["prepare_host.sh"], NAS_SERVER=new)
+
+    assert_ok(result)
+    assert node.mounts()[str(node.shared_mount)][:2] == [f"{new}:/", "nfs"]
+    assert len(node.calls("umount")) == 1
+    assert f"holds {old}:/, not {new}:/" in result.stdout
+    fstab = (node.etc / "fstab").read_text()
+    assert new in fstab and old not in fstab
+
+
+def test_prepare_host_fails_naming_the_old_nas_when_it_cannot_be_unmounted(node: FakeNode) -> None:
+    old, new = "old111.cn-hangzhou.nas.aliyuncs.com", "new222.cn-hangzhou.nas.aliyuncs.com"
+    assert_ok(node.run_step("prepare-host", ["prepare_host.sh"], NAS_SERVER=old))
+    node.fail_next("umount", 1)  # something on the node still uses the old NAS
+
+    result = node.run_step("prepare-host", ["prepare_host.sh"], NAS_SERVER=new)
+
+    assert_failed(result, "prepare-host", f"cannot unmount the old NAS {old}:/ from {node.shared_mount}")
+    assert node.mounts()[str(node.shared_mount)][:2] == [f"{old}:/", "nfs"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # docker
 

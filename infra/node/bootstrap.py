@@ -170,8 +170,14 @@ class NodeBootstrap(pulumi.ComponentResource):
             docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
             docker.ContainerVolumeArgs(host_path=f"{DATA_MOUNT}/workspace", container_path=WORKSPACE),
         ]
+        labels = None
         if config.storage.nas:
             volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))
+            # A bind mount keeps what was mounted when the container started: when prepare-host mounts another NAS,
+            # this label changes and the container is recreated on the new mount (`labels` is ForceNew:
+            # kreuzwerker/terraform-provider-docker internal/provider/resource_docker_container.go).
+            labels = [docker.ContainerLabelArgs(label="roll-cluster.shared-storage",
+                                                value=pulumi.Output.from_input(args.nas_server or ""))]
         self.container = docker.Container(
             f"{node_name}-container",
             name=config.container.name,
@@ -190,6 +196,7 @@ class NodeBootstrap(pulumi.ComponentResource):
                 f"RANK={machine.rank}",
                 f"NODE_RANK={machine.rank}",
             ],
+            labels=labels,
             restart="unless-stopped",
             # An init process reaps Ray's exited children: without it they linger as zombies of `sleep infinity`
             # and every `ray stop` waits out its grace period.
@@ -197,7 +204,11 @@ class NodeBootstrap(pulumi.ComponentResource):
             must_run=True,
             ulimits=[docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1),
                      docker.ContainerUlimitArgs(name="nofile", soft=1048576, hard=1048576)],
-            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[*before_container, image])),
+            # The name is fixed, and Docker refuses a second container of the same name ("Conflict. The container
+            # name ... is already in use"): a replacement (new image, new NAS) must delete the old one first.
+            opts=pulumi.ResourceOptions.merge(
+                on_node, pulumi.ResourceOptions(depends_on=[*before_container, image], delete_before_replace=True)
+            ),
         )
         steps.record(node_name, "container", "docker", [], [*container_after, f"{node_name}/image"],
                      f"{node_name}-container")

@@ -166,7 +166,7 @@ create_data_dirs() {
 }
 
 mount_nas() {
-  local nfs_client
+  local nfs_client wanted mounted
   if [[ -z "$NAS_SERVER" ]]; then
     banner "no NAS configured; skipped"
     return 0
@@ -180,6 +180,15 @@ mount_nas() {
   # _netdev: mount after the network is up; nofail: an unreachable NAS must not stop the boot.
   ensure_fstab_entry "$SHARED_MOUNT" \
     "$NAS_SERVER:$NAS_REMOTE_PATH $SHARED_MOUNT nfs $NAS_MOUNT_OPTIONS,_netdev,nofail 0 0"
+  # A changed NAS (another mount target or file system) is mounted in place of the old one: otherwise the old one
+  # stays mounted and checkpoints silently go to the old file system. A busy old mount fails the step, naming it.
+  wanted="$NAS_SERVER:$NAS_REMOTE_PATH"
+  mounted=$(findmnt -n -o SOURCE --mountpoint "$SHARED_MOUNT") || mounted=''
+  if [[ -n "$mounted" && "$mounted" != "$wanted" ]]; then
+    banner "$SHARED_MOUNT holds $mounted, not $wanted: unmounting it to mount the configured NAS"
+    log_cmd umount "$SHARED_MOUNT" \
+      || fail "cannot unmount the old NAS $mounted from $SHARED_MOUNT (in use?); stop what uses it and run again"
+  fi
   mount_from_fstab "$SHARED_MOUNT"
 }
 

@@ -4,8 +4,9 @@ Used to validate `nodes.instanceTypes` before anything is created, to size the t
 (GPUs per node, bf16 support) and, in the offline plan, to answer like `ecs.get_instance_types` would.
 At deploy time the live `ecs.get_instance_types` answer wins for GPU count and price (placement.py).
 
-Prices are approximate pay-as-you-go list prices in CNY per hour (cn-hangzhou, 2025), for the offline plan only:
-the real region reports its own.
+Prices are approximate pay-as-you-go list prices in CNY per hour (cn-hangzhou, 2025): the offline plan's, and the
+estimate shown (labelled as such) when the region reports no live price for a type, e.g. a sold-out type an
+existing cluster runs. The real region reports its own.
 """
 
 from __future__ import annotations
@@ -118,3 +119,13 @@ def lookup(type_name: str) -> GpuInstanceType | None:
 def is_gpu_family(type_name: str) -> bool:
     """A GPU family we know, even if this exact size is missing from the catalog (the live answer decides)."""
     return family_of(type_name) in FAMILIES
+
+
+def estimated_price(type_name: str) -> float:
+    """Approximate CNY per hour (the offline plan, and the fallback when the region reports no live price)."""
+    known = lookup(type_name)
+    if known is not None:
+        return known.hourly_price
+    family = FAMILIES.get(family_of(type_name) or "")
+    # An unlisted size of a known family: one GPU's price, the smallest such type (config admits known families only).
+    return family.price_per_gpu_hour if family is not None else 0.0

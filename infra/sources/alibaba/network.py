@@ -5,10 +5,11 @@ Inbound, only: every TCP/UDP port between members of the group (Ray and NCCL pic
 Nothing is opened to 0.0.0.0/0 unless the user opted in with `access.allowWorld`.
 
 Sticky placement: the vSwitch is created in the zone chosen at the first `pulumi up` and records the chosen
-instance type in a tag. Both are in ignore_changes, and the nodes read zone and type back from the vSwitch's
-state, so a later `pulumi up` after stock moved keeps the existing vSwitch and nodes (and adds new nodes of the
-same type in the same zone) instead of replacing the cluster. To move a cluster on purpose:
-`pulumi up --replace <vSwitch URN>` (or destroy and up).
+instance type and the placement generation in tags; placement.py finds it at plan time and keeps both, without
+any stock look-up. To move a cluster on purpose, bump `nodes.placementGeneration`: the vSwitch gets the other
+of two CIDRs, so its replacement is created beside the old one (Alibaba refuses overlapping vSwitch CIDRs in a
+VPC: CreateVSwitch `InvalidCidrBlock.Overlapped`, reference/alibaba-cloud-verified.md §7) and the default
+create-before-delete works; the instances and the NAS mount target (vswitch_id is ForceNew for both) follow it.
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_alicloud as alicloud
 
-INSTANCE_TYPE_TAG = "roll-cluster-instance-type"
+from infra.sources.alibaba.placement import GENERATION_TAG, INSTANCE_TYPE_TAG, STACK_TAG
+
 VPC_CIDR = "10.20.0.0/16"
-VSWITCH_CIDR = "10.20.0.0/20"  # 4096 addresses: room for 256 nodes and the NAS mount target
+# 4096 addresses each: room for 256 nodes and the NAS mount target. Generations alternate between them, so that a
+# move never needs two vSwitches with the same CIDR at once.
+VSWITCH_CIDRS = ("10.20.0.0/20", "10.20.16.0/20")
+
+
+def vswitch_cidr(generation: int) -> str:
+    return VSWITCH_CIDRS[generation % 2]
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,8 @@ class NetworkArgs:
     stack: str
     zone: str
     instance_type: str
+    generation: int
+    vswitch_name: str
     admin_cidrs: list[str]
     dashboard_port: int
     dashboard_open_to_admins: bool
@@ -64,24 +74,26 @@ class Network(pulumi.ComponentResource):
     vswitch_cidr: str
     security_group_id: pulumi.Output[str]
     zone: pulumi.Output[str]
-    instance_type: pulumi.Output[str]
+    instance_type: str
     rules: list[IngressRule]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        tags = {"roll-cluster-stack": args.stack}
+        tags = {STACK_TAG: args.stack}
+        cidr = vswitch_cidr(args.generation)
         vpc = alicloud.vpc.Network(
             f"{name}-vpc", vpc_name=f"roll-cluster-{args.stack}", cidr_block=VPC_CIDR, tags=tags, opts=child
         )
         vswitch = alicloud.vpc.Switch(
             f"{name}-vswitch",
             vpc_id=vpc.id,
-            cidr_block=VSWITCH_CIDR,
+            cidr_block=cidr,
+            # Zone and type come from placement.py, which keeps those of an existing cluster (read from these tags).
             zone_id=args.zone,
-            vswitch_name=f"roll-cluster-{args.stack}",
-            tags={**tags, INSTANCE_TYPE_TAG: args.instance_type},
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["zoneId", "tags"]),
+            vswitch_name=args.vswitch_name,
+            tags={**tags, INSTANCE_TYPE_TAG: args.instance_type, GENERATION_TAG: str(args.generation)},
+            opts=child,
         )
         group = alicloud.ecs.SecurityGroup(
             f"{name}-sg",
@@ -115,11 +127,10 @@ class Network(pulumi.ComponentResource):
             )
         self.vpc_id = vpc.id
         self.vswitch_id = vswitch.id
-        self.vswitch_cidr = VSWITCH_CIDR
+        self.vswitch_cidr = cidr
         self.security_group_id = group.id
-        # Read back from state: unchanged after the first up even if the chosen zone or type moved.
         self.zone = vswitch.zone_id
-        self.instance_type = vswitch.tags.apply(lambda t: (t or {}).get(INSTANCE_TYPE_TAG, args.instance_type))
+        self.instance_type = args.instance_type
         self.register_outputs(
             {"vpcId": self.vpc_id, "vswitchId": self.vswitch_id, "securityGroupId": self.security_group_id}
         )

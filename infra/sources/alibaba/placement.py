@@ -1,9 +1,12 @@
-"""Where the cluster goes: the first instance type of `nodes.instanceTypes` that has stock in a zone of the region.
+"""Where the cluster goes, and what its nodes are: decided at plan time, before any resource is registered.
 
-Runs at plan time with Alibaba's stock-aware data sources (sold-out zones and types are omitted from their
-answers), before any resource is registered, so "no stock anywhere" stops the update with a useful message
-instead of failing half-way. Stock can still vanish between plan and create; the vSwitch then keeps the choice
-of the first successful `pulumi up` (see infra/sources/alibaba/network.py, sticky placement).
+- A cluster that already exists keeps its zone and instance type: its vSwitch (found by name and tags with
+  `vpc.get_switches`) records both, and no stock look-up is made for it, so an update succeeds even when that type
+  has no stock left anywhere. GPU count, model, bf16 and price are those of the type it runs.
+- A new cluster (or one moved on purpose with `nodes.placementGeneration`) takes the first type of
+  `nodes.instanceTypes` that has stock in a zone of the region, with Alibaba's stock-aware data sources (sold-out
+  zones and types are omitted from their answers), so "no stock anywhere" stops the update with a useful message
+  instead of failing half-way.
 """
 
 from __future__ import annotations
@@ -17,9 +20,32 @@ import pulumi_alicloud as alicloud
 from infra.config import ClusterConfig
 from infra.sources.alibaba import catalog
 
+INSTANCE_TYPE_TAG = "roll-cluster-instance-type"
+GENERATION_TAG = "roll-cluster-placement-generation"
+STACK_TAG = "roll-cluster-stack"
+
 
 class PlacementError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Price:
+    """The hourly price of the cluster's instances, and what it is."""
+
+    per_instance: float
+    currency: str
+    basis: str  # where the number comes from, in words
+
+    def total(self, count: int) -> dict[str, Any]:
+        return {
+            "amount": round(self.per_instance * count, 2),
+            "currency": self.currency,
+            "per": "hour",
+            "basis": self.basis,
+            "includes": f"instances only ({count} x {self.per_instance:.2f})",
+            "excludes": "disks, NAS, public traffic, snapshots",
+        }
 
 
 @dataclass(frozen=True)
@@ -29,13 +55,95 @@ class Placement:
     gpus_per_node: int
     gpu_model: str
     bf16: bool
-    hourly_price: float | None  # per instance, as the region reports it
+    price: Price
     tried: tuple[str, ...]  # what was looked at before, for the plan
     image_id: str
     image_name: str
+    existing: bool  # kept from the existing cluster's vSwitch, without stock look-ups
+    vswitch_name: str
 
 
-def choose_placement(config: ClusterConfig) -> Placement:
+@dataclass(frozen=True)
+class ExistingCluster:
+    zone: str
+    instance_type: str
+    vswitch_id: str
+
+
+def vswitch_name(stack: str) -> str:
+    return f"roll-cluster-{stack}"
+
+
+def find_existing(config: ClusterConfig, stack: str) -> ExistingCluster | None:
+    """The zone and type of this stack's cluster if its vSwitch exists (same placement generation), else None."""
+    found = alicloud.vpc.get_switches(
+        vswitch_name=vswitch_name(stack), tags={STACK_TAG: stack}
+    ).vswitches or []
+    generation = str(config.nodes.placement_generation)
+    for vswitch in found:
+        tags = dict(vswitch.tags or {})
+        # A vSwitch made before the generation tag existed is generation 0.
+        if tags.get(GENERATION_TAG, "0") != generation or not tags.get(INSTANCE_TYPE_TAG):
+            continue
+        return ExistingCluster(vswitch.zone_id, tags[INSTANCE_TYPE_TAG], vswitch.id)
+    return None
+
+
+def choose_placement(config: ClusterConfig, stack: str) -> Placement:
+    existing = find_existing(config, stack)
+    if existing is not None:
+        return _keep(config, stack, existing)
+    return _place_by_stock(config, stack)
+
+
+def _keep(config: ClusterConfig, stack: str, existing: ExistingCluster) -> Placement:
+    type_name = existing.instance_type
+    live = _live_type(config, type_name, zone=None)  # no zone: a sold-out zone makes the data source fail
+    known = catalog.lookup(type_name)
+    gpus, model = _gpus(live.gpus if live else None, known)
+    family = catalog.FAMILIES.get(catalog.family_of(type_name) or "")
+    if gpus is None or family is None:
+        raise PlacementError(
+            f"the existing cluster runs {type_name}, which neither the region's answer nor the program's catalog "
+            "describes (GPUs per node unknown); add it to infra/sources/alibaba/catalog.py. Nothing was changed."
+        )
+    notes = [f"kept: the cluster exists in {existing.zone} with {type_name} (vSwitch {existing.vswitch_id}); "
+             "no stock look-up"]
+    if type_name not in config.nodes.instance_types or config.nodes.zone not in ("auto", existing.zone):
+        notes.append(
+            "nodes.instanceTypes / nodes.zone no longer match the running cluster; they apply when it is moved "
+            "(bump nodes.placementGeneration)"
+        )
+    _check_growth(config, stack, existing)
+    image_id, image_name = _image(config, type_name)
+    return Placement(
+        zone=existing.zone, instance_type=type_name, gpus_per_node=gpus, gpu_model=model, bf16=family.bf16,
+        price=_price(config, type_name, live), tried=tuple(notes), image_id=image_id, image_name=image_name,
+        existing=True, vswitch_name=vswitch_name(stack),
+    )
+
+
+def _check_growth(config: ClusterConfig, stack: str, existing: ExistingCluster) -> None:
+    """New nodes of an existing cluster need stock of its type in its zone: asked only when the cluster grows, so
+    that a sold-out type stops the update before anything is touched, not half-way through creating nodes."""
+    nodes = config.nodes
+    running = alicloud.ecs.get_instances(vswitch_id=existing.vswitch_id, tags={STACK_TAG: stack}).ids or []
+    if nodes.count <= len(running):
+        return
+    zones = alicloud.get_zones(
+        available_instance_type=existing.instance_type, available_resource_creation="Instance",
+        instance_charge_type="PostPaid", spot_strategy=nodes.spot_strategy,
+    ).ids or []
+    if existing.zone not in zones:
+        raise PlacementError(
+            f"roll-cluster:nodes.count: the cluster runs {len(running)} nodes of {existing.instance_type} in "
+            f"{existing.zone}, which has no stock of that type now, so {nodes.count - len(running)} more cannot be "
+            f"created. The running nodes are untouched; keep nodes.count at {len(running)}, try again later, or "
+            "move the cluster (bump nodes.placementGeneration). Nothing was changed."
+        )
+
+
+def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
     nodes = config.nodes
     tried: list[str] = []
     for type_name in nodes.instance_types:
@@ -52,28 +160,18 @@ def choose_placement(config: ClusterConfig) -> Placement:
             tried.append(f"{type_name}: no stock in {where}")
             continue
         zone = sorted(zones)[0]
-        live = alicloud.ecs.get_instance_types(
-            instance_type=type_name, availability_zone=zone, spot_strategy=nodes.spot_strategy,
-            instance_charge_type="PostPaid",
-        ).instance_types
+        live = _live_type(config, type_name, zone=zone)
         known = catalog.lookup(type_name)
-        gpus, model = _gpus(live[0].gpus if live else None, known)
+        gpus, model = _gpus(live.gpus if live else None, known)
         if gpus is None:
             tried.append(f"{type_name}: the region reports no GPUs for it")
             continue
-        price = _price(live[0].price if live else None)
         image_id, image_name = _image(config, type_name)
         family = catalog.FAMILIES.get(catalog.family_of(type_name) or "")
         return Placement(
-            zone=zone,
-            instance_type=type_name,
-            gpus_per_node=gpus,
-            gpu_model=model,
-            bf16=family.bf16 if family else True,
-            hourly_price=price,
-            tried=tuple(tried),
-            image_id=image_id,
-            image_name=image_name,
+            zone=zone, instance_type=type_name, gpus_per_node=gpus, gpu_model=model,
+            bf16=family.bf16 if family else True, price=_price(config, type_name, live), tried=tuple(tried),
+            image_id=image_id, image_name=image_name, existing=False, vswitch_name=vswitch_name(stack),
         )
     spot_hint = "" if nodes.spot else ", or spot instances (nodes.spot: true), whose stock differs"
     raise PlacementError(
@@ -83,6 +181,26 @@ def choose_placement(config: ClusterConfig) -> Placement:
         + (", or nodes.zone: auto" if nodes.zone != "auto" else "")
         + ". Nothing was created."
     )
+
+
+def _live_type(config: ClusterConfig, type_name: str, zone: str | None) -> Any:
+    """The region's description of the type, with its pay-as-you-go list price, or None.
+
+    `price` is filled only with sorted_by="Price" (pulumi_alicloud ecs/outputs.py, the `price` docstring; the
+    provider asks BSS GetPayAsYouGoPrice with PriceType "Hour", alicloud/data_source_alicloud_instance_types.go).
+    The data source omits sold-out types and fails for a sold-out zone: for an existing cluster that is no reason
+    to fail, so an error here only means "no live answer".
+    """
+    try:
+        answer = alicloud.ecs.get_instance_types(
+            instance_type=type_name, availability_zone=zone, instance_charge_type="PostPaid",
+            spot_strategy=config.nodes.spot_strategy if zone else None, sorted_by="Price",
+        ).instance_types
+    except Exception:  # any failure of this look-up is "no live answer"; the catalog stands in
+        if zone is not None:
+            raise
+        return None
+    return answer[0] if answer else None
 
 
 def _gpus(live: Sequence[object] | None, known: catalog.GpuInstanceType | None) -> tuple[int | None, str]:
@@ -97,11 +215,61 @@ def _gpus(live: Sequence[object] | None, known: catalog.GpuInstanceType | None) 
     return None, ""
 
 
-def _price(text: str | None) -> float | None:
+def _price(config: ClusterConfig, type_name: str, live: Any) -> Price:
+    """Never empty: the live list price with the account's currency, else the catalog's estimate.
+
+    Spot: Alibaba bills the market price, which no data source of the provider reports (there is no spot price
+    history data source in pulumi_alicloud 4.0). What is shown is the ceiling: `SpotAsPriceGo` bids up to the
+    pay-as-you-go price ("A price that is based on the highest Pay-As-You-Go instance", pulumi_alicloud
+    ecs/instance.py), `SpotWithPriceLimit` up to nodes.spotPriceLimit.
+    """
+    nodes = config.nodes
+    amount = _number(getattr(live, "price", None) if live is not None else None)
+    if amount is not None:
+        currency, known_currency = _currency(type_name)
+        basis = "live pay-as-you-go list price of the region"
+        if not known_currency:
+            basis += " (currency assumed: the provider's price carries none and Cloud Control did not answer)"
+    else:
+        estimate = catalog.estimated_price(type_name)
+        amount, currency = estimate, "CNY"
+        basis = ("estimate from the program's catalog (cn-hangzhou list prices, 2025): the region reported no "
+                 "live price")
+    if nodes.spot:
+        if nodes.spot_price_limit is not None and nodes.spot_price_limit < amount:
+            amount = nodes.spot_price_limit
+            basis = "spot: at most nodes.spotPriceLimit per instance; the market price is usually lower"
+        else:
+            basis = ("spot: at most the pay-as-you-go price (" + basis + "); the market price, which no data "
+                     "source reports, is usually much lower")
+    return Price(per_instance=round(amount, 4), currency=currency, basis=basis)
+
+
+def _currency(type_name: str) -> tuple[str, bool]:
+    """The account's billing currency from Cloud Control's price answer (`currency`: CNY, USD or JPY).
+
+    The BSS list price behind get_instance_types is in the account's currency (China site: CNY; international
+    site: USD; UNCONFIRMED as an explicit Alibaba statement), but the data source drops it, so Cloud Control's
+    GetPrice for the same type is asked for it. Its failure (API not enabled, no permission) is no reason to fail
+    the update: CNY is then assumed and the plan says so.
+    """
     try:
-        return float(text) if text else None
+        prices = alicloud.cloudcontrol.get_prices(
+            product="ECS", resource_code="Instance",
+            desire_attributes={"InstanceType": type_name, "PaymentType": "PayAsYouGo"},
+        ).prices or []
+    except Exception:  # only the currency's source; its absence is stated in the plan
+        return "CNY", False
+    currency = str(getattr(prices[0], "currency", "") or "") if prices else ""
+    return (currency, True) if currency else ("CNY", False)
+
+
+def _number(text: object) -> float | None:
+    try:
+        value = float(str(text)) if text not in (None, "") else None
     except ValueError:
         return None
+    return value if value is not None and value > 0 else None
 
 
 def _image(config: ClusterConfig, type_name: str) -> tuple[str, str]:

@@ -30,7 +30,7 @@ class AlibabaSource:
 
     @functools.cached_property
     def placement(self) -> Placement:
-        return choose_placement(self.config)
+        return choose_placement(self.config, self.stack)
 
     def facts(self) -> ClusterFacts:
         placement = self.placement
@@ -51,6 +51,8 @@ class AlibabaSource:
                 stack=stack,
                 zone=placement.zone,
                 instance_type=placement.instance_type,
+                generation=config.nodes.placement_generation,
+                vswitch_name=placement.vswitch_name,
                 admin_cidrs=config.access.admin_cidrs,
                 dashboard_port=config.ray.dashboard_port,
                 dashboard_open_to_admins=config.access.dashboard == "admin-cidrs",
@@ -65,11 +67,13 @@ class AlibabaSource:
                 "shared",
                 SharedStorageArgs(
                     stack=stack,
+                    zone=network.zone,
                     vpc_id=network.vpc_id,
                     vswitch_id=network.vswitch_id,
                     vswitch_cidr=network.vswitch_cidr,
                     storage_type=config.storage.nas_storage_type,
                     retain_on_destroy=config.storage.retain_on_destroy,
+                    existing_file_system_id=config.storage.existing_file_system_id,
                 ),
             )
         data_snapshot = image_data_disk(config)
@@ -105,16 +109,21 @@ class AlibabaSource:
         outputs: dict[str, object] = {
             "zone": network.zone,
             "instanceType": network.instance_type,
-            "hourlyPrice": hourly_price(placement, config.nodes.count),
+            "hourlyPrice": placement.price.total(config.nodes.count),
         }
+        if storage is not None:
+            outputs["nasFileSystemId"] = storage.file_system_id
         return ProvisionedCluster(
             machines=machines,
             shared_storage_server=storage.mount_domain if storage else None,
             outputs=outputs,
             notes={
-                "placement_tried": list(placement.tried),
+                "placement_tried": [] if placement.existing else list(placement.tried),
+                "placement_kept": list(placement.tried) if placement.existing else [],
                 "image_name": placement.image_name,
                 "nas_retained": config.storage.retain_on_destroy,
+                "nas_existing": config.storage.existing_file_system_id,
+                "checkpoints": checkpoint_note(config),
             },
         )
 
@@ -126,9 +135,12 @@ def _baker(
     return lambda after, parent: bake_image("baked-image", stack, node.instance_id, after, parent)
 
 
-def hourly_price(placement: Placement, count: int) -> float | None:
-    if placement.hourly_price is None:
-        return None
-    return round(placement.hourly_price * count, 2)
-
-
+def checkpoint_note(config: ClusterConfig) -> str:
+    """Where checkpoints live and whether they outlive the instances: the plan states it plainly."""
+    if config.storage.nas:
+        kept = "kept on pulumi destroy" if config.storage.retain_on_destroy or config.storage.existing_file_system_id \
+            else "DELETED on pulumi destroy (storage.retainOnDestroy: false)"
+        return f"checkpoints on the NAS at /mnt/shared: {kept}"
+    where = "the data disk (/data)" if config.nodes.data_disk_gb else "the system disk"
+    return (f"checkpoints on {where} of each node: they DIE WITH THE INSTANCE on pulumi destroy or a\n"
+            "  replacement of the node; to keep them: storage.nas: true")
