@@ -16,7 +16,7 @@ from components.ray_cluster import RayCluster, RayNode
 from infra import ray_commands, steps
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec, adapter_for
-from infra.stack_config import cluster_shape, local_roll_base
+from infra.stack_config import cluster_shape
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,16 @@ class TrainingJobArgs:
 class TrainingJob(pulumi.ComponentResource):
     spec: pulumi.Output[JobSpec]
     job_id: pulumi.Output[str]
+    rendered_config: str | None
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:TrainingJob", name, None, opts)
         config = args.config
-        adapter = adapter_for(config.training, config.container, local_roll_base(config))
+        adapter = adapter_for(config.training, config.container)
         shape = cluster_shape(config, args.stack, args.gpus_per_node, args.bf16, head_ip="")
+        # Known before the head exists (it does not depend on its IP), so `pulumi preview` shows it in full as
+        # the job step's trigger; a changed configuration replaces the job.
+        self.rendered_config = adapter.job(shape).rendered_config
         self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
         ctx = steps.StepContext(node=args.head.name, host=args.head.node.public_ip, key=args.private_key,
@@ -71,7 +75,7 @@ class TrainingJob(pulumi.ComponentResource):
                 after=after,
                 delete_scripts=ray_commands.JOB_STOP_STEP.scripts,
                 delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),
-                triggers=[self.job_id],
+                triggers=[self.job_id, *([self.rendered_config] if self.rendered_config else [])],
                 delete_before_replace=True,
                 resource_name="training-job",
             )
