@@ -133,7 +133,8 @@ def _device_mappings(config: Mapping[str, Any], cluster: Cluster, result: CheckR
         distinct = set(indices)
         if sorted(distinct) != list(range(min(indices), max(indices) + 1)) or len(distinct) != len(indices):
             result.warnings.append(Problem(
-                key, f"not a contiguous range of distinct GPUs (ROLL's placement assumes one, issue #205); got {value!r}"
+                key,
+                f"not a contiguous range of distinct GPUs (ROLL's placement assumes one, issue #205); got {value!r}",
             ))
     if union and not is_contiguous_from_zero(union):
         result.warnings.append(Problem(

@@ -73,7 +73,7 @@ def _entry(entry: Any, name: str) -> tuple[str, str, bool] | None:
             return None
         optional = words[0] == "optional"
         path, at, package = words[-1].partition("@")
-        group = posixpath.dirname(path)
+        group = posixpath.dirname(path.lstrip("/"))
         return path, package if at else group.replace("/", "."), optional
     if isinstance(entry, dict) and len(entry) == 1:
         ((key, option),) = entry.items()
@@ -86,7 +86,7 @@ def _entry(entry: Any, name: str) -> tuple[str, str, bool] | None:
             return None  # `group: null` selects nothing
         if not isinstance(option, str):
             raise ComposeError(f"{name}: defaults entry {entry!r} must select one option by name")
-        return f"{group}/{option}", package if at else group.replace("/", "."), optional
+        return f"{group}/{option}", package if at else group.strip("/").replace("/", "."), optional
     raise ComposeError(f"{name}: defaults entry {entry!r} is not a form Hydra reads")
 
 

@@ -230,6 +230,24 @@ def _apply_precision(config: dict[str, Any], cluster: Cluster, result: Rendered)
         result.kept.append("precision: already fp16 everywhere (the GPUs have no bf16)")
 
 
+def _fill_missing_dtype(config: dict[str, Any], cluster: Cluster, result: Rendered) -> None:
+    """After the overrides: a worker on GPUs whose dtype nobody set (a role the overrides added) gets fp16, not
+    ROLL's bf16 default. Values the user set are left for the check to judge."""
+    if cluster.bf16:
+        return
+    for name, worker in workers(config):
+        if worker.get("device_mapping") is None:
+            continue
+        model_args = worker.get("model_args")
+        if model_args is None:
+            worker["model_args"] = {"dtype": "fp16"}
+        elif isinstance(model_args, dict) and "dtype" not in model_args:
+            model_args["dtype"] = "fp16"
+        else:
+            continue
+        result.applied.append(f"{name}.model_args.dtype: fp16 (not set: ROLL's default is bf16, the GPUs have none)")
+
+
 # ------------------------------------------------------------------------------------------------ output dirs
 def _apply_output_dirs(config: dict[str, Any], cluster: Cluster, result: Rendered) -> None:
     root = cluster.output_root
@@ -286,6 +304,7 @@ def render(
     _apply_output_dirs(result.config, cluster, result)
     _drop_non_fields(result.config, keys, pipeline, result)
     result.config = deep_merge(result.config, expand_dotted(overrides))
+    _fill_missing_dtype(result.config, cluster, result)
     return result
 
 
