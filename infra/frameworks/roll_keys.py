@@ -99,6 +99,9 @@ class RollKeys:
                 problems.append(KeyProblem(path, f"is not a field of ROLL's {self.where(cls)}{hint}"))
                 continue
             problems += self._value(value, spec, path)
+        for name, spec in fields.items():
+            if spec.get("required") and name not in node:
+                problems.append(KeyProblem(f"{prefix}{name}", f"is required by ROLL's {self.where(spec['owner'])}"))
         return problems
 
     def _value(self, value: Any, spec: Mapping[str, Any], path: str) -> list[KeyProblem]:
