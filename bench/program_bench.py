@@ -24,7 +24,10 @@ def measure(stack: str, nodes: int, repeat: int) -> tuple[float, int, float]:
         cloud = OfflineCloud()
         started = time.perf_counter()
         # ROLL checks rollout_batch_size against Megatron's data-parallel size (every GPU here): 128 fits all sizes.
-        config = {"roll-cluster:nodes": {"count": nodes}, "roll-cluster:training": {"overrides": {"rollout_batch_size": 128}}}
+        config = {
+            "roll-cluster:nodes": {"count": nodes},
+            "roll-cluster:training": {"overrides": {"rollout_batch_size": 128}},
+        }
         result = run_program(stack, cloud=cloud, config=config)
         walls.append(time.perf_counter() - started)
         resources = len(cloud.resources)

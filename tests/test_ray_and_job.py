@@ -17,7 +17,6 @@ from offline_helpers import env_of, run, step_command
 from infra.offline import is_secret, reveal, unwrap
 
 
-
 def job_env(result):
     return env_of(step_command(result, "training-job"))
 

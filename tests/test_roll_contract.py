@@ -20,6 +20,7 @@ from infra import steps
 from infra.config import DEFAULT_ROLL_REF, ROLL_PIPELINES, ConfigError
 from infra.frameworks import roll_checks, roll_keys, roll_render
 from infra.frameworks.roll_keys import RollKeys
+from infra.offline import OfflineCloud
 
 ROLL_STACKS = {"dev": "agentic", "multi": "agentic", "large": "rlvr"}
 GENERATOR = Path(__file__).resolve().parent.parent / "tools" / "roll_config_keys.py"
@@ -64,7 +65,7 @@ def test_hydra_composes_and_resolves_the_shipped_file_as_rolls_launcher_does(sta
 
 
 def test_a_wrong_key_or_a_missing_required_value_fails() -> None:
-    text, facts = shipped("dev")
+    text, _ = shipped("dev")
     config = yaml.safe_load(text)
     keys = roll_keys.load()
     config["actor_train"]["model_args"]["dtpye"] = "fp16"
@@ -83,9 +84,10 @@ def test_a_wrong_key_or_a_missing_required_value_fails() -> None:
 
 
 def test_a_misspelt_override_stops_the_program_before_any_resource() -> None:
+    cloud = OfflineCloud()
     with pytest.raises(ConfigError, match=r"roll-cluster:training\.overrides\.max_step: is not a field"):
-        run("dev", config={"roll-cluster:training": {"overrides": {"max_step": 3}}})
-    assert steps.RECORDED == []
+        run("dev", cloud=cloud, config={"roll-cluster:training": {"overrides": {"max_step": 3}}})
+    assert cloud.resources == []
 
 
 def test_the_key_list_is_of_the_pinned_ref_and_covers_every_pipeline_the_config_allows() -> None:
