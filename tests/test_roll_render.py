@@ -227,6 +227,8 @@ def test_keys_of_the_base_that_are_no_rolls_fields_are_dropped_and_said_so() -> 
         (RLVR, LARGE, {"prompt_length": None, "sequence_length": 6144},
          "prompt_length: must be set for rlvr"),
         (RLVR, LARGE, {"async_generation_ratio": 0.5}, "async_generation_ratio: must be 0 (synchronous) or at least"),
+        (SINGLE, DEV, {"track_with": "wandb", "tracker_kwargs.api_key": "abc123"},
+         "tracker_kwargs.api_key: must not hold a credential in plain text"),
     ],
 )
 def test_each_rule_names_the_key_and_the_values(

@@ -18,6 +18,9 @@ from infra.frameworks.roll_keys import RollKeys, is_interpolation
 from infra.frameworks.roll_render import Cluster, device_mappings, is_contiguous_from_zero, workers
 
 INFER_STRATEGIES = ("vllm", "sglang")
+# Key names that hold credentials (tracker_kwargs.api_key, login_kwargs.api_key, judge_api_key, ...): the YAML is
+# a plain step input and a file on the head, so a value there would be stored and shown in clear text.
+_SECRET_KEY = re.compile(r"(?:^|_)(?:api_key|token|password|secret|access_key)$", re.IGNORECASE)
 _INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
 _WHOLE = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
 
@@ -43,6 +46,7 @@ RULES = (
     "and generate_opt_level 1 (:222, :242)",
     "GPUs without bf16 (V100, T4): no bf16 dtype or flag, no fa2 attention (FlashAttention-2 needs sm80)",
     "every ${...} interpolation names a key of the config (issue #132)",
+    "no credential in plain text (api_key, token, password, secret): use the stack's secrets",
 )
 
 
@@ -104,6 +108,7 @@ def check(config: Mapping[str, Any], cluster: Cluster, pipeline: str, keys: Roll
     if not cluster.bf16:
         _no_bf16(config, result)
     _interpolations(config, result)
+    _no_plain_secrets(config, result)
     if cluster.total_gpus <= 0:
         result.error("device_mapping", f"needs at least one GPU; got {cluster.nodes} x {cluster.gpus_per_node}")
     return result
@@ -338,3 +343,17 @@ def _interpolations(config: Mapping[str, Any], result: CheckResult, prefix: str 
                     continue  # a resolver (oc.env:...) or a relative reference: not checked here
                 if not exists(root, body):
                     result.error(path, f"refers to ${{{body}}}, which is not a key of the config; got {value!r}")
+
+
+def _no_plain_secrets(config: Mapping[str, Any], result: CheckResult, prefix: str = "") -> None:
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            _no_plain_secrets(value, result, path + ".")
+        elif _SECRET_KEY.search(str(key)) and isinstance(value, str) and value and not is_interpolation(value):
+            result.error(
+                path,
+                "must not hold a credential in plain text (it would be stored and shown with the configuration); "
+                "set roll-cluster:wandbApiKey or roll-cluster:hfToken with `pulumi config set --secret`, which reach "
+                "the job as WANDB_API_KEY / HF_TOKEN; got a value",
+            )

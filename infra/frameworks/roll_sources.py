@@ -139,6 +139,9 @@ class FetchedExamples:
         return None  # a raw-file host has no listing; the error points at browse_url instead
 
 
+_FETCHERS: dict[tuple[str, str, Opener], FetchedExamples] = {}
+
+
 def cache_root(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
     return Path(base) / "roll-cluster" / "roll"
@@ -200,7 +203,12 @@ def resolve(roll: RollConfig, env: Mapping[str, str] | None = None, open_url: Op
             f"config is read before deployment, from a local checkout at training.roll.ref); got repo {roll.repo!r}"
         )
     cache = cache_root(env) / roll.ref if _COMMIT.match(roll.ref) else None
-    return FetchedExamples(urls[0], cache, urls[1], open_url)
+    # One fetcher per ref and process: the checks before deployment and the job step read the same files once
+    # (a branch's files are not cached on disk, so this also keeps both on the same version).
+    memo = (urls[0], str(cache), open_url)
+    if memo not in _FETCHERS:
+        _FETCHERS[memo] = FetchedExamples(urls[0], cache, urls[1], open_url)
+    return _FETCHERS[memo]
 
 
 def missing_base_message(examples: Examples, base_config: str, ref: str) -> str:
