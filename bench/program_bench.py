@@ -26,7 +26,12 @@ def measure(stack: str, nodes: int, repeat: int) -> tuple[float, int, dict[str, 
     for _ in range(repeat):
         cloud = OfflineCloud()
         started = time.perf_counter()
-        result = run_program(stack, cloud=cloud, config={"roll-cluster:nodes": {"count": nodes}})
+        # ROLL checks rollout_batch_size against Megatron's data-parallel size (every GPU here): 128 fits all sizes.
+        config = {
+            "roll-cluster:nodes": {"count": nodes},
+            "roll-cluster:training": {"overrides": {"rollout_batch_size": 128}},
+        }
+        result = run_program(stack, cloud=cloud, config=config)
         walls.append(time.perf_counter() - started)
         resources = len(cloud.resources)
         totals = {name: schedule(result.steps, p).total for name, p in profiles(steps.NOTES["config"]).items()}

@@ -578,6 +578,12 @@ class RollConfig(Section):
         "agentic_demo/agent_val_frozen_lake_single_node_demo.yaml",
         description="`<dir>/<name>.yaml` under ROLL's `examples/`: the example the generated config starts from.",
     )
+    checkout: str | None = Field(
+        None,
+        description="A local ROLL checkout at `ref` on the machine that runs `pulumi up` (also the `ROLL_CHECKOUT` "
+        "environment variable): the base config and its Hydra defaults are read from its `examples/`. Default: those "
+        "files of `ref` fetched from GitHub and cached under `~/.cache/roll-cluster/roll/<ref>/`.",
+    )
     requirements_file: str | None = Field(
         None,
         description="ROLL requirements file installed in the container; default: the one matching the image tag "

@@ -34,6 +34,7 @@ from pulumi.runtime import settings as pulumi_settings
 from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
 
+ROLL_SNAPSHOT = PROJECT_DIR / "tests" / "fixtures" / "roll"
 SIG_KEY = "4dabf18193072939515e22adb298388d"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 
@@ -628,6 +629,9 @@ def run_program(
     flat = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in values.items()}
 
     os.environ["ROLL_CLUSTER_OFFLINE"] = "1"
+    # ROLL's base configs come from the snapshot of the pinned ref shipped with the tests, never from the network
+    # (infra/frameworks/roll_sources.py); a ROLL_CHECKOUT the user set wins.
+    os.environ.setdefault("ROLL_CHECKOUT", str(ROLL_SNAPSHOT))
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_mocks(cloud, project="roll-cluster", stack=stack, preview=cloud.preview,
                              organization=organization)

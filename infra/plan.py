@@ -112,6 +112,9 @@ def render(run: OfflineRun) -> str:
         lines.append("  generated configuration:")
         for line in json.dumps(spec.summary, indent=2, default=str).splitlines():
             lines.append("    " + line)
+        if spec.rendered_config:
+            lines.append("  the configuration file shipped to the head, exactly:")
+            lines += ["    " + line for line in spec.rendered_config.splitlines()]
 
     lines.append(section("Stack outputs"))
     for key in sorted(out):
@@ -191,10 +194,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.splitlines()[0])
     parser.add_argument("stack", nargs="?", default="dev", help=f"one of: {', '.join(shipped_stacks())}")
     parser.add_argument("--nodes", type=int, help="override nodes.count")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="deep-merge a value over the stack file's, e.g. "
+        "'roll-cluster:training={\"roll\": {\"baseConfig\": \"x/y.yaml\"}}' (repeatable)",
+    )
     args = parser.parse_args(argv)
     config: dict[str, Any] = {}
+    for item in args.config:
+        name, _, text = item.partition("=")
+        try:
+            config[name] = json.loads(text)
+        except json.JSONDecodeError as error:
+            print(f"error: --config {item!r}: the value must be JSON ({error})", file=sys.stderr)
+            return 2
     if args.nodes is not None:
-        config["roll-cluster:nodes"] = {"count": args.nodes}
+        config["roll-cluster:nodes"] = {**config.get("roll-cluster:nodes", {}), "count": args.nodes}
     try:
         run = run_program(args.stack, cloud=offline_cloud_for(args.stack), config=config)
     except (ConfigError, PlacementError, FileNotFoundError) as error:

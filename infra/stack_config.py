@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import pulumi
 from pulumi.runtime import config as runtime_config
@@ -72,19 +70,10 @@ def cluster_shape(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: b
     )
 
 
-def local_roll_base(config: ClusterConfig) -> str | None:
-    """The base example from a local ROLL checkout ($ROLL_CHECKOUT), so that the offline plan can show the fully
-    rendered config; without it the plan shows what will be applied on the head."""
-    checkout = os.environ.get("ROLL_CHECKOUT")
-    if not checkout or config.training.framework != "roll":
-        return None
-    base = Path(checkout) / "examples" / config.training.roll.base_config
-    return base.read_text() if base.is_file() else None
-
-
 def check_framework(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: bool) -> None:
-    """Framework rules that need the chosen GPUs (batch sizes, engines x TP, requirements for the image)."""
+    """Framework rules that need the chosen GPUs (batch sizes, engines x TP, requirements for the image); for ROLL
+    the whole training YAML is built and checked here."""
     shape = cluster_shape(config, stack, gpus_per_node, bf16, head_ip="")
-    problems = check_before_deploy(config.training, config.container, shape, local_roll_base(config))
+    problems = check_before_deploy(config.training, config.container, shape)
     if problems:
         raise ConfigError(problems)

@@ -101,8 +101,10 @@ def test_training_container_has_gpus_host_network_ipc_shm_mounts_and_node_env():
 
 
 def test_growing_the_cluster_does_not_change_a_running_nodes_container():
-    two = run("multi", config={"roll-cluster:nodes": {"count": 2}})
-    three = run("multi", config={"roll-cluster:nodes": {"count": 3}})
+    # 48 rollouts divide over Megatron's 4 and 6 data-parallel ranks (ROLL refuses 64 on 6 GPUs).
+    fits = {"roll-cluster:training": {"overrides": {"rollout_batch_size": 48}}}
+    two = run("multi", config={"roll-cluster:nodes": {"count": 2}, **fits})
+    three = run("multi", config={"roll-cluster:nodes": {"count": 3}, **fits})
     for name in ("node-0-container", "node-1-container", "node-1-code", "node-1-pull-image", "node-1-docker"):
         assert unwrap(two.cloud.named(name).inputs) == unwrap(three.cloud.named(name).inputs), name
 

@@ -76,14 +76,3 @@ def test_anything_else_is_refused_with_the_offending_part(value: Any, words: tup
 def test_the_error_is_a_value_error() -> None:
     # Pydantic validators turn ValueError into a configuration problem; any other exception would be a crash.
     assert issubclass(DeviceMappingError, ValueError)
-
-
-@pytest.mark.parametrize(
-    "value",
-    ["list(range(0,8))", "list(range(4))", "list(range(0,8,2))", "[0, 1, 2]", "list(range(0,4)) + [6, 7]", [0, 3]],
-)
-def test_the_head_side_renderer_reads_mappings_the_same_way(value):
-    # roll_render.py runs alone on the head (stdlib + PyYAML), so it carries its own reader; they must agree.
-    from infra.frameworks import roll_render
-
-    assert roll_render.parse_device_mapping(value) == parse_device_mapping(value)

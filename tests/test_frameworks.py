@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +30,9 @@ from infra.frameworks import (
     VerlAdapter,
     adapter_for,
     check_before_deploy,
-    roll_render,
 )
 from infra.frameworks.verl import hydra_value
 
-FIXTURES = Path(__file__).parent / "fixtures" / "roll_examples"
 RAY_SUBMISSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 SHARED = "/mnt/shared"
 
@@ -74,7 +71,9 @@ def in_bash(command: str, cwd: Path | None = None) -> subprocess.CompletedProces
 FRAMEWORK_CONFIGS: dict[str, dict[str, Any]] = {
     "roll": {
         "framework": "roll",
-        "roll": {"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"},
+        "roll": {"baseConfig": "agentic_demo/agent_val_frozen_lake_multi_nodes_demo.yaml"},
+        # Divisible by Megatron's data-parallel size on every shape below (8, 16 and 24 GPUs).
+        "overrides": {"rollout_batch_size": 48},
     },
     "verl": {"framework": "verl"},
     "openrlhf": {
@@ -196,24 +195,21 @@ def test_roll_requirements_file_setting_wins_and_an_unknown_tag_is_refused() -> 
         adapter_for(training(**DEV_CONFIG), container(custom_image)).code()
 
 
-def test_roll_job_submits_the_launcher_on_the_generated_config() -> None:
+def test_roll_job_submits_the_launcher_on_the_config_built_before_deployment() -> None:
     job = job_of(training(**DEV_CONFIG), shape(1, 1, bf16=False, shared=None, stack="dev"))
     assert job.workdir == "/workspace/ROLL"
     assert job.entrypoint == (
         "cd /workspace/ROLL && PYTHONPATH=/workspace/ROLL python3 examples/start_agentic_pipeline.py "
         "--config_path pulumi --config_name dev-agent_val_frozen_lake_single_node_demo"
     )
-    support = "/workspace/ROLL/examples/pulumi/.roll-cluster"
-    assert set(job.files) == {f"{support}/roll_render.py", f"{support}/cluster.json", f"{support}/overrides.json"}
-    assert job.files[f"{support}/roll_render.py"] == Path(roll_render.__file__).read_text()
-    assert json.loads(job.files[f"{support}/cluster.json"]) == {
-        "stack": "dev",
-        "nodes": 1,
-        "gpus_per_node": 1,
-        "bf16": False,
-        "shared_dir": None,
-        "data_dir": "/data",
-    }
+    # One file travels: the YAML itself. Nothing is rendered on the head.
+    path = "/workspace/ROLL/examples/pulumi/dev-agent_val_frozen_lake_single_node_demo.yaml"
+    assert list(job.files) == [path]
+    assert job.files[path] == job.rendered_config
+    assert job.prepare is None
+    config = yaml.safe_load(job.files[path])
+    assert "defaults" not in config and config["custom_env"]["FrozenLake"]["env_type"] == "frozen_lake"
+    assert {config[r]["model_args"]["dtype"] for r in ("actor_train", "actor_infer", "reference")} == {"fp16"}
     assert job.runtime_env is None and job.reward_server is None
 
 
@@ -223,100 +219,92 @@ def here(command: str | None, container_dir: str, local_dir: Path) -> str:
     return command.replace(container_dir, shlex.quote(str(local_dir)))
 
 
-def install_roll_job(job: JobSpec, tmp_path: Path) -> Path:
-    """A fake ROLL checkout (the fixtures as examples/) with the job's files written as job_submit.sh would."""
-    root = tmp_path / "ROLL"
-    shutil.copytree(FIXTURES, root / "examples")
-    for path, text in job.files.items():
-        target = Path(path.replace("/workspace/ROLL", str(root)))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    return root
+def test_roll_pre_submit_check_refuses_a_checkout_without_the_launcher(tmp_path: Path) -> None:
+    job = job_of(training(**DEV_CONFIG), shape(1, 1, bf16=False, stack="dev"))
+    (tmp_path / "examples").mkdir()
+    missing = in_bash(here(job.pre_submit_check, "/workspace/ROLL", tmp_path))
+    assert missing.returncode == 1
+    assert "no examples/start_agentic_pipeline.py" in missing.stderr
+    (tmp_path / "examples" / "start_agentic_pipeline.py").write_text("")
+    assert in_bash(here(job.pre_submit_check, "/workspace/ROLL", tmp_path)).returncode == 0
 
 
-def run_roll_on_fake_checkout(job: JobSpec, tmp_path: Path) -> Path:
-    """Write the job's files and run its prepare and check as job_submit.sh would, in a fake checkout."""
-    root = install_roll_job(job, tmp_path)
-    for command in (job.prepare, job.pre_submit_check):
-        result = in_bash(here(command, "/workspace/ROLL", root))
-        assert result.returncode == 0, result.stderr
-    return root
-
-
-def test_roll_prepare_and_check_produce_the_file_the_launcher_reads(tmp_path: Path) -> None:
-    config = training(
-        framework="roll", overrides={"max_steps": 7, "actor_train": {"training_args": {"warmup_steps": 1}}}
-    )
-    job = job_of(config, shape(2, 2, bf16=False, stack="multi"))
-    root = run_roll_on_fake_checkout(job, tmp_path)
-    args = shlex.split(job.entrypoint.split("&&")[-1])
-    config_path, config_name = args[args.index("--config_path") + 1], args[args.index("--config_name") + 1]
-    generated = root / "examples" / config_path / f"{config_name}.yaml"
-    rendered = yaml.safe_load(generated.read_text())
-    assert rendered["actor_train"]["device_mapping"] == "list(range(0,4))"
-    assert rendered["max_steps"] == 7 and rendered["actor_train"]["training_args"]["warmup_steps"] == 1
-    assert rendered["checkpoint_config"]["output_dir"] == "/mnt/shared/roll/multi/checkpoints"
-    # A second run (pulumi up again) rewrites the same bytes.
-    before = generated.read_bytes()
-    run_roll_on_fake_checkout(job, tmp_path / "again")
-    assert (tmp_path / "again" / "ROLL" / "examples" / config_path / f"{config_name}.yaml").read_bytes() == before
-
-
-def test_roll_pre_submit_check_refuses_what_roll_would_reject(tmp_path: Path) -> None:
-    config = training(framework="roll", overrides={"val_env_manager": {"group_size": 3}})
-    job = job_of(config, shape(1, 1, bf16=False, stack="dev"))
-    root = install_roll_job(job, tmp_path)
-    assert in_bash(here(job.prepare, "/workspace/ROLL", root)).returncode == 0
-    check = in_bash(here(job.pre_submit_check, "/workspace/ROLL", root))
-    assert check.returncode == 1
-    assert "val_batch_size: must be a multiple of val_env_manager.group_size" in check.stderr
-
-
-def test_roll_summary_says_what_the_head_will_do() -> None:
+def test_roll_summary_says_where_the_config_came_from_and_what_was_applied() -> None:
     summary = job_of(training(**DEV_CONFIG), shape(1, 1, bf16=False, shared=None, stack="dev")).summary
     assert summary["base_config"] == "examples/agentic_demo/agent_val_frozen_lake_single_node_demo.yaml"
+    assert summary["files_read"] == [
+        "examples/agentic_demo/agent_val_frozen_lake_single_node_demo.yaml",
+        "examples/config/traj_envs.yaml",
+    ]
+    assert summary["read_from"] == os.environ["ROLL_CHECKOUT"]
     assert summary["generated_config"] == (
         "/workspace/ROLL/examples/pulumi/dev-agent_val_frozen_lake_single_node_demo.yaml"
     )
-    rules = " | ".join(summary["hardware_defaults"])
-    assert "list(range(0,1))" in rules and "fp16" in rules and "/data/roll/dev" in rules
-    assert summary["command"].endswith("--config_name dev-agent_val_frozen_lake_single_node_demo")
+    applied = " | ".join(summary["hardware_defaults"]["applied"])
+    assert "list(range(0,1))" in applied and "/data/roll/dev" in applied
+    assert "actor_train.model_args.flash_attn: dropped" in applied
     assert any("rollout_batch_size" in check for check in summary["checks"])
 
 
-def test_roll_summary_with_a_local_checkout_shows_the_rendered_config_and_what_was_kept() -> None:
+def test_roll_summary_shows_what_was_kept() -> None:
     config = training(
         framework="roll", roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"}
     )
-    base = (FIXTURES / "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml").read_text()
-    summary = adapter_for(config, container(), roll_base_yaml=base).job(shape()).summary
-    assert "device_mapping: list(range(0,12))" in summary["rendered_config"]
-    assert any(line.startswith("actor_infer.device_mapping: kept") for line in summary["hardware_defaults"]["kept"])
-    assert summary["check_errors"] == []
+    job = job_of(config)
+    assert "device_mapping: list(range(0,12))" in (job.rendered_config or "")
+    kept = job.summary["hardware_defaults"]["kept"]
+    assert any(line.startswith("actor_infer.device_mapping: kept") for line in kept)
 
 
-def test_roll_checks_before_deploy_with_and_without_the_base() -> None:
+def test_roll_checks_before_deploy_name_the_override_key() -> None:
     config = training(
         framework="roll",
         roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"},
         overrides={"actor_infer.strategy_args.strategy_name": "hf_infer"},
     )
-    problems = check_before_deploy(config, container(), shape(1, 8))
+    problems = check_before_deploy(config, container(), shape(2, 8))
     assert problems == [
-        "roll-cluster:training.overrides.actor_infer.strategy_args.strategy_name: must be vllm or sglang "
-        "(ROLL asserts it); got 'hf_infer'"
+        "roll-cluster:training.overrides.actor_infer.strategy_args.strategy_name: must be vllm or sglang; got "
+        "'hf_infer'"
     ]
-    base = (FIXTURES / "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml").read_text()
+
+
+def test_roll_base_values_that_do_not_fit_name_the_key_and_the_base() -> None:
     fits = training(
         framework="roll", roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"}
     )
-    problems = check_before_deploy(fits, container(), shape(1, 8), roll_base_yaml=base)
+    problems = check_before_deploy(fits, container(), shape(1, 8))
     assert len(problems) == 2, problems  # rollout on 0-11 and the judge on 12-15 do not fit one 8-GPU node
-    assert all(
-        p.startswith("roll-cluster:training.overrides: the config rendered from examples/qwen2.5-7B") for p in problems
+    assert problems[0].startswith(
+        "roll-cluster:training.overrides.actor_infer.device_mapping: GPU indices must be within 0..7"
     )
-    assert any("actor_infer.device_mapping: GPU indices must be within 0..7" in p for p in problems)
-    assert check_before_deploy(fits, container(), shape(2, 8), roll_base_yaml=base) == []
+    assert problems[1].startswith("roll-cluster:training.overrides.rewards.llm_judge.device_mapping:")
+    assert all("roll-cluster:training.roll.baseConfig qwen2.5-7B-rlvr_megatron/rlvr_config.yaml" in p for p in problems)
+    assert check_before_deploy(fits, container(), shape(2, 8)) == []
+    one_node = training(
+        framework="roll", roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config_8gpus.yaml"}
+    )
+    assert check_before_deploy(one_node, container(), shape(1, 8)) == []
+
+
+def test_roll_a_misspelt_override_key_is_refused_with_the_nearest_field() -> None:
+    config = training(framework="roll", overrides={"actor_train.model_args.dtpye": "fp16", "max_step": 3})
+    problems = check_before_deploy(config, container(), shape(1, 1, bf16=False, stack="dev"))
+    assert sorted(problems) == [
+        "roll-cluster:training.overrides.actor_train.model_args.dtpye: is not a field of ROLL's ModelArguments "
+        "(roll/configs/model_args.py:53); did you mean 'dtype'?",
+        "roll-cluster:training.overrides.max_step: is not a field of ROLL's AgenticConfig "
+        "(roll/pipeline/agentic/agentic_config.py:186); did you mean 'max_steps'?",
+    ]
+
+
+def test_roll_a_missing_base_config_is_named_with_what_exists() -> None:
+    config = training(framework="roll", roll={"baseConfig": "agentic_demo/frozen_lake.yaml"})
+    problems = check_before_deploy(config, container(), shape(1, 1, bf16=False, stack="dev"))
+    assert len(problems) == 1
+    assert problems[0].startswith("roll-cluster:training.roll.baseConfig: must name a file under ROLL's examples/")
+    assert "got 'agentic_demo/frozen_lake.yaml', which does not exist" in problems[0]
+    assert "agentic_demo/agent_val_frozen_lake_single_node_demo.yaml" in problems[0]
 
 
 # ---------------------------------------------------------------------------------------------------- verl

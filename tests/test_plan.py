@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import textwrap
 
 import pytest
+import yaml
 from offline_helpers import run
 
 from infra import plan
+from infra.node import steps
 from infra.offline import shipped_stacks
 
 STACKS = ["dev", "large", "multi", "openrlhf", "verl"]
@@ -45,3 +48,32 @@ def test_first_boot_user_data_fits_alibabas_limit():
         user_data = run(stack).cloud.of_type("alicloud:ecs/instance:Instance")[0].inputs["userData"]
         assert len(user_data) < 32 * 1024, stack
         assert base64.b64decode(user_data).startswith(b"#!/bin/bash\n")
+
+
+def test_plan_of_dev_prints_the_whole_roll_yaml_with_fp16_over_the_clusters_gpu(capsys):
+    assert plan.main(["dev"]) == 0
+    text = capsys.readouterr().out
+    shipped = text.split("the configuration file shipped to the head, exactly:\n", 1)[1].split("\n== ", 1)[0]
+    config = yaml.safe_load(textwrap.dedent(shipped))
+    for role in ("actor_train", "actor_infer", "reference"):
+        assert config[role]["model_args"]["dtype"] == "fp16", role
+        assert config[role]["device_mapping"] == "list(range(0,1))", role
+    assert config["custom_env"]["FrozenLake"]["env_type"] == "frozen_lake"  # the Hydra defaults, merged in
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["large", "--nodes", "1"], "roll-cluster:training.overrides.actor_infer.device_mapping: GPU indices must be"),
+        (["dev", "--config", 'roll-cluster:training={"roll": {"baseConfig": "agentic_demo/nope.yaml"}}'],
+         "roll-cluster:training.roll.baseConfig: must name a file under ROLL's examples/"),
+        (["dev", "--config", 'roll-cluster:training={"overrides": {"actor_train.model_args.dtype": "bf16"}}'],
+         "roll-cluster:training.overrides.actor_train.model_args.dtype: must be fp16 or fp32"),
+    ],
+)
+def test_plan_refuses_a_roll_config_that_would_fail_on_the_head_before_any_resource(args, key, capsys):
+    assert plan.main(args) == 1
+    err = capsys.readouterr().err
+    assert key in err, err
+    assert steps.RECORDED == []
+    assert "job_spec" not in steps.NOTES

@@ -20,7 +20,6 @@ from infra.frameworks.custom import CustomAdapter
 from infra.frameworks.mindspeed_rl import MindSpeedRlAdapter
 from infra.frameworks.openrlhf import OpenRlhfAdapter
 from infra.frameworks.roll import RollAdapter
-from infra.frameworks.roll_render import render_preview
 from infra.frameworks.verl import VerlAdapter
 
 __all__ = [
@@ -35,17 +34,14 @@ __all__ = [
     "VerlAdapter",
     "adapter_for",
     "check_before_deploy",
-    "render_preview",
 ]
 
 Adapter = RollAdapter | VerlAdapter | OpenRlhfAdapter | MindSpeedRlAdapter | CustomAdapter
 
 
-def adapter_for(training: TrainingConfig, container: ContainerConfig, roll_base_yaml: str | None = None) -> Adapter:
-    """roll_base_yaml: ROLL's base example text from a local checkout (the offline plan's ROLL_CHECKOUT), so
-    the ROLL summary shows the rendered config; ignored for the other frameworks."""
+def adapter_for(training: TrainingConfig, container: ContainerConfig) -> Adapter:
     if training.framework == "roll":
-        return RollAdapter(training, container, roll_base_yaml)
+        return RollAdapter(training, container)
     if training.framework == "verl":
         return VerlAdapter(training, container)
     if training.framework == "openrlhf":
@@ -63,7 +59,6 @@ def check_before_deploy(
     training: TrainingConfig,
     container: ContainerConfig,
     shape_without_ip: ClusterShape,
-    roll_base_yaml: str | None = None,
 ) -> list[str]:
     """Problems detectable before anything is created; each names its `roll-cluster:...` key. Empty: fine."""
-    return adapter_for(training, container, roll_base_yaml).problems(shape_without_ip)
+    return adapter_for(training, container).problems(shape_without_ip)

@@ -114,6 +114,9 @@ class JobSpec:
     pre_submit_check: str | None  # shell command that must succeed before submission
     reward_server: RewardServer | None  # started and health-checked on the head before the job
     summary: dict[str, Any]  # what the offline plan shows
+    # The exact configuration file shipped to the head, built before deployment (ROLL's YAML); the plan prints
+    # it in full and the job step carries it as a readable input.
+    rendered_config: str | None = None
 
 
 class FrameworkAdapter(Protocol):

@@ -17,7 +17,7 @@ from infra.frameworks import JobSpec, adapter_for
 from infra.node import steps
 from infra.ray import commands as ray_commands
 from infra.ray.cluster import RayCluster, RayNode
-from infra.stack_config import cluster_shape, local_roll_base
+from infra.stack_config import cluster_shape
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,16 @@ class TrainingJobArgs:
 class TrainingJob(pulumi.ComponentResource):
     spec: pulumi.Output[JobSpec]
     job_id: pulumi.Output[str]
+    rendered_config: str | None
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:TrainingJob", name, None, opts)
         config = args.config
-        adapter = adapter_for(config.training, config.container, local_roll_base(config))
+        adapter = adapter_for(config.training, config.container)
         shape = cluster_shape(config, args.stack, args.gpus_per_node, args.bf16, head_ip="")
+        # The ROLL YAML is known before the head exists (it does not depend on its IP), so `pulumi preview` shows
+        # it in full as the job step's trigger; a changed configuration replaces the job.
+        self.rendered_config = adapter.job(shape).rendered_config
         if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
             # The job names the reward server by the head's private address, known once the head exists.
             self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
@@ -86,7 +90,7 @@ class TrainingJob(pulumi.ComponentResource):
                 after=after,
                 delete_scripts=ray_commands.JOB_STOP_STEP.scripts,
                 delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),
-                triggers=[self.job_id],
+                triggers=[self.job_id, *([self.rendered_config] if self.rendered_config else [])],
                 delete_before_replace=True,
                 resource_name="training-job",
             )

@@ -1,19 +1,18 @@
-"""ROLL: the checkout and its requirements on every node, the training YAML rendered on the head from the base
-example in that checkout (roll_render.py), and the launcher submitted from the repo root
-(../shared/reference/roll.md sections 1-3 and 9)."""
+"""ROLL: the checkout and its requirements on every node, the training YAML built on the machine that runs
+`pulumi up` from the base example of the pinned ref (roll_sources.py, roll_compose.py, roll_render.py), checked
+there against ROLL's own rules (roll_checks.py, roll_keys.py), shipped to the head as a file under examples/,
+and the launcher submitted from the repo root (../shared/reference/roll.md sections 1-3 and 9)."""
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from infra.config import ContainerConfig, TrainingConfig
-from infra.frameworks import roll_render
+from infra.frameworks import roll_checks, roll_keys, roll_render, roll_sources
 from infra.frameworks.base import (
     WHERE_FROM_ONLY,
     ClusterShape,
@@ -24,11 +23,10 @@ from infra.frameworks.base import (
     job_id,
     key,
 )
+from infra.frameworks.roll_compose import ComposeError, compose
 
 ROLL_DIR = "/workspace/ROLL"
-GENERATED_DIR = "examples/pulumi"  # a sibling of the example folders, so `../config/...` defaults still resolve
-SUPPORT_DIR = f"{GENERATED_DIR}/.roll-cluster"
-RENDERER_SOURCE = Path(roll_render.__file__)
+GENERATED_DIR = "examples/pulumi"  # under examples/, where the launchers' --config_path is resolved (roll.md 2.2)
 
 # The requirements file that matches each ROLL image (roll.md 1.2), by the tag's torch/engine part.
 REQUIREMENTS_BY_IMAGE_TAG: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -36,17 +34,6 @@ REQUIREMENTS_BY_IMAGE_TAG: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"torch260-sglang"), "requirements_torch260_sglang.txt"),
     (re.compile(r"torch280-vllm"), "requirements_torch280_vllm.txt"),
     (re.compile(r"torch2100"), "requirements_torch2100_vllm.txt"),
-)
-
-CHECKS = (
-    "every device_mapping within the cluster's GPUs; contiguous from 0 (warning, issue #205)",
-    "rollout_batch_size % train_env_manager.group_size == 0",
-    "val_batch_size % val_env_manager.group_size == 0",
-    "val_batch_size % (val_env_manager.num_env_groups x group_size) == 0",
-    "Megatron: rollout_batch_size % DP == 0, DP = len(actor_train.device_mapping) / (TP x PP x CP)",
-    "actor_infer strategy is vllm or sglang",
-    "response_length or sequence_length is set",
-    "every `defaults:` file exists as seen from examples/pulumi/",
 )
 
 
@@ -67,16 +54,30 @@ def config_name(stack: str, base_config: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", f"{stack}-{stem}")
 
 
+@dataclass(frozen=True)
+class Built:
+    """The configuration for one cluster shape: the YAML text shipped to the head, or the problems that stop it."""
+
+    text: str | None
+    rendered: roll_render.Rendered | None
+    problems: list[str]
+    warnings: list[str]
+    source: str  # where the base files were read
+    files: list[str]  # the examples/ files that were read: the base, then what its defaults pull in
+
+
 class RollAdapter:
     name = "roll"
 
-    def __init__(self, training: TrainingConfig, container: ContainerConfig, base_yaml_text: str | None = None):
-        """base_yaml_text: the base example read from a local ROLL checkout, when there is one; the summary then
-        shows the config exactly as the head will render it."""
+    def __init__(
+        self, training: TrainingConfig, container: ContainerConfig, examples: roll_sources.Examples | None = None
+    ):
+        """examples: where the base configs are read (default: roll_sources.resolve(training.roll), on first use)."""
         self.training = training
         self.container = container
         self.roll = training.roll
-        self.base_yaml_text = base_yaml_text
+        self._examples = examples
+        self._built: dict[tuple[Any, ...], Built] = {}
 
     # ------------------------------------------------------------------------------------------------ code
     def requirements_file(self) -> str | None:
@@ -108,40 +109,80 @@ class RollAdapter:
             extra_packages="",
         )
 
+    # ------------------------------------------------------------------------------------------ the config
+    def build(self, shape: ClusterShape) -> Built:
+        """Compose, render and check the YAML for this shape (once per shape; the head's IP does not matter)."""
+        cache_key = tuple(sorted(shape.facts().items()))
+        if cache_key not in self._built:
+            self._built[cache_key] = self._build(shape)
+        return self._built[cache_key]
+
+    def _build(self, shape: ClusterShape) -> Built:
+        base = self.roll.base_config
+        try:
+            examples = self._examples or roll_sources.resolve(self.roll)
+            self._examples = examples
+        except roll_sources.RollSourceError as error:
+            return Built(None, None, [str(error)], [], "", [])
+        try:
+            composed, files = compose(examples.read, base)
+        except FileNotFoundError:
+            return Built(None, None, [roll_sources.missing_base_message(examples, base, self.roll.ref)], [],
+                         examples.where, [])
+        except (ComposeError, roll_sources.RollSourceError) as error:
+            return Built(None, None, [f"{key('training.roll.baseConfig')}: {error}"], [], examples.where, [])
+        keys = roll_keys.load()
+        cluster = roll_render.Cluster.of(shape)
+        try:
+            overrides = roll_render.expand_dotted(self.training.overrides)
+        except roll_render.RenderError as error:
+            return Built(None, None, [f"{key('training.overrides')}: {error}"], [], examples.where, files)
+        rendered = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline)
+        result = roll_checks.check(rendered.config, cluster, self.roll.pipeline, keys)
+        overridden = roll_render.leaf_keys(overrides)
+        problems = [self.user_message(p, overridden) for p in result.errors]
+        warnings = [self.user_message(p, overridden) for p in result.warnings]
+        text = rendered.yaml_text(
+            roll_render.header(base, self.roll.ref, cluster, self.training.overrides, rendered)
+        )
+        return Built(None if problems else text, rendered, problems, warnings, examples.where, files)
+
+    def user_message(self, problem: roll_checks.Problem, overridden: set[str]) -> str:
+        """A problem of the YAML as the user fixes it: the `training.overrides` key that sets that YAML key, and
+        where the value came from when it is not an override."""
+        name = key(f"training.overrides.{problem.key}") if problem.key else key("training.overrides")
+        parts = problem.key.split(".")
+        from_override = any(".".join(parts[:i]) in overridden for i in range(1, len(parts) + 1))
+        if from_override:
+            return f"{name}: {problem.message}"
+        return (
+            f"{name}: {problem.message} (the value of {key('training.roll.baseConfig')} "
+            f"{self.roll.base_config} for {self.roll.pipeline}: set this key, or choose another base config)"
+        )
+
     # ------------------------------------------------------------------------------------------------- job
     def paths(self, shape: ClusterShape) -> dict[str, str]:
         name = config_name(shape.stack, self.roll.base_config)
-        return {
-            "name": name,
-            "base": f"examples/{self.roll.base_config}",
-            "out": f"{GENERATED_DIR}/{name}.yaml",
-            "renderer": f"{SUPPORT_DIR}/roll_render.py",
-            "cluster": f"{SUPPORT_DIR}/cluster.json",
-            "overrides": f"{SUPPORT_DIR}/overrides.json",
-        }
+        return {"name": name, "out": f"{GENERATED_DIR}/{name}.yaml"}
 
     def job(self, shape: ClusterShape) -> JobSpec:
+        built = self.build(shape)
+        if built.text is None:
+            raise ValueError("; ".join(built.problems))
         paths = self.paths(shape)
-        q = {name: shlex.quote(path) for name, path in paths.items()}
-        cluster = roll_render.Cluster.of(shape)
-        render = (
-            f"cd {ROLL_DIR} && python3 {q['renderer']} --base {q['base']} --cluster {q['cluster']} "
-            f"--overrides {q['overrides']} --out {q['out']}"
-        )
-        check = f"cd {ROLL_DIR} && python3 {q['renderer']} --check {q['out']} --cluster {q['cluster']}"
+        launcher = f"examples/start_{self.roll.pipeline}_pipeline.py"
         entrypoint = (
-            f"cd {ROLL_DIR} && PYTHONPATH={ROLL_DIR} python3 examples/start_{self.roll.pipeline}_pipeline.py "
-            f"--config_path {GENERATED_DIR.rsplit('/', 1)[-1]} --config_name {q['name']}"
+            f"cd {ROLL_DIR} && PYTHONPATH={ROLL_DIR} python3 {launcher} "
+            f"--config_path {GENERATED_DIR.rsplit('/', 1)[-1]} --config_name {shlex.quote(paths['name'])}"
         )
-        overrides_json = json.dumps(self.training.overrides, indent=2, sort_keys=True)
-        files = {
-            posixpath.join(ROLL_DIR, paths["renderer"]): RENDERER_SOURCE.read_text(encoding="utf-8"),
-            posixpath.join(ROLL_DIR, paths["cluster"]): cluster.to_json() + "\n",
-            posixpath.join(ROLL_DIR, paths["overrides"]): overrides_json + "\n",
-        }
+        # The config needs no other file; the launcher must be there (a checkout at another ref may lack it).
+        check = (
+            f"cd {ROLL_DIR} && test -f {launcher} || {{ echo 'no {launcher} in {ROLL_DIR}: is the checkout at "
+            f"{self.roll.ref}?' >&2; exit 1; }}"
+        )
         configuration = {
-            "roll": self.roll.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
-            "overrides": self.training.overrides,
+            "roll": self.roll.model_dump(mode="json", exclude={*WHERE_FROM_ONLY, "checkout"}),
+            "config": built.text,
             **image_facts(self.container),
         }
         return JobSpec(
@@ -149,15 +190,17 @@ class RollAdapter:
             workdir=ROLL_DIR,
             entrypoint=entrypoint,
             runtime_env=None,
-            files=files,
-            prepare=render,
+            files={posixpath.join(ROLL_DIR, paths["out"]): built.text},
+            prepare=None,
             pre_submit_check=check,
             reward_server=None,
-            summary=self.summary(shape, paths, entrypoint),
+            summary=self.summary(shape, built, paths, entrypoint),
+            rendered_config=built.text,
         )
 
-    def summary(self, shape: ClusterShape, paths: Mapping[str, str], entrypoint: str) -> dict[str, Any]:
-        summary: dict[str, Any] = {
+    def summary(self, shape: ClusterShape, built: Built, paths: dict[str, str], entrypoint: str) -> dict[str, Any]:
+        rendered = built.rendered
+        return {
             "framework": self.name,
             "cluster": shape.facts(),
             "code": {
@@ -167,42 +210,19 @@ class RollAdapter:
                 "requirements_file": self.requirements_file(),
             },
             "pipeline": self.roll.pipeline,
-            "base_config": paths["base"],
+            "base_config": f"examples/{self.roll.base_config}",
+            "read_from": built.source,
+            "files_read": [f"examples/{name}" for name in built.files],
             "generated_config": f"{ROLL_DIR}/{paths['out']}",
-            "hardware_defaults": self.default_rules(shape),
+            "hardware_defaults": {
+                "applied": rendered.applied if rendered else [],
+                "kept": rendered.kept if rendered else [],
+            },
             "overrides": self.training.overrides,
             "command": entrypoint,
-            "checks": list(CHECKS),
+            "checks": list(roll_checks.RULES),
+            "check_warnings": built.warnings,
         }
-        if self.base_yaml_text is not None:
-            cluster = roll_render.Cluster.of(shape)
-            rendered = roll_render.render(
-                self.base_yaml_text, cluster, self.training.overrides, paths["base"], paths["out"]
-            )
-            result = roll_render.check(rendered.config, cluster)
-            summary["hardware_defaults"] = {"applied": rendered.applied, "kept": rendered.kept}
-            summary["rendered_config"] = rendered.yaml_text()
-            summary["check_errors"] = result.errors
-            summary["check_warnings"] = result.warnings
-        return summary
-
-    @staticmethod
-    def default_rules(shape: ClusterShape) -> list[str]:
-        """What the head's render will do, said without the base YAML (which lives on the head)."""
-        root = roll_render.Cluster.of(shape).output_root
-        rules = [
-            "actor_train / actor_infer / reference / critic whose device_mapping covers all of the base's GPUs: "
-            f"list(range(0,{shape.total_gpus})) ({shape.nodes} x {shape.gpus_per_node}); roles on a subset are "
-            "kept as written",
-        ]
-        if not shape.bf16:
-            rules.append("model_args.dtype: fp16 for every role (the GPUs have no bf16)")
-        where = "shared storage" if shape.shared_dir else "each node's data dir: no shared storage"
-        rules.append(
-            f"output_dir, logging_dir, checkpoint_config.output_dir, tracker_kwargs.log_dir under {root} ({where})"
-        )
-        rules.append("training.overrides deep-merged last")
-        return rules
 
     # ------------------------------------------------------------------------------------------ local checks
     def problems(self, shape: ClusterShape) -> list[str]:
@@ -210,26 +230,4 @@ class RollAdapter:
         requirement = self.requirements_problem()
         if requirement is not None:
             problems.append(requirement)
-        cluster = roll_render.Cluster.of(shape)
-        if self.base_yaml_text is not None:
-            paths = self.paths(shape)
-            try:
-                rendered = roll_render.render(
-                    self.base_yaml_text, cluster, self.training.overrides, paths["base"], paths["out"]
-                )
-            except roll_render.RenderError as error:
-                return [*problems, f"{key('training.roll.baseConfig')}: {error}"]
-            problems += [
-                f"{key('training.overrides')}: the config rendered from {paths['base']} for {shape.nodes} x "
-                f"{shape.gpus_per_node} GPUs fails ROLL's check: {error}"
-                for error in roll_render.check(rendered.config, cluster).errors
-            ]
-            return problems
-        # Without the base only what the overrides decide on their own can be checked here.
-        try:
-            overrides = roll_render.expand_dotted(self.training.overrides)
-        except roll_render.RenderError as error:
-            return [*problems, f"{key('training.overrides')}: {error}"]
-        partial = roll_render.check(overrides, cluster, partial=True)
-        problems += [key("training.overrides." + error) for error in partial.errors]
-        return problems
+        return problems + self.build(shape).problems

@@ -98,8 +98,8 @@ class TestHost:
     __test__ = False  # not a pytest test class
 
     def private_path(self, path: str) -> Path:
-        """Where a path under this host's private /tmp or /var/log lies on the test machine."""
-        for mount, backing in (("/tmp/", "tmp"), ("/var/log/", "log")):
+        """Where a path under this host's private /tmp, /var/log or /workspace lies on the test machine."""
+        for mount, backing in (("/tmp/", "tmp"), ("/var/log/", "log"), ("/workspace/", "workspace")):
             if path.startswith(mount):
                 return self.root / backing / path[len(mount) :]
         raise ValueError(f"{path} is not under a private directory of {self.name}")
@@ -215,7 +215,7 @@ class TestNetwork:
         SUPPORT_DIR.mkdir(parents=True, exist_ok=True)
         for script in ("host_init.sh", "fake_docker.sh"):
             shutil.copyfile(E2E_DIR / script, SUPPORT_DIR / script)
-        for sub in ("tmp", "log", "bin", "docker/containers"):
+        for sub in ("tmp", "log", "workspace", "bin", "docker/containers"):
             (host.root / sub).mkdir(parents=True, exist_ok=True)
         (host.root / "tmp").chmod(0o1777)
         veth = f"{NETNS_PREFIX}v{index}"

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infra.node import steps
 from infra.offline import OfflineCloud, run_program, unwrap
 
 # V100 types of the catalog by GPUs per node: the GPU count is a test parameter (Ray is told --num-gpus).
@@ -28,6 +29,7 @@ class ProgramCommands:
     job_stop: str | None  # the job's delete command (pulumi destroy, or a replaced job)
     ray_stop: list[str]  # every node's Ray delete command, rank 0 first
     outputs: dict[str, Any]
+    rendered_config: str | None  # the training configuration the job step ships (ROLL's YAML)
 
 
 def render_cluster(
@@ -41,8 +43,10 @@ def render_cluster(
     dashboard: str = "admin-cidrs",
     ray: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> ProgramCommands:
-    """Run the program for a `custom` job on len(ips) nodes whose public and private addresses are `ips`."""
+    """Run the program on len(ips) nodes whose public and private addresses are `ips`, for a `custom` job of
+    `entrypoint` or, given `training`, that training section (e.g. a ROLL job)."""
     cloud = OfflineCloud(node_public_ips=list(ips), node_private_ips=list(ips))
     gcs, dashboard_port, client = ports
     result = run_program(
@@ -58,8 +62,8 @@ def render_cluster(
             },
             "roll-cluster:ray": {"gcsPort": gcs, "dashboardPort": dashboard_port, "clientPort": client,
                                  "objectStoreMemoryGb": 0.1, **(ray or {})},
-            "roll-cluster:training": {"framework": "custom",
-                                      "custom": {"entrypoint": entrypoint, "workingDir": working_dir}},
+            "roll-cluster:training": training or {"framework": "custom",
+                                                  "custom": {"entrypoint": entrypoint, "workingDir": working_dir}},
             "roll-cluster:storage": {"nas": False},
         },
         secrets={f"roll-cluster:{key}": value for key, value in (secrets or {}).items()},
@@ -79,6 +83,7 @@ def render_cluster(
         job_stop=job["delete"] if job else None,
         ray_stop=[inputs(name)["delete"] for name in ["node-0-ray-head", *workers]],
         outputs=result.outputs,
+        rendered_config=steps.NOTES["job_spec"].rendered_config if "job_spec" in steps.NOTES else None,
     )
 
 

@@ -1,9 +1,12 @@
 """The program's own commands on real hosts: the Pulumi program runs under the offline cloud with the test hosts'
 addresses (program_commands.py), and the Ray and job steps it registered run over SSH exactly as pulumi-command
-would run them, with seed 004's ports. Then the user's jobStatus and jobLogs outputs, and the delete commands
-that `pulumi destroy` runs.
+would run them, with seed 004's ports. Then the user's jobStatus and jobLogs outputs, a ROLL job whose YAML was
+built by the program before deployment and is submitted through the program's own job step, and the delete
+commands that `pulumi destroy` runs.
 
-Stand-ins: `docker` (the "container" is the host itself, fake_docker.sh) and GPUs (Ray is told --num-gpus=2).
+Stand-ins: `docker` (the "container" is the host itself, fake_docker.sh), GPUs (Ray is told --num-gpus=2) and
+ROLL's launcher (a script at examples/start_agentic_pipeline.py that reads and checks the shipped YAML against
+the running cluster instead of training: there is no ROLL, torch or GPU here).
 """
 
 from __future__ import annotations
@@ -58,6 +61,32 @@ def cluster(network: TestNetwork) -> Iterator[tuple[list[TestHost], ProgramComma
     network.run_parallel([(host, stop) for host, stop in zip(hosts, commands.ray_stop, strict=True)])
 
 
+# ROLL's launcher, stood in: resolves --config_path from its own folder as Hydra's initialize() does, reads the
+# YAML the job step wrote, and checks it against the Ray cluster it runs on.
+ROLL_LAUNCHER = """
+import argparse, os, sys
+import ray, yaml
+parser = argparse.ArgumentParser()
+parser.add_argument("--config_path")
+parser.add_argument("--config_name")
+args = parser.parse_args()
+path = os.path.join(os.path.dirname(os.path.realpath(__file__)), args.config_path, args.config_name + ".yaml")
+config = yaml.safe_load(open(path))
+ray.init()
+gpus = int(ray.cluster_resources().get("GPU", 0))
+print("stand-in ROLL launcher read", os.path.relpath(path), "on a cluster of", gpus, "GPUs", flush=True)
+for role in ("actor_train", "actor_infer", "reference"):
+    mapping = config[role]["device_mapping"]
+    indices = eval(mapping, {"__builtins__": {}}, {"list": list, "range": range})  # as ROLL does
+    print(role, mapping, config[role]["model_args"]["dtype"], flush=True)
+    if max(indices) >= gpus:
+        sys.exit(f"{role}.device_mapping {mapping} is beyond the cluster's {gpus} GPUs")
+if "defaults" in config or "custom_env" not in config:
+    sys.exit("the Hydra defaults were not merged in")
+print("stand-in ROLL launcher: config fits", flush=True)
+"""
+
+
 def wait_for(network: TestNetwork, command: str, wanted: str, timeout: float = 120) -> str:
     deadline = time.monotonic() + timeout
     while True:
@@ -102,6 +131,37 @@ def test_every_program_step_run_again_changes_nothing(network, cluster):
     for result in again:
         result.check()
     assert "already" in again[0].output.lower()
+
+
+def test_the_roll_yaml_built_before_deployment_is_submitted_through_the_programs_job_step(network, cluster):
+    hosts, _ = cluster
+    roll = render_cluster(
+        [h.ip for h in hosts],
+        str(network.client_key),
+        ports=(8100, 8101, 8102),
+        ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
+        # ROLL's multi-node demo; 48 rollouts divide over the 6 GPUs' Megatron data-parallel ranks.
+        training={
+            "framework": "roll",
+            "roll": {"baseConfig": "agentic_demo/agent_val_frozen_lake_multi_nodes_demo.yaml"},
+            "overrides": {"rollout_batch_size": 48},
+        },
+    )
+    assert roll.submit is not None and roll.job_stop is not None and roll.rendered_config is not None
+    launcher = hosts[0].private_path("/workspace/ROLL/examples/start_agentic_pipeline.py")
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text(ROLL_LAUNCHER)
+    submit = network.run(hosts[0], roll.submit).check()
+    assert "write the job's files" in submit.output and "prepare the job" not in submit.output
+    shipped = hosts[0].private_path("/workspace/ROLL/examples/pulumi/multi-agent_val_frozen_lake_multi_nodes_demo.yaml")
+    assert shipped.read_text() == roll.rendered_config  # the head wrote it as is, it rendered nothing
+    wait_for(network, roll.outputs["jobStatus"], "succeeded")
+    logs = network.run_user_command(roll.outputs["jobLogs"]).check().output
+    assert "stand-in ROLL launcher read examples/pulumi/multi-agent_val_frozen_lake_multi_nodes_demo.yaml" in logs
+    assert "on a cluster of 6 GPUs" in logs
+    assert "actor_train list(range(0,6)) fp16" in logs
+    assert "stand-in ROLL launcher: config fits" in logs
+    network.run(hosts[0], roll.job_stop).check()
 
 
 def test_destroy_commands_stop_the_job_and_ray(network, cluster):

@@ -1,0 +1,30 @@
+"""Hermetic ROLL base configs for the whole suite: the snapshot of the pinned ref shipped with the tests
+(tests/fixtures/roll) stands for a ROLL checkout, as in the offline plan, and no test reaches the network for
+them (a test of the fetch code serves files from a local HTTP server)."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infra.offline import ROLL_SNAPSHOT
+
+os.environ.setdefault("ROLL_CHECKOUT", str(ROLL_SNAPSHOT))
+
+
+@pytest.fixture(autouse=True)
+def _no_network_for_roll_configs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    real = urllib.request.urlopen
+
+    def local_only(url: Any, *args: Any, **kwargs: Any) -> Any:
+        text = url if isinstance(url, str) else url.full_url
+        if not text.startswith(("http://127.0.0.1", "http://localhost")):
+            raise AssertionError(f"a test tried to reach the network: {text}")
+        return real(url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", local_only)
+    yield
