@@ -10,6 +10,7 @@ ids but no daemon is contacted.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
 import json
@@ -106,6 +107,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     options: dict[str, pulumi.ResourceOptions] = field(default_factory=dict)
     resources: list[Registered] = field(default_factory=list)
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    missing_images: list[str] = field(default_factory=list)
     _instances: int = 0
 
     # ------------------------------------------------------------------ invokes
@@ -115,6 +117,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             "alicloud:index/getZones:getZones": self._zones,
             "alicloud:ecs/getInstanceTypes:getInstanceTypes": self._instance_types,
             "alicloud:ecs/getImages:getImages": self._images,
+            "alicloud:ecs/getEcsDisks:getEcsDisks": self._disks,
         }.get(args.token)
         if handler is None:
             return {}
@@ -178,7 +181,30 @@ class OfflineCloud(pulumi.runtime.Mocks):
             ],
         }
 
+    def _disks(self, args: dict[str, Any]) -> dict[str, Any]:
+        """DescribeDisks of one instance: its data disk (every instance here has at most one)."""
+        instance_id = str(args.get("instanceId") or "")
+        instance = next((r for r in self.of_type("alicloud:ecs/instance:Instance") if r.id == instance_id), None)
+        if instance is None or not instance.inputs.get("dataDisks") or args.get("type") not in ("data", None):
+            return {"ids": [], "disks": [], "totalCount": 0}
+        disk_id = f"d-bp1{_digest(instance_id, 17)}"
+        zone = str(self.of_type("alicloud:vpc/switch:Switch")[0].inputs.get("zoneId")) if self.of_type(
+            "alicloud:vpc/switch:Switch") else ""
+        size = int(instance.inputs["dataDisks"][0].get("size") or 0)
+        disk = {name: "" for name in _DISK_FIELDS}
+        disk.update(
+            id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category="cloud_essd",
+            size=size, iops=0, iopsRead=0, iopsWrite=0, mountInstanceNum=1, status="In_use",
+            availabilityZone=zone, zoneId=zone, regionId=self.region(), device="/dev/xvdb",
+            deleteAutoSnapshot=False, deleteWithInstance=True, enableAutoSnapshot=False,
+            enableAutomatedSnapshotPolicy=False, encrypted="off", portable=False, tags={},
+            mountInstances=[], operationLocks=[],
+        )
+        return {"ids": [disk_id], "disks": [disk], "totalCount": 1}
+
     def _images(self, args: dict[str, Any]) -> dict[str, Any]:
+        if args.get("imageId"):
+            return self._image_by_id(str(args["imageId"]))
         pattern = re.compile(args.get("nameRegex") or ".*")
         matches = [(n, os_name) for n, os_name in OS_IMAGES if pattern.search(n)]
         if args.get("mostRecent"):
@@ -198,6 +224,17 @@ class OfflineCloud(pulumi.runtime.Mocks):
         ]
         return {"ids": [i["id"] for i in images], "images": images}
 
+    def _image_by_id(self, image_id: str) -> dict[str, Any]:
+        """An explicit image (nodes.image): the region has it unless a test says otherwise (missing_images)."""
+        if image_id in self.missing_images:
+            return {"ids": [], "images": []}
+        image = {
+            "id": image_id, "imageId": image_id, "name": f"custom image {image_id}",
+            "osName": "Alibaba Cloud Linux 3.2104 LTS 64 bit", "osType": "linux", "architecture": "x86_64",
+            "status": "Available", "size": 100,
+        }
+        return {"ids": [image_id], "images": [image]}
+
     # ---------------------------------------------------------------- resources
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         inputs = dict(args.inputs)
@@ -205,6 +242,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         prefix = _ID_PREFIX.get(args.typ, "res-")
         resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
         typ = args.typ
+        _refuse_like_alibaba(typ, args.name, inputs)
         if typ == "alicloud:ecs/instance:Instance":
             outputs.update(self._instance_addresses(inputs))
             outputs["status"] = "Running"
@@ -216,6 +254,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
             outputs["mountTargetDomain"] = f"{fs}-{_digest(args.name, 5)}.{self.region()}.nas.aliyuncs.com"
         elif typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
             outputs["fingerPrint"] = ":".join(_digest(args.name, 32)[i : i + 2] for i in range(0, 32, 2))
+        elif typ == "command:local:Command" and args.name.endswith("-host-key"):
+            outputs.update(stdout=offline_host_key(args.name), stderr="")
         elif typ in ("command:remote:Command", "command:local:Command"):
             outputs.update(stdout="", stderr="")
         elif typ == "docker:index/remoteImage:RemoteImage":
@@ -286,6 +326,55 @@ _ID_PREFIX = {
 
 def _digest(text: str, length: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+_DISK_FIELDS = (
+    "attachedTime", "autoSnapshotPolicyId", "availabilityZone", "category", "creationTime", "deleteAutoSnapshot",
+    "deleteWithInstance", "description", "detachedTime", "device", "diskId", "diskName", "diskType",
+    "enableAutoSnapshot", "enableAutomatedSnapshotPolicy", "encrypted", "expirationTime", "expiredTime", "id",
+    "imageId", "instanceId", "iops", "iopsRead", "iopsWrite", "kmsKeyId", "mountInstanceNum", "name", "paymentType",
+    "performanceLevel", "portable", "productCode", "regionId", "resourceGroupId", "size", "snapshotId", "status",
+    "type", "zoneId",
+)
+
+# ECS ImportKeyPair: "The imported key pair must support one of the following encryption methods: rsa, dsa,
+# ssh-rsa, ssh-dss, ecdsa" (help/en/ecs/developer-reference/api-ecs-2014-05-26-importkeypair, Jun 2026; ed25519 is
+# not listed): ../shared/reference/alibaba-cloud-verified.md 1.1.
+IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
+# User data: "Before user data is encoded in Base64, the user data can only be up to 32 KB in size"
+# (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2.
+USER_DATA_LIMIT_BYTES = 32 * 1024
+
+
+class AlibabaRefused(RuntimeError):
+    """What a real Alibaba Cloud API call would answer with an error for."""
+
+
+def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None:
+    if typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
+        key_type = str(reveal(inputs.get("publicKey")) or "").split(maxsplit=1)[:1]
+        if key_type and key_type[0] not in IMPORT_KEY_PAIR_TYPES:
+            raise AlibabaRefused(
+                f"{name}: ImportKeyPair refuses a {key_type[0]} key (it accepts rsa, dsa and ecdsa)"
+            )
+    if typ == "alicloud:ecs/instance:Instance":
+        user_data = reveal(inputs.get("userData"))
+        if user_data:
+            size = len(base64.b64decode(str(user_data)))
+            if size > USER_DATA_LIMIT_BYTES:
+                raise AlibabaRefused(
+                    f"{name}: user data of {size} bytes (before Base64) is over the {USER_DATA_LIMIT_BYTES}-byte limit"
+                )
+
+
+def offline_host_key(name: str) -> str:
+    """What infra/scripts/local/host_key.sh prints, for the offline cloud: a placeholder private key (no key is
+    generated offline) and a well-formed ssh-ed25519 public key line derived from the resource name."""
+    blob = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + hashlib.sha256(name.encode()).digest()
+    return (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\noffline-plan-placeholder\n-----END OPENSSH PRIVATE KEY-----\n"
+        f"ssh-ed25519 {base64.b64encode(blob).decode()} roll-cluster-{name}\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the runner

@@ -38,6 +38,12 @@ def render(run: OfflineRun) -> str:
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
     lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
+    if steps.NOTES.get("fabric_manager"):
+        lines.append("  NVSwitch      8 GPUs on NVSwitch: nvidia-fabricmanager (the driver's version) runs on every node")
+    if steps.NOTES.get("ssh_login"):
+        lines.append(f"  SSH login     {steps.NOTES.get('ssh_login')}")
+    if steps.NOTES.get("ssh_client"):
+        lines.append(f"  SSH clients   {steps.NOTES.get('ssh_client')}")
     price = out.get("hourlyPrice")
     lines.append(f"  price         {f'{price:.2f} per hour (region list price)' if price else 'not reported'}")
 

@@ -1,8 +1,16 @@
-"""One GPU node: an ECS instance of the chosen type with its disks, public IP, key pair and first-boot script.
+"""One GPU node: an ECS instance of the chosen type with its disks, public IP, host key and first-boot script.
 
-The GPU driver comes from Alibaba's auto-install script, started by our first-boot user data
-(infra/scripts/first_boot.sh) with driver and CUDA versions that suit the container image, or from the image
+The first-boot user data (infra/scripts/first_boot.sh) installs the node's SSH host key, which the program
+generated so that its clients can verify the node (infra/node/known_hosts.py), and `access.sshPublicKey` for
+root (every key type works this way; an ECS key pair is added only for the types ImportKeyPair accepts, see
+source.py). The GPU driver comes from Alibaba's auto-install script, started by the same user data with driver and
+CUDA versions that suit the container image (plus nvidia-fabricmanager on NVSwitch types), or from the image
 itself (`nodes.gpuDriver: preinstalled`).
+
+The data disk is handed on by its serial, the disk id without `d-`, which the guest sees as the virtio and the
+NVMe serial alike (/dev/disk/by-id/virtio-<serial>, nvme-Alibaba_Cloud_Elastic_Block_Storage_<serial>; Alibaba's
+CSI driver pkg/disk/device_manager.go, ../shared/reference/alibaba-cloud-verified.md 3.2): NVMe families (gn8v,
+gn8is) do not call it /dev/vdb.
 """
 
 from __future__ import annotations
@@ -14,9 +22,11 @@ import pulumi
 import pulumi_alicloud as alicloud
 
 from infra.config import NodesConfig
-from infra.node import remote
+from infra.node import known_hosts, remote
 
-DATA_DISK_DEVICE = "/dev/vdb"  # the first data disk of a virtio ECS instance
+# Before Base64 encoding, user data "can only be up to 32 KB in size" (help/en/ecs/user-guide/overview-of-ecs-
+# instance-user-data, Jun 2024; older pages say 16 KB): ../shared/reference/alibaba-cloud-verified.md 1.2.
+USER_DATA_LIMIT_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -28,28 +38,49 @@ class GpuNodeArgs:
     image_id: str
     vswitch_id: pulumi.Input[str]
     security_group_id: pulumi.Input[str]
-    key_pair_name: pulumi.Input[str]
+    key_pair_name: pulumi.Input[str] | None  # an ECS key pair for importable key types; None: user data only
+    ssh_public_key: str
+    fabric_manager: bool
 
     @property
     def role(self) -> str:
         return "head" if self.rank == 0 else "worker"
 
 
-def first_boot_user_data(nodes: NodesConfig) -> str:
+def first_boot_user_data(
+    nodes: NodesConfig,
+    *,
+    ssh_public_key: str = "",
+    host_key_private: str = "",
+    host_key_public: str = "",
+    fabric_manager: bool = False,
+) -> str:
     """cloud-init user data: first_boot.sh with its parameters, as a bash script."""
     env = {
         "GPU_DRIVER": nodes.gpu_driver,
         "DRIVER_VERSION": nodes.driver_version,
         "CUDA_VERSION": nodes.cuda_version,
         "CUDNN_VERSION": nodes.cudnn_version,
+        "FABRIC_MANAGER": "true" if fabric_manager else "false",
+        "ROOT_AUTHORIZED_KEY": ssh_public_key,
+        "SSH_HOST_KEY_ED25519": host_key_private,
+        "SSH_HOST_KEY_ED25519_PUB": host_key_public,
     }
-    return remote.render_user_data("first_boot.sh", env)
+    user_data = remote.render_user_data("first_boot.sh", env)
+    if len(user_data.encode()) > USER_DATA_LIMIT_BYTES:
+        raise ValueError(
+            f"the first-boot user data is {len(user_data.encode())} bytes, over Alibaba's limit of "
+            f"{USER_DATA_LIMIT_BYTES} bytes before Base64"
+        )
+    return user_data
 
 
 class GpuNode(pulumi.ComponentResource):
     instance_id: pulumi.Output[str]
     public_ip: pulumi.Output[str]
     private_ip: pulumi.Output[str]
+    host_public_key: pulumi.Output[str]
+    data_disk_serial: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:GpuNode", name, None, opts)
@@ -62,7 +93,19 @@ class GpuNode(pulumi.ComponentResource):
                     size=nodes.data_disk_gb, category="cloud_essd", name=f"{host_name}-data", delete_with_instance=True
                 )
             ]
-        user_data = base64.b64encode(first_boot_user_data(nodes).encode()).decode()
+        host_key = known_hosts.host_key(name, parent=self)
+        # A secret: it carries the node's private host key (kept encrypted in the state).
+        user_data = pulumi.Output.all(host_key.private_key, host_key.public_key).apply(
+            lambda keys: base64.b64encode(
+                first_boot_user_data(
+                    nodes,
+                    ssh_public_key=args.ssh_public_key,
+                    host_key_private=keys[0],
+                    host_key_public=keys[1],
+                    fabric_manager=args.fabric_manager,
+                ).encode()
+            ).decode()
+        )
         instance = alicloud.ecs.Instance(
             f"{name}-instance",
             instance_type=args.instance_type,
@@ -96,6 +139,19 @@ class GpuNode(pulumi.ComponentResource):
         self.instance_id = instance.id
         self.public_ip = instance.public_ip
         self.private_ip = instance.private_ip
+        self.host_public_key = host_key.public_key
+        self.data_disk_serial = None
+        if nodes.data_disk_gb:
+            # The instance's outputs do not carry the data disk's id; DescribeDisks of the instance does.
+            disks = alicloud.ecs.get_ecs_disks_output(instance_id=instance.id, type="data")
+            self.data_disk_serial = disks.disks.apply(lambda found: _serial(found, host_name))
         self.register_outputs(
             {"instanceId": self.instance_id, "publicIp": self.public_ip, "privateIp": self.private_ip}
         )
+
+
+def _serial(disks: list[alicloud.ecs.outputs.GetEcsDisksDiskResult], host_name: str) -> str:
+    if len(disks) != 1:
+        raise RuntimeError(f"{host_name}: expected one data disk attached, DescribeDisks lists {len(disks)}")
+    disk_id = disks[0].disk_id or disks[0].id
+    return disk_id.removeprefix("d-")

@@ -32,6 +32,7 @@ class Placement:
     tried: tuple[str, ...]  # what was looked at before, for the plan
     image_id: str
     image_name: str
+    nvswitch: bool = False  # 8-GPU NVSwitch type: nvidia-fabricmanager must run (catalog.NVSWITCH_FAMILIES)
 
 
 def choose_placement(config: ClusterConfig) -> Placement:
@@ -73,6 +74,7 @@ def choose_placement(config: ClusterConfig) -> Placement:
             tried=tuple(tried),
             image_id=image_id,
             image_name=image_name,
+            nvswitch=catalog.family_of(type_name) in catalog.NVSWITCH_FAMILIES and gpus == 8,
         )
     spot_hint = "" if nodes.spot else ", or spot instances (nodes.spot: true), whose stock differs"
     raise PlacementError(
@@ -104,6 +106,17 @@ def _price(text: str | None) -> float | None:
 
 
 def _image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
+    if config.nodes.image is not None:
+        # An explicit image: a custom image (baked, or with the driver for gpuDriver: preinstalled) or a
+        # Marketplace one; any owner, so no `owners` filter.
+        found = alicloud.ecs.get_images(image_id=config.nodes.image, instance_type=type_name).images
+        if not found:
+            raise PlacementError(
+                f"roll-cluster:nodes.image: no image {config.nodes.image} that {type_name} can boot in "
+                f"{config.region} (custom images are regional: copy it into this region, or share it with this "
+                "account); nothing was created"
+            )
+        return found[0].id, found[0].name
     images = alicloud.ecs.get_images(
         name_regex=config.nodes.os_image, owners="system", most_recent=True, instance_type=type_name,
         architecture="x86_64",

@@ -11,7 +11,8 @@ import functools
 import pulumi_alicloud as alicloud
 
 from infra.config import ClusterConfig
-from infra.sources.alibaba.instance import DATA_DISK_DEVICE, GpuNode, GpuNodeArgs
+from infra.node import ssh_access
+from infra.sources.alibaba.instance import GpuNode, GpuNodeArgs
 from infra.sources.alibaba.network import Network, NetworkArgs
 from infra.sources.alibaba.placement import Placement, choose_placement
 from infra.sources.alibaba.storage import SharedStorage, SharedStorageArgs
@@ -38,6 +39,7 @@ class AlibabaSource:
             bf16=placement.bf16,
             machine_type=placement.instance_type,
             location=placement.zone,
+            nvswitch=placement.nvswitch,
         )
 
     def provision(self) -> ProvisionedCluster:
@@ -53,9 +55,20 @@ class AlibabaSource:
                 dashboard_open_to_admins=config.access.dashboard == "admin-cidrs",
             ),
         )
-        key_pair = alicloud.ecs.EcsKeyPair(
-            "key-pair", key_pair_name=f"roll-cluster-{stack}", public_key=config.access.ssh_public_key
-        )
+        # The login key always reaches root through the first-boot user data, which works for every key type.
+        # ImportKeyPair accepts rsa, dsa and ecdsa only (not ed25519: ssh_access.IMPORTABLE_KEY_TYPES); for those
+        # an ECS key pair is registered as well, so that the console shows which key the instances take.
+        public_key = config.access.ssh_public_key
+        key_pair_name = None
+        ssh_login = f"{public_key.split()[0]} key for root via first-boot user data"
+        if ssh_access.importable(public_key):
+            key_pair = alicloud.ecs.EcsKeyPair(
+                "key-pair", key_pair_name=f"roll-cluster-{stack}", public_key=public_key
+            )
+            key_pair_name = key_pair.key_pair_name
+            ssh_login += f" and ECS key pair roll-cluster-{stack}"
+        else:
+            ssh_login += " (ECS ImportKeyPair does not accept this type: no key pair)"
         storage = None
         if config.storage.nas:
             storage = SharedStorage(
@@ -82,7 +95,9 @@ class AlibabaSource:
                     image_id=placement.image_id,
                     vswitch_id=network.vswitch_id,
                     security_group_id=network.security_group_id,
-                    key_pair_name=key_pair.key_pair_name,
+                    key_pair_name=key_pair_name,
+                    ssh_public_key=public_key,
+                    fabric_manager=placement.nvswitch and config.nodes.gpu_driver == "auto-install",
                 ),
             )
             machines.append(
@@ -92,7 +107,8 @@ class AlibabaSource:
                     ssh_host=node.public_ip,
                     private_ip=node.private_ip,
                     identity=node.instance_id,
-                    data_disk=DATA_DISK_DEVICE if config.nodes.data_disk_gb > 0 else None,
+                    data_disk_serial=node.data_disk_serial,
+                    host_key=node.host_public_key,
                     depends_on=[node],
                 )
             )
@@ -109,6 +125,8 @@ class AlibabaSource:
                 "placement_tried": list(placement.tried),
                 "image_name": placement.image_name,
                 "nas_retained": config.storage.retain_on_destroy,
+                "ssh_login": ssh_login,
+                "fabric_manager": placement.nvswitch,
             },
         )
 
