@@ -360,7 +360,7 @@ def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None
     if typ == "alicloud:ecs/instance:Instance":
         user_data = reveal(inputs.get("userData"))
         if user_data:
-            size = len(base64.b64decode(str(user_data)))
+            size = len(base64.b64decode(str(user_data)))  # gzip-compressed or not: the bytes before Base64
             if size > USER_DATA_LIMIT_BYTES:
                 raise AlibabaRefused(
                     f"{name}: user data of {size} bytes (before Base64) is over the {USER_DATA_LIMIT_BYTES}-byte limit"

@@ -699,7 +699,11 @@ def test_gpu_ready_stops_at_once_when_the_host_key_changed(node: FakeNode) -> No
 
     result = node.run_gpu_ready()
 
-    assert_failed(result, "the host key of 10.0.0.5 changed", "ssh-keygen -R 10.0.0.5")
+    assert_failed(
+        result,
+        "the host key of 10.0.0.5 does not match the key recorded for node test-node-0 in",
+        "another machine answers at this address",
+    )
     assert len(node.calls("ssh")) == 1
 
 

@@ -259,7 +259,7 @@ driver_installer_main() {
 # installs it (UNCONFIRMED, ../shared/reference/alibaba-cloud-verified.md 11), so it is installed here.
 fabric_manager_main() {
   local os_release=$1 repo=$2 version=$3 failed_file=$4 workdir=$5 id='' url file attempt
-  id=$(. "$os_release" && echo "${ID:-}")
+  id=$(sed -n 's/^ID=//p' "$os_release" | tr -d "\"'")
   case $id in
     alinux) url="$repo/rhel8/x86_64/nvidia-fabric-manager-$version-1.x86_64.rpm" ;;
     ubuntu) url="$repo/ubuntu2204/x86_64/nvidia-fabricmanager-${version%%.*}_$version-1_amd64.deb" ;;
@@ -277,9 +277,10 @@ fabric_manager_main() {
     fi
     sleep 10
   done
+  # Through the package manager (not rpm -i / dpkg -i) so that the package's own dependencies are resolved.
   case $id in
-    alinux) rpm -Uvh --replacepkgs "$file" || { printf 'rpm -U %s failed\n' "$file" >"$failed_file"; return 1; } ;;
-    ubuntu) dpkg -i "$file" || { printf 'dpkg -i %s failed\n' "$file" >"$failed_file"; return 1; } ;;
+    alinux) dnf install -y "$file" || { printf 'dnf install %s failed\n' "$file" >"$failed_file"; return 1; } ;;
+    ubuntu) apt-get install -y "$file" || { printf 'apt-get install %s failed\n' "$file" >"$failed_file"; return 1; } ;;
   esac
   systemctl enable nvidia-fabricmanager || { printf 'systemctl enable nvidia-fabricmanager failed\n' >"$failed_file"; return 1; }
   rm -f "$failed_file"

@@ -14,6 +14,7 @@ set -euo pipefail
 : "${KNOWN_HOSTS:=}"
 
 expand_path() {
+  # shellcheck disable=SC2088  # a literal "~/" is exactly what is looked for
   local tilde_prefix='~/'
   case $KNOWN_HOSTS_FILE in
     "$tilde_prefix"*) KNOWN_HOSTS_FILE=$HOME/${KNOWN_HOSTS_FILE#"$tilde_prefix"} ;;
