@@ -191,7 +191,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         zone = str(self.of_type("alicloud:vpc/switch:Switch")[0].inputs.get("zoneId")) if self.of_type(
             "alicloud:vpc/switch:Switch") else ""
         size = int(instance.inputs["dataDisks"][0].get("size") or 0)
-        disk = {name: "" for name in _DISK_FIELDS}
+        disk: dict[str, Any] = {name: "" for name in _DISK_FIELDS}
         disk.update(
             id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category="cloud_essd",
             size=size, iops=0, iopsRead=0, iopsWrite=0, mountInstanceNum=1, status="In_use",

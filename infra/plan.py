@@ -39,7 +39,7 @@ def render(run: OfflineRun) -> str:
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
     lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
     if steps.NOTES.get("fabric_manager"):
-        lines.append("  NVSwitch      8 GPUs on NVSwitch: nvidia-fabricmanager (the driver's version) runs on every node")
+        lines.append("  NVSwitch      8 GPUs on NVSwitch: nvidia-fabricmanager (driver version) runs on every node")
     if steps.NOTES.get("ssh_login"):
         lines.append(f"  SSH login     {steps.NOTES.get('ssh_login')}")
     if steps.NOTES.get("ssh_client"):

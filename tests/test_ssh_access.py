@@ -52,7 +52,7 @@ def test_an_ed25519_key_reaches_root_through_user_data_without_an_ecs_key_pair()
     assert result.cloud.of_type("alicloud:ecs/ecsKeyPair:EcsKeyPair") == []
     instance = result.cloud.of_type(INSTANCE)[0]
     assert instance.inputs.get("keyName") in (None, "")
-    env = user_data_env((instance))
+    env = user_data_env(instance)
     assert env["ROOT_AUTHORIZED_KEY"].startswith("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5")
 
 
@@ -66,7 +66,7 @@ def test_an_rsa_key_also_gets_an_ecs_key_pair() -> None:
 
     pair = result.cloud.of_type("alicloud:ecs/ecsKeyPair:EcsKeyPair")
     assert [unwrap(p.inputs["publicKey"]) for p in pair] == [rsa]
-    assert user_data_env((result.cloud.of_type(INSTANCE)[0]))["ROOT_AUTHORIZED_KEY"] == rsa
+    assert user_data_env(result.cloud.of_type(INSTANCE)[0])["ROOT_AUTHORIZED_KEY"] == rsa
 
 
 def test_the_offline_cloud_refuses_an_ed25519_key_pair_like_import_key_pair() -> None:
@@ -120,7 +120,7 @@ def test_a_key_only_in_the_agent_works_and_a_missing_key_without_agent_is_refuse
     login = ssh_access.login_key(missing, ED25519, tmp_path / "a.pub", agent_keys=lambda: [ED25519])
     assert login.via_agent and login.identity_file == str(tmp_path / "a.pub")
 
-    with pytest.raises(ConfigError, match="no private key at .* and no ssh-agent answers"):
+    with pytest.raises(ConfigError, match=r"no private key at .* and no ssh-agent answers"):
         ssh_access.login_key(missing, ED25519, tmp_path / "a.pub", agent_keys=lambda: None)
 
 
@@ -172,7 +172,7 @@ def test_every_ssh_client_verifies_the_host_key_generated_for_its_node() -> None
     for node, key in public.items():
         # The node gets the private key through its user data, which is therefore a secret.
         assert is_secret(instances[node].inputs["userData"])
-        env = user_data_env((instances[node]))
+        env = user_data_env(instances[node])
         assert env["SSH_HOST_KEY_ED25519_PUB"] == key and "PRIVATE KEY" in env["SSH_HOST_KEY_ED25519"]
         # pulumi-command: every remote step of the node pins the key.
         steps = [r for r in cloud.of_type(REMOTE) if r.name.startswith(f"{node}-")]

@@ -92,13 +92,7 @@ class KnownHosts:
 def register(stack: str, machines: Sequence[Machine]) -> KnownHosts:
     """The local.Command that writes the stack's known-hosts file from the machines' addresses and host keys."""
     path = known_hosts_path(stack)
-    lines = [
-        pulumi.Output.all(m.ssh_host, m.host_key).apply(
-            lambda v, port=m.ssh_port: known_hosts_line(str(v[0]), port, str(v[1]))
-        )
-        for m in machines
-        if m.host_key is not None
-    ]
+    lines = [_line(m) for m in machines if m.host_key is not None]
     content = pulumi.Output.all(*lines).apply(lambda v: "\n".join(str(line) for line in v))
     written = command.local.Command(
         "known-hosts",
@@ -110,6 +104,13 @@ def register(stack: str, machines: Sequence[Machine]) -> KnownHosts:
         triggers=[content],
     )
     return KnownHosts(path=path, written=written)
+
+
+def _line(machine: Machine) -> pulumi.Output[str]:
+    port = machine.ssh_port
+    return pulumi.Output.all(machine.ssh_host, machine.host_key).apply(
+        lambda v: known_hosts_line(str(v[0]), port, str(v[1]))
+    )
 
 
 def host_key_checking(machine: Machine) -> str:

@@ -258,7 +258,7 @@ driver_installer_main() {
 # guide; the package version must match the driver). No Alibaba document says whether auto_install_v4.0.sh
 # installs it (UNCONFIRMED, ../shared/reference/alibaba-cloud-verified.md 11), so it is installed here.
 fabric_manager_main() {
-  local os_release=$1 repo=$2 version=$3 failed_file=$4 workdir=$5 id='' url file attempt
+  local os_release=$1 repo=$2 version=$3 failed_file=$4 workdir=$5 retry_delay=$6 id='' url file attempt
   id=$(sed -n 's/^ID=//p' "$os_release" | tr -d "\"'")
   case $id in
     alinux) url="$repo/rhel8/x86_64/nvidia-fabric-manager-$version-1.x86_64.rpm" ;;
@@ -275,7 +275,7 @@ fabric_manager_main() {
       printf 'could not download %s\n' "$url" >"$failed_file"
       return 1
     fi
-    sleep 10
+    sleep "$retry_delay"
   done
   # Through the package manager (not rpm -i / dpkg -i) so that the package's own dependencies are resolved.
   case $id in
@@ -292,8 +292,8 @@ write_fabric_manager_installer() {
     printf '#!/bin/bash\n# Written by roll-cluster first_boot.sh: installs nvidia-fabricmanager after the driver.\n'
     printf 'set -euo pipefail\n'
     declare -f fabric_manager_main
-    printf 'fabric_manager_main %q %q %q %q %q\n' "${OS_RELEASE_FILE:-/etc/os-release}" "$FABRIC_MANAGER_REPO" \
-      "$DRIVER_VERSION" "$FABRIC_MANAGER_FAILED" "$AUTO_INSTALL_DIR"
+    printf 'fabric_manager_main %q %q %q %q %q %q\n' "${OS_RELEASE_FILE:-/etc/os-release}" "$FABRIC_MANAGER_REPO" \
+      "$DRIVER_VERSION" "$FABRIC_MANAGER_FAILED" "$AUTO_INSTALL_DIR" "$RETRY_DELAY_S"
   )" 0755
 }
 
