@@ -108,6 +108,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
     resources: list[Registered] = field(default_factory=list)
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     missing_images: list[str] = field(default_factory=list)
+    # node name -> what infra/scripts/local/host_key.sh would print (a real key pair), for hosts that must present
+    # it (the e2e tier); others get a placeholder (offline_host_key).
+    host_keys: dict[str, str] = field(default_factory=dict)
     _instances: int = 0
 
     # ------------------------------------------------------------------ invokes
@@ -255,7 +258,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
         elif typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
             outputs["fingerPrint"] = ":".join(_digest(args.name, 32)[i : i + 2] for i in range(0, 32, 2))
         elif typ == "command:local:Command" and args.name.endswith("-host-key"):
-            outputs.update(stdout=offline_host_key(args.name), stderr="")
+            node = args.name.removesuffix("-host-key")
+            outputs.update(stdout=self.host_keys.get(node) or offline_host_key(args.name), stderr="")
         elif typ in ("command:remote:Command", "command:local:Command"):
             outputs.update(stdout="", stderr="")
         elif typ == "docker:index/remoteImage:RemoteImage":

@@ -103,6 +103,9 @@ install_ssh_host_key() {
     banner "host key already installed in $key; skipped"
     return 0
   fi
+  if command -v restorecon >/dev/null 2>&1; then restorecon "$key" "$key.pub" || true; fi
+  # A client that connects before this point sees the key cloud-init generated and is refused (pulumi-command
+  # retries the dial; the later clients run after cloud-init has finished).
   for unit in sshd ssh; do
     if systemctl is-active --quiet "$unit"; then
       logged systemctl reload "$unit"

@@ -8,8 +8,10 @@ Ray step builders or the scripts changes what the tier runs.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from infra.offline import OfflineCloud, run_program, unwrap
@@ -28,6 +30,7 @@ class ProgramCommands:
     job_stop: str | None  # the job's delete command (pulumi destroy, or a replaced job)
     ray_stop: list[str]  # every node's Ray delete command, rank 0 first
     outputs: dict[str, Any]
+    known_hosts: str  # the stack's known-hosts local command (create, in its directory, with its environment)
 
 
 def render_cluster(
@@ -41,9 +44,17 @@ def render_cluster(
     dashboard: str = "admin-cidrs",
     ray: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
+    host_key_files: Sequence[Path] = (),
 ) -> ProgramCommands:
-    """Run the program for a `custom` job on len(ips) nodes whose public and private addresses are `ips`."""
-    cloud = OfflineCloud(node_public_ips=list(ips), node_private_ips=list(ips))
+    """Run the program for a `custom` job on len(ips) nodes whose public and private addresses are `ips`.
+
+    host_key_files: each node's sshd host key (private; `.pub` beside it), handed to the program as the keys it
+    generated, so that the SSH clients it configures verify the test hosts as they would verify real nodes."""
+    host_keys = {
+        f"node-{rank}": path.read_text() + path.with_name(path.name + ".pub").read_text()
+        for rank, path in enumerate(host_key_files)
+    }
+    cloud = OfflineCloud(node_public_ips=list(ips), node_private_ips=list(ips), host_keys=host_keys)
     gcs, dashboard_port, client = ports
     result = run_program(
         "multi",
@@ -79,7 +90,14 @@ def render_cluster(
         job_stop=job["delete"] if job else None,
         ray_stop=[inputs(name)["delete"] for name in ["node-0-ray-head", *workers]],
         outputs=result.outputs,
+        known_hosts=_local_command(inputs("known-hosts")),
     )
+
+
+def _local_command(inputs: Mapping[str, Any]) -> str:
+    """A pulumi-command local.Command as one shell line: its `create` run in its `dir` with its `environment`."""
+    env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in inputs["environment"].items())
+    return f"cd {shlex.quote(inputs['dir'])} && env {env} {inputs['create']}"
 
 
 def _public_key_of(private_key_path: str) -> str:
