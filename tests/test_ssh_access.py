@@ -15,7 +15,7 @@ from offline_helpers import INSTANCE, LOCAL, REMOTE, custom_resources, run
 
 from infra import offline
 from infra.config import ConfigError
-from infra.node import known_hosts, ssh_access
+from infra.node import known_hosts, ssh_access, steps
 from infra.offline import OfflineCloud, is_secret, reveal, unwrap
 from infra.sources.alibaba.instance import decode_user_data
 
@@ -213,3 +213,9 @@ def test_user_data_over_alibabas_limit_is_refused_by_the_offline_cloud() -> None
     big = base64.b64encode(b"#!/bin/bash\n" + b"#" * (32 * 1024)).decode()
     with pytest.raises(offline.AlibabaRefused, match="over the 32768-byte limit"):
         offline._refuse_like_alibaba(INSTANCE, "node-0-instance", {"userData": big})
+
+
+def test_pulumi_command_signs_through_the_agent_when_there_is_no_key_text() -> None:
+    # No private key: pulumi-command falls back to the agent at $SSH_AUTH_SOCK (provider connection.go, SSHConfig).
+    through_agent = steps.connection("47.1.2.3", None, host_key="ssh-ed25519 AAAA")
+    assert through_agent.private_key is None and through_agent.host_key == "ssh-ed25519 AAAA"
