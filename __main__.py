@@ -11,7 +11,7 @@ import pulumi
 from infra import outputs, stack_config
 from infra.frameworks import adapter_for
 from infra.frameworks.job import TrainingJob, TrainingJobArgs
-from infra.node import steps
+from infra.node import known_hosts, steps
 from infra.node.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from infra.ray.cluster import RayCluster, RayClusterArgs, RayNode
 from infra.sources import source_for
@@ -21,10 +21,12 @@ stack = pulumi.get_stack()
 source = source_for(config, stack)
 facts = source.facts()
 stack_config.check_framework(config, stack, facts.accelerators_per_node, facts.bf16)
-private_key = steps.private_key(config.access.ssh_private_key_path)
+login = steps.login_key(config.access.ssh_private_key_path, config.access.ssh_public_key, stack)
+private_key = steps.private_key(login)
 code = adapter_for(config.training, config.container).code()
 
 cluster = source.provision()
+known = known_hosts.register(stack, cluster.machines)
 ray_nodes: list[RayNode] = []
 for machine in cluster.machines:
     head_ip = ray_nodes[0].private_ip if ray_nodes else machine.private_ip
@@ -34,9 +36,12 @@ for machine in cluster.machines:
             config=config,
             machine=machine,
             gpus_per_node=facts.accelerators_per_node,
+            fabric_manager=facts.nvswitch,
             head_private_ip=head_ip,
             nas_server=cluster.shared_storage_server,
             private_key=private_key,
+            login=login,
+            known_hosts=known,
             registry_password=secrets.registry_password,
             code_env=code.env(config.container.name) if code else None,
             code_scripts=code.scripts if code else (),
@@ -73,4 +78,4 @@ job = TrainingJob(
     ),
 )
 
-outputs.export_all(config, facts, cluster, ray_nodes, job)
+outputs.export_all(config, facts, cluster, ray_nodes, job, login, known)

@@ -61,10 +61,8 @@ ROLL_PIPELINES = (
     "onpolicy_distill",
 )
 WORLD_CIDRS = ("0.0.0.0/0", "::/0")
-SSH_KEY_TYPES = (
-    "ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
-    "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com",
-)
+SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
+SECURITY_KEY_TYPES = ("sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
 RAY_PORT_KEYS = ("gcsPort", "dashboardPort", "clientPort")
 
 KeyPath = tuple[int | str, ...]
@@ -161,9 +159,10 @@ class NodesConfig(Section):
     )
     image: str | None = Field(
         None,
-        description="An ECS custom image id (`m-...`) to boot from instead of `osImage`: an image baked by "
-        "`bake: true` (see README, 'Baked images'), or one with the NVIDIA driver preinstalled. Booted from a baked "
-        "image every bootstrap step finds its work done.",
+        description="An ECS image id (`m-...`) to boot from instead of `osImage`: an image baked by `bake: true` "
+        "(see README, 'Baked images'; every bootstrap step then finds its work done), a custom image with the NVIDIA "
+        "driver preinstalled (for `gpuDriver: preinstalled`) or a Marketplace image. It must be in the stack's "
+        "region. null: the newest public image matching `osImage`.",
     )
     bake: bool = Field(
         False,
@@ -173,8 +172,10 @@ class NodesConfig(Section):
     )
     gpu_driver: Literal["auto-install", "preinstalled"] = Field(
         "auto-install",
-        description="`auto-install`: Alibaba's driver auto-install script runs at first boot (10-20 min, overlapped "
-        "with the image pull). `preinstalled`: the image already has the NVIDIA driver.",
+        description="`auto-install`: Alibaba's driver auto-install script (`auto_install_v4.0.sh`) runs at first "
+        "boot (10-20 min, overlapped with the image pull), adding nvidia-fabricmanager on 8-GPU NVSwitch types "
+        "(gn7, gn7e, gn8v, ebmgn8v). `preinstalled`: the image (`image`) already has the NVIDIA driver, and on "
+        "NVSwitch types an enabled nvidia-fabricmanager of the same version.",
     )
     driver_version: str = Field(
         "550.127.08", pattern=r"^\d+\.\d+(\.\d+)?$",
@@ -239,6 +240,13 @@ class NodesConfig(Section):
             raise _problem(f"must be 0 (no data disk) or between 100 and 32768; got {size}")
         return size
 
+    @field_validator("image")
+    @classmethod
+    def _image_id(cls, image: str | None) -> str | None:
+        if image is not None and not re.fullmatch(r"m-[a-z0-9]{8,}", image):
+            raise _problem(f"must be an ECS image id such as `m-bp1a2b3c4d5e6f7g8h9i`, or null; got {_shown(image)}")
+        return image
+
     @field_validator("os_image")
     @classmethod
     def _regex(cls, pattern: str) -> str:
@@ -301,12 +309,15 @@ class AccessConfig(Section):
     )
     allow_world: bool = Field(False, description="Must be true for `0.0.0.0/0` or `::/0` in `adminCidrs`.")
     ssh_public_key: str = Field(
-        description="OpenSSH public key line (`ssh-ed25519 AAAA... comment`; ed25519, RSA, ECDSA or a security "
-        "key), installed on every node for root. Never a private key."
+        description="OpenSSH public key line (`ssh-ed25519 AAAA... comment`; ed25519, RSA or ECDSA, not a security "
+        "key), installed for root on every node through the first-boot user data (ECS key pairs cannot hold "
+        "ed25519; RSA and ECDSA keys also get one). Never a private key."
     )
     ssh_private_key_path: str = Field(
         "~/.ssh/id_ed25519",
-        description="The matching private key on the machine that runs `pulumi up`; used for the SSH steps.",
+        description="The matching private key on the machine that runs `pulumi up`; used for the SSH steps. A key "
+        "with a passphrase, or one only in ssh-agent, must be loaded in the agent (`ssh-add`): the steps run "
+        "unattended and cannot ask for a passphrase.",
     )
     dashboard: Literal["admin-cidrs", "tunnel"] = Field(
         "admin-cidrs",
@@ -358,6 +369,12 @@ class AccessConfig(Section):
             )
         parts = key.split(maxsplit=2)
         shown = _shown(key if len(key) <= 40 else key[:40] + "...")
+        if len(parts) >= 2 and parts[0] in SECURITY_KEY_TYPES:
+            raise _problem(
+                f"must not be a security-key type ({parts[0]}): it needs a touch of the token for every SSH "
+                "connection, and a deployment opens dozens unattended (pulumi-command cannot use it either). Use "
+                "an ed25519 key (`ssh-keygen -t ed25519`; a passphrase is fine with ssh-agent)"
+            )
         if "\n" in key or len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
             raise _problem(
                 "must be one OpenSSH public key line `<type> <base64 key data> [comment]` (the contents of the "
@@ -422,7 +439,10 @@ class ContainerConfig(Section):
         "ACR in the training region.",
     )
     shm_size: str = Field(
-        "16g", description="Size of the container's /dev/shm in megabytes or gigabytes, e.g. `16g` or `512m`."
+        "16g",
+        description="Size of /dev/shm in megabytes or gigabytes, e.g. `16g` or `512m`. The container shares the "
+        "host's IPC namespace (NCCL and Ray need it), where Docker ignores a container shm size, so this sizes the "
+        "host's /dev/shm (remounted, and kept in /etc/fstab). Ray's object store lives there.",
     )
     registry_username: str | None = Field(
         None, description="User for a private registry; the password is the secret `registryPassword`."
@@ -529,8 +549,8 @@ class RayConfig(Section):
     )
     object_store_memory_gb: float | None = Field(
         None, ge=0.1, le=4096,
-        description="Ray object store per node in GB (on /dev/shm, so keep it under container.shmSize); "
-        "null: Ray's default, 30% of the node's memory.",
+        description="Ray object store per node in GB; it lives in /dev/shm, so it must fit in container.shmSize "
+        "(checked). null: Ray's default, 30% of the node's memory.",
     )
 
     @field_validator("gcs_port", "dashboard_port", "client_port")
@@ -1014,6 +1034,21 @@ class ClusterConfig(Section):
                 "image",
             )
         return container
+
+    @field_validator("ray")
+    @classmethod
+    def _object_store_fits_shm(cls, ray: RayConfig, info: ValidationInfo) -> RayConfig:
+        # `container` is declared before `ray`: info.data holds it when it is valid. Ray puts its object store in
+        # /dev/shm; one larger than /dev/shm falls back to disk (slow) or fails, so it is refused here.
+        container: ContainerConfig | None = info.data.get("container")
+        store = ray.object_store_memory_gb
+        if container is not None and store is not None and store * 1024 > container.shm_size_mb:
+            raise _problem(
+                f"must fit in /dev/shm, which container.shmSize makes {container.shm_size} (Ray's object store "
+                f"lives there); got {_shown(store)} GB. Lower it, or raise container.shmSize",
+                "objectStoreMemoryGb",
+            )
+        return ray
 
     @field_validator("training")
     @classmethod

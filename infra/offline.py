@@ -16,6 +16,7 @@ data sources see them, unchanged resources keep their ids and outputs, `changes`
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import ipaddress
 import json
@@ -125,6 +126,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
     options: dict[str, pulumi.ResourceOptions] = field(default_factory=dict)
     resources: list[Registered] = field(default_factory=list)
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # node name -> what infra/scripts/local/host_key.sh would print (a real key pair), for hosts that must present
+    # it (the e2e tier); others get a placeholder (offline_host_key).
+    host_keys: dict[str, str] = field(default_factory=dict)
     _instances: int = 0
 
     def next_run(self, **changes: Any) -> OfflineCloud:
@@ -148,6 +152,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             "alicloud:vpc/getSwitches:getSwitches": self._switches,
             "alicloud:ecs/getInstances:getInstances": self._instances_answer,
             "alicloud:cloudcontrol/getPrices:getPrices": self._prices,
+            "alicloud:ecs/getEcsDisks:getEcsDisks": self._disks,
         }.get(args.token)
         if handler is None:
             return {}
@@ -228,6 +233,27 @@ class OfflineCloud(pulumi.runtime.Mocks):
                 }
             ],
         }
+
+    def _disks(self, args: dict[str, Any]) -> dict[str, Any]:
+        """DescribeDisks of one instance: its data disk (every instance here has at most one)."""
+        instance_id = str(args.get("instanceId") or "")
+        instance = next((r for r in self.of_type("alicloud:ecs/instance:Instance") if r.id == instance_id), None)
+        if instance is None or not instance.inputs.get("dataDisks") or args.get("type") not in ("data", None):
+            return {"ids": [], "disks": [], "totalCount": 0}
+        disk_id = f"d-bp1{_digest(instance_id, 17)}"
+        zone = str(self.of_type("alicloud:vpc/switch:Switch")[0].inputs.get("zoneId")) if self.of_type(
+            "alicloud:vpc/switch:Switch") else ""
+        size = int(instance.inputs["dataDisks"][0].get("size") or 0)
+        disk: dict[str, Any] = {name: "" for name in _DISK_FIELDS}
+        disk.update(
+            id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category="cloud_essd",
+            size=size, iops=0, iopsRead=0, iopsWrite=0, mountInstanceNum=1, status="In_use",
+            availabilityZone=zone, zoneId=zone, regionId=self.region(), device="/dev/xvdb",
+            deleteAutoSnapshot=False, deleteWithInstance=True, enableAutoSnapshot=False,
+            enableAutomatedSnapshotPolicy=False, encrypted="off", portable=False, tags={},
+            mountInstances=[], operationLocks=[],
+        )
+        return {"ids": [disk_id], "disks": [disk], "totalCount": 1}
 
     def _images(self, args: dict[str, Any]) -> dict[str, Any]:
         if args.get("imageId"):
@@ -319,6 +345,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         prefix = _ID_PREFIX.get(args.typ, "res-")
         resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
         typ = args.typ
+        _refuse_like_alibaba(typ, args.name, inputs)
         old = self._prior(typ, args.name)
         change = self._change(typ, args.name, inputs, old)
         self.changes[args.name] = change
@@ -344,6 +371,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
             outputs["mountTargetDomain"] = f"{fs}-{_digest(args.name, 5)}.{self.region()}.nas.aliyuncs.com"
         elif typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
             outputs["fingerPrint"] = ":".join(_digest(args.name, 32)[i : i + 2] for i in range(0, 32, 2))
+        elif typ == "command:local:Command" and args.name.endswith("-host-key"):
+            node = args.name.removesuffix("-host-key")
+            outputs.update(stdout=self.host_keys.get(node) or offline_host_key(args.name), stderr="")
         elif typ in ("command:remote:Command", "command:local:Command"):
             outputs.update(stdout="", stderr="")
         elif typ == "docker:index/remoteImage:RemoteImage":
@@ -569,6 +599,55 @@ def _rule_identity(inputs: Mapping[str, Any]) -> tuple[str, ...]:
 
 def _digest(text: str, length: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+_DISK_FIELDS = (
+    "attachedTime", "autoSnapshotPolicyId", "availabilityZone", "category", "creationTime", "deleteAutoSnapshot",
+    "deleteWithInstance", "description", "detachedTime", "device", "diskId", "diskName", "diskType",
+    "enableAutoSnapshot", "enableAutomatedSnapshotPolicy", "encrypted", "expirationTime", "expiredTime", "id",
+    "imageId", "instanceId", "iops", "iopsRead", "iopsWrite", "kmsKeyId", "mountInstanceNum", "name", "paymentType",
+    "performanceLevel", "portable", "productCode", "regionId", "resourceGroupId", "size", "snapshotId", "status",
+    "type", "zoneId",
+)
+
+# ECS ImportKeyPair: "The imported key pair must support one of the following encryption methods: rsa, dsa,
+# ssh-rsa, ssh-dss, ecdsa" (help/en/ecs/developer-reference/api-ecs-2014-05-26-importkeypair, Jun 2026; ed25519 is
+# not listed): ../shared/reference/alibaba-cloud-verified.md 1.1.
+IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
+# User data: "Before user data is encoded in Base64, the user data can only be up to 32 KB in size"
+# (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2.
+USER_DATA_LIMIT_BYTES = 32 * 1024
+
+
+class AlibabaRefused(RuntimeError):
+    """What a real Alibaba Cloud API call would answer with an error for."""
+
+
+def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None:
+    if typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
+        key_type = str(reveal(inputs.get("publicKey")) or "").split(maxsplit=1)[:1]
+        if key_type and key_type[0] not in IMPORT_KEY_PAIR_TYPES:
+            raise AlibabaRefused(
+                f"{name}: ImportKeyPair refuses a {key_type[0]} key (it accepts rsa, dsa and ecdsa)"
+            )
+    if typ == "alicloud:ecs/instance:Instance":
+        user_data = reveal(inputs.get("userData"))
+        if user_data:
+            size = len(base64.b64decode(str(user_data)))  # gzip-compressed or not: the bytes before Base64
+            if size > USER_DATA_LIMIT_BYTES:
+                raise AlibabaRefused(
+                    f"{name}: user data of {size} bytes (before Base64) is over the {USER_DATA_LIMIT_BYTES}-byte limit"
+                )
+
+
+def offline_host_key(name: str) -> str:
+    """What infra/scripts/local/host_key.sh prints, for the offline cloud: a placeholder private key (no key is
+    generated offline) and a well-formed ssh-ed25519 public key line derived from the resource name."""
+    blob = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + hashlib.sha256(name.encode()).digest()
+    return (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\noffline-plan-placeholder\n-----END OPENSSH PRIVATE KEY-----\n"
+        f"ssh-ed25519 {base64.b64encode(blob).decode()} roll-cluster-{name}\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the runner

@@ -9,7 +9,8 @@ import pulumi
 
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
-from infra.node import steps
+from infra.node import known_hosts as known_hosts_module
+from infra.node import ssh_access, steps
 from infra.ray import commands as ray_commands
 from infra.sources.base import ClusterFacts, ProvisionedCluster
 
@@ -24,13 +25,18 @@ def export_all(
     cluster: ProvisionedCluster,
     nodes: Sequence[RayNode],
     job: TrainingJob,
+    login: ssh_access.LoginKey,
+    known: known_hosts_module.KnownHosts,
 ) -> None:
     head = nodes[0]
     head_host = pulumi.Output.from_input(head.machine.ssh_host)
     steps.NOTES.update(cluster.notes)
     steps.NOTES.update(auto_start=config.training.auto_start, source=config.nodes.source, config=config)
     job.spec.apply(lambda spec: steps.NOTES.__setitem__("job_spec", spec))
-    key = config.access.ssh_private_key_path
+    key = login.identity_file
+    hosts = known.path
+    steps.NOTES.update(ssh_client=f"login with {login.mechanism}; host keys generated per node, verified "
+                                  f"against {hosts}")
     ports = config.ray
     container = config.container.name
     for name, value in cluster.outputs.items():
@@ -47,10 +53,11 @@ def export_all(
     )
     pulumi.export("gpus", facts.accelerators_per_node * config.nodes.count)
     pulumi.export("gpuModel", facts.accelerator_model)
-    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key)))
+    pulumi.export("knownHostsFile", hosts)
+    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key, hosts)))
     pulumi.export(
         "dashboardTunnel",
-        head_host.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port)),
+        head_host.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts)),
     )
     if config.access.dashboard == "admin-cidrs":
         pulumi.export(
@@ -67,15 +74,21 @@ def export_all(
     if config.training.auto_start:
         pulumi.export(
             "jobStatus",
-            commands.apply(lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port)),
+            commands.apply(
+                lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port, hosts)
+            ),
         )
         pulumi.export(
             "jobLogs",
-            commands.apply(lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)),
+            commands.apply(
+                lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port, hosts)
+            ),
         )
         pulumi.export(
             "jobStop",
-            commands.apply(lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port)),
+            commands.apply(
+                lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port, hosts)
+            ),
         )
     else:
         # No job exists to show or stop: the command that submits the prepared one instead.

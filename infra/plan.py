@@ -41,6 +41,12 @@ def render(run: OfflineRun) -> str:
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
     lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
+    if steps.NOTES.get("fabric_manager"):
+        lines.append("  NVSwitch      8 GPUs on NVSwitch: nvidia-fabricmanager (driver version) runs on every node")
+    if steps.NOTES.get("ssh_login"):
+        lines.append(f"  SSH login     {steps.NOTES.get('ssh_login')}")
+    if steps.NOTES.get("ssh_client"):
+        lines.append(f"  SSH clients   {steps.NOTES.get('ssh_client')}")
     lines.extend(price_lines(out.get("hourlyPrice")))
 
     lines.append(section("Network"))

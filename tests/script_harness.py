@@ -157,6 +157,7 @@ class FakeNode:
             "NODE_NAME": "test-node-0",
             "EXPECTED_GPUS": "2",
             "GPU_DRIVER": "auto-install",
+            "KNOWN_HOSTS_FILE": str(self.root / "local-known_hosts"),
             "INTERVAL_S": "0.1",
             "TIMEOUT_S": "30",
             "ROLL_LOG_DIR": str(self.root / "local-logs"),

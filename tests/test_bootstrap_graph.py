@@ -9,6 +9,7 @@ from offline_helpers import env_of, run, step_command
 
 from infra.offline import is_secret, reveal, unwrap
 from infra.schedule import schedule
+from infra.sources.alibaba.instance import decode_user_data
 
 BOOTSTRAP = ["prepare-host", "docker", "pull-image", "gpu-ready", "image", "container", "code"]
 
@@ -43,9 +44,8 @@ def test_the_pull_does_not_wait_for_the_driver_and_the_container_waits_for_both(
         assert container == {f"{node}/gpu-ready", f"{node}/image"}
     # The driver installer starts at first boot (user data), in parallel with prepare-host, docker and the pull.
     user_data = run("dev").cloud.of_type("alicloud:ecs/instance:Instance")[0].inputs["userData"]
-    import base64
 
-    assert "first_boot.sh" in base64.b64decode(user_data).decode()
+    assert "first_boot.sh" in decode_user_data(reveal(user_data))
 
 
 def test_no_worker_step_depends_on_another_worker_and_bootstrap_never_crosses_nodes():

@@ -3,6 +3,8 @@ group, nodes (disks, spot, key pair, tags), NAS kept on destroy, and the price."
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from offline_helpers import INSTANCE, RULE, custom_resources, env_of, run, step_command
 
@@ -112,7 +114,9 @@ def test_custom_dashboard_port_is_the_one_opened():
 
 
 def test_nodes_have_essd_disks_public_ip_key_pair_tags_and_rank_host_names():
-    result = run("multi")
+    # An RSA key (ImportKeyPair accepts it, unlike ed25519) also gets an ECS key pair.
+    rsa = "ssh-rsa " + base64.b64encode(b"\x00\x00\x00\x07ssh-rsa" + bytes(64)).decode() + " alice"
+    result = run("multi", config={"roll-cluster:access": {"sshPublicKey": rsa}})
     instances = result.cloud.of_type(INSTANCE)
     assert [i.inputs["hostName"] for i in instances] == ["roll-multi-0", "roll-multi-1"]
     assert [i.inputs["tags"]["roll-cluster-role"] for i in instances] == ["head", "worker"]
@@ -127,7 +131,7 @@ def test_nodes_have_essd_disks_public_ip_key_pair_tags_and_rank_host_names():
         assert inputs["keyName"] == key_pair.inputs["keyPairName"]
         assert inputs["imageId"].startswith("m-") and inputs["spotStrategy"] == "NoSpot"
         assert "userData" in inputs
-    assert key_pair.inputs["publicKey"].startswith("ssh-ed25519 ")
+    assert key_pair.inputs["publicKey"] == rsa
     ips = [i.outputs["privateIp"] for i in instances]
     assert len(set(ips)) == 2 and all(ip.startswith("10.20.") for ip in ips)
 
@@ -136,10 +140,14 @@ def test_without_data_disk_docker_and_ray_stay_on_the_system_disk():
     result = run("multi", config={"roll-cluster:nodes": {"dataDiskGb": 0}})
     assert "dataDisks" not in result.cloud.of_type(INSTANCE)[0].inputs
     assert env_of(step_command(result, "node-0-docker"))["DOCKER_DATA_ROOT"] == ""
-    assert env_of(step_command(result, "node-0-prepare-host"))["DATA_DISK_DEVICE"] == ""
+    assert env_of(step_command(result, "node-0-prepare-host"))["DATA_DISK_SERIAL"] == ""
     with_disk = run("multi")
     assert env_of(step_command(with_disk, "node-0-docker"))["DOCKER_DATA_ROOT"] == "/data/docker"
-    assert env_of(step_command(with_disk, "node-0-prepare-host"))["DATA_DISK_DEVICE"] == "/dev/vdb"
+    # The disk is found by its identity (the disk id without d-), never by a device name such as /dev/vdb.
+    instance = with_disk.cloud.named("node-0-instance")
+    disk_id = with_disk.cloud._disks({"instanceId": instance.id, "type": "data"})["ids"][0]
+    prepare = env_of(step_command(with_disk, "node-0-prepare-host"))
+    assert prepare["DATA_DISK_SERIAL"] == disk_id.removeprefix("d-") and prepare["DATA_DISK_DEVICE"] == ""
 
 
 def test_spot_options_reach_stock_queries_and_instances():

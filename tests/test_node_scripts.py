@@ -495,8 +495,9 @@ def test_first_boot_runs_the_installer_in_the_background_and_defers_its_reboot(n
     install_log = (node.auto_install_dir / "auto_install.log").read_text()
     assert "auto_install.sh args: 550.127.08 12.4.1 9.2.0.82 FALSE FALSE" in install_log
     # The first of the mirror addresses the metadata service lists.
+    # Alibaba's current installer, v4.0 (RDMA and eRDMA flags last, in that order), not v3.1's auto_install.sh.
     assert node.calls("curl")[-1].endswith(
-        "http://mirrors.cloud.example.test/opsx/ecs/linux/binary/script/auto_install.sh"
+        "http://mirrors.cloud.example.test/opsx/ecs/linux/binary/script/auto_install_v4.0.sh"
     )
     # The installer's `reboot` hit the shim, not the machine.
     request = (node.roll_state / "reboot-requested").read_text()
@@ -724,7 +725,11 @@ def test_gpu_ready_stops_at_once_when_the_host_key_changed(node: FakeNode) -> No
 
     result = node.run_gpu_ready()
 
-    assert_failed(result, "the host key of 10.0.0.5 changed", "ssh-keygen -R 10.0.0.5")
+    assert_failed(
+        result,
+        "the host key of 10.0.0.5 does not match the key recorded for node test-node-0 in",
+        "another machine answers at this address",
+    )
     assert len(node.calls("ssh")) == 1
 
 

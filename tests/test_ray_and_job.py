@@ -219,7 +219,10 @@ def test_every_shipped_stack_exports_the_contracts_outputs(stack):
     for key in ("dashboardTunnel", "sshHead", "rayAddress", "zone", "instanceType", "nodes", "gpus",
                 "hourlyPrice", "jobId", "jobStatus", "jobLogs"):
         assert out.get(key) not in (None, ""), key
-    assert out["sshHead"].startswith("ssh -i ~/.ssh/id_ed25519 root@")
+    assert out["sshHead"].startswith(
+        f"ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o UserKnownHostsFile=~/.ssh/roll-cluster/{stack}.known_hosts "
+        "-o StrictHostKeyChecking=yes root@"
+    )
 
 
 def test_object_store_size_reaches_every_ray_node():

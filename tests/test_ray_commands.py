@@ -167,16 +167,16 @@ def test_invalid_values_are_refused_before_anything_runs(make: Callable[[], obje
 def test_user_commands_carry_the_custom_ports() -> None:
     key = "~/.ssh/id_ed25519"
     assert rc.ray_address("10.0.0.10", 8100) == "10.0.0.10:8100"
-    assert rc.ssh_command("47.1.2.3", key) == "ssh -i ~/.ssh/id_ed25519 root@47.1.2.3"
+    assert rc.ssh_command("47.1.2.3", key) == "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes root@47.1.2.3"
     assert rc.dashboard_url("47.1.2.3", 8101) == "http://47.1.2.3:8101"
     assert rc.dashboard_tunnel_command("47.1.2.3", key, 8101) == (
-        "ssh -i ~/.ssh/id_ed25519 -N -L 8101:127.0.0.1:8101 root@47.1.2.3"
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -N -L 8101:127.0.0.1:8101 root@47.1.2.3"
     )
     assert rc.job_status_command("47.1.2.3", key, "roll", "job-1", 8101) == (
-        "ssh -i ~/.ssh/id_ed25519 root@47.1.2.3 'docker exec roll ray job status job-1 --address http://127.0.0.1:8101'"
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes root@47.1.2.3 'docker exec roll ray job status job-1 --address http://127.0.0.1:8101'"
     )
     assert rc.job_logs_command("47.1.2.3", key, "roll", "job-1", 8101) == (
-        "ssh -i ~/.ssh/id_ed25519 root@47.1.2.3 "
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes root@47.1.2.3 "
         "'docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101'"
     )
 
@@ -194,9 +194,16 @@ def test_user_commands_reach_ssh_as_intended_through_a_real_shell(tmp_path: Path
         done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=True)
         return done.stdout.splitlines()
 
-    assert argv(rc.job_logs_command("47.1.2.3", "~/.ssh/id_ed25519", "roll", "job-1", 8101)) == [
+    known = "~/.ssh/roll-cluster/dev.known_hosts"
+    assert argv(rc.job_logs_command("47.1.2.3", "~/.ssh/id_ed25519", "roll", "job-1", 8101, known)) == [
         "-i",
         "/home/someone/.ssh/id_ed25519",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "UserKnownHostsFile=/home/someone/.ssh/roll-cluster/dev.known_hosts",  # bash (or else ssh) expands ~
+        "-o",
+        "StrictHostKeyChecking=yes",
         "root@47.1.2.3",
         "docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101",
     ]

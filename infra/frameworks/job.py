@@ -28,7 +28,7 @@ class TrainingJobArgs:
     ray: RayCluster
     gpus_per_node: int
     bf16: bool
-    private_key: pulumi.Output[str]
+    private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
     secret_env: dict[str, pulumi.Output[str]]  # the job's prepare step (e.g. a dataset download) may need them
 
 

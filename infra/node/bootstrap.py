@@ -30,7 +30,8 @@ import pulumi_docker as docker
 
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
-from infra.node import steps
+from infra.node import known_hosts as known_hosts_module
+from infra.node import ssh_access, steps
 from infra.sources.base import Machine
 
 NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
@@ -43,9 +44,12 @@ class NodeBootstrapArgs:
     config: ClusterConfig
     machine: Machine
     gpus_per_node: int
+    fabric_manager: bool  # an 8-GPU NVSwitch type: nvidia-fabricmanager must run (infra/sources/alibaba/catalog.py)
     head_private_ip: pulumi.Input[str]
     nas_server: pulumi.Input[str] | None
-    private_key: pulumi.Output[str]
+    private_key: pulumi.Output[str] | None  # None: through ssh-agent
+    login: ssh_access.LoginKey
+    known_hosts: known_hosts_module.KnownHosts
     registry_password: pulumi.Output[str] | None
     code_env: dict[str, str] | None
     code_scripts: tuple[str, ...] = ("fetch_code.sh",)  # the framework's code step, in order
@@ -64,7 +68,8 @@ class NodeBootstrap(pulumi.ComponentResource):
         machine = args.machine
         node_name = machine.name
         ctx = steps.context_for(machine, args.private_key, self, first=True)
-        has_data_disk = machine.data_disk is not None
+        has_data_disk = machine.data_disk is not None or machine.data_disk_serial is not None
+        checking = known_hosts_module.host_key_checking(machine)
 
         prepare = steps.remote_step(
             ctx,
@@ -72,7 +77,10 @@ class NodeBootstrap(pulumi.ComponentResource):
             ["prepare_host.sh"],
             {
                 "DATA_DISK_DEVICE": machine.data_disk or "",
+                "DATA_DISK_SERIAL": machine.data_disk_serial or "",
                 "DATA_MOUNT": DATA_MOUNT,
+                "SHM_SIZE": config.container.shm_size,
+                "OBJECT_STORE_MEMORY_GB": _gb(config.ray.object_store_memory_gb),
                 "NAS_SERVER": args.nas_server or "",
                 "SHARED_MOUNT": SHARED_MOUNT,
             },
@@ -103,15 +111,18 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "HOST": machine.ssh_host,
                 "SSH_USER": machine.ssh_user,
                 "SSH_PORT": str(machine.ssh_port),
-                "SSH_KEY_PATH": config.access.ssh_private_key_path,
+                "SSH_KEY_PATH": args.login.identity_file,
+                "KNOWN_HOSTS_FILE": args.known_hosts.path,
+                "HOST_KEY_CHECKING": checking,
                 "EXPECTED_GPUS": str(args.gpus_per_node),
                 "GPU_DRIVER": config.nodes.gpu_driver,
+                "FABRIC_MANAGER": "true" if args.fabric_manager else "false",
                 "TIMEOUT_S": str(GPU_READY_TIMEOUT_S),
                 "NODE_NAME": node_name,
             },
             # Reruns when the node is replaced (new instance id), not on every up.
             triggers=[machine.identity],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[pull]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pull, args.known_hosts.written]),
         )
         steps.record(node_name, "gpu-ready", "local", ["local/gpu_ready.sh", "gpu_check.sh"],
                      [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
@@ -150,12 +161,13 @@ class NodeBootstrap(pulumi.ComponentResource):
         provider = docker.Provider(
             f"{node_name}-docker-engine",
             host=pulumi.Output.concat("ssh://", machine.ssh_user, "@", machine.ssh_host, ":", str(machine.ssh_port)),
-            ssh_opts=["-i", config.access.ssh_private_key_path, "-o", "StrictHostKeyChecking=accept-new",
+            # The system ssh: the stack's known-hosts file only, the login key only, never a prompt.
+            ssh_opts=[*known_hosts_module.ssh_options(args.login.identity_file, args.known_hosts.path, checking),
                       "-o", "ConnectTimeout=15"],
             # The daemon exists only after the docker step; the provider must not probe it at configure time.
             disable_docker_daemon_check=True,
             registry_auth=registry_auth,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[install_docker]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[install_docker, args.known_hosts.written]),
         )
         on_node = pulumi.ResourceOptions(parent=self, provider=provider)
         image = docker.RemoteImage(
@@ -186,6 +198,8 @@ class NodeBootstrap(pulumi.ComponentResource):
             gpus="all",
             network_mode="host",
             ipc_mode="host",
+            # Docker ignores a shm size with the host's IPC namespace: prepare-host sizes the host's /dev/shm
+            # (container.shmSize). Still passed, so that containers created before that change are not replaced.
             shm_size=config.container.shm_size_mb,
             volumes=volumes,
             envs=[
@@ -226,3 +240,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             )
             self.ready_key = f"{node_name}/code"
         self.register_outputs({"container": self.container.id})
+
+
+def _gb(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"

@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from infra.node import remote
+from infra.node import known_hosts, remote, ssh_access
 from infra.sources.base import Machine
 
 # Generous dial limits: nodes are new (sshd may not be up yet) and the GPU driver installer reboots them.
@@ -49,27 +49,36 @@ def record(node: str, step: str, kind: str, scripts: Sequence[str], depends_on: 
     RECORDED.append(StepRecord(node, step, kind, tuple(scripts), tuple(depends_on), resource))
 
 
-def private_key(path: str) -> pulumi.Output[str]:
-    """The SSH private key text as a secret. Offline runs (plan, tests) never read a key."""
+def login_key(private_key_path: str, public_key: str, stack: str) -> ssh_access.LoginKey:
+    """How every SSH client logs in (infra/node/ssh_access.py); raises ConfigError before any resource.
+    Offline runs (plan, tests) never read a key or ask an agent."""
     if os.environ.get("ROLL_CLUSTER_OFFLINE") == "1":
-        return pulumi.Output.secret(OFFLINE_PRIVATE_KEY)
-    key_file = Path(path).expanduser()
-    if not key_file.is_file():
-        raise FileNotFoundError(
-            f"roll-cluster:access.sshPrivateKeyPath: no private key at {key_file}; it must match "
-            "access.sshPublicKey (pulumi config set --path 'roll-cluster:access.sshPrivateKeyPath' <path>)"
-        )
-    return pulumi.Output.secret(key_file.read_text())
+        return ssh_access.LoginKey(private_key=OFFLINE_PRIVATE_KEY, identity_file=private_key_path, via_agent=False)
+    return ssh_access.login_key(
+        private_key_path, public_key, Path(known_hosts.agent_public_key_path(stack)).expanduser()
+    )
+
+
+def private_key(login: ssh_access.LoginKey) -> pulumi.Output[str] | None:
+    """The key text for pulumi-command as a secret; None when it signs through ssh-agent."""
+    return pulumi.Output.secret(login.private_key) if login.private_key is not None else None
 
 
 def connection(
-    host: pulumi.Input[str], key: pulumi.Output[str], user: str = "root", port: int = 22
+    host: pulumi.Input[str],
+    key: pulumi.Output[str] | None,
+    user: str = "root",
+    port: int = 22,
+    host_key: pulumi.Input[str] | None = None,
 ) -> command.remote.ConnectionArgs:
+    # key None: pulumi-command signs with the keys of the agent at $SSH_AUTH_SOCK (its default when no private key
+    # is given). host_key None: pulumi-command cannot verify the host (it ignores the key then).
     return command.remote.ConnectionArgs(
         host=host,
         user=user,
         port=port,
         private_key=key,
+        host_key=host_key,
         dial_error_limit=DIAL_ERROR_LIMIT,
         per_dial_timeout=PER_DIAL_TIMEOUT_S,
     )
@@ -81,20 +90,22 @@ class StepContext:
 
     node: str
     host: pulumi.Input[str]
-    key: pulumi.Output[str]
+    key: pulumi.Output[str] | None
     parent: pulumi.Resource
     node_env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     user: str = "root"
     port: int = 22
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first step (the machine)
+    host_key: pulumi.Input[str] | None = None  # the host key the connection verifies
 
 
 def context_for(
-    machine: Machine, key: pulumi.Output[str], parent: pulumi.Resource, *, first: bool = False
+    machine: Machine, key: pulumi.Output[str] | None, parent: pulumi.Resource, *, first: bool = False
 ) -> StepContext:
     """The step context of one machine. `first`: the machine's first steps also wait for the machine itself."""
     return StepContext(node=machine.name, host=machine.ssh_host, key=key, parent=parent, user=machine.ssh_user,
-                       port=machine.ssh_port, depends_on=machine.depends_on if first else ())
+                       port=machine.ssh_port, depends_on=machine.depends_on if first else (),
+                       host_key=machine.host_key)
 
 
 def remote_step(
@@ -132,7 +143,7 @@ def remote_step(
         delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}))
     resource = command.remote.Command(
         resource_name,
-        connection=connection(ctx.host, ctx.key, ctx.user, ctx.port),
+        connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key),
         create=remote.render(step, scripts, full_env),
         delete=delete,
         triggers=list(triggers) if triggers is not None else None,

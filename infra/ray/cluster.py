@@ -38,7 +38,7 @@ class RayClusterArgs:
     config: ClusterConfig
     nodes: Sequence[RayNode]
     gpus_per_node: int
-    private_key: pulumi.Output[str]
+    private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
     secret_env: dict[str, pulumi.Output[str]]  # WANDB_API_KEY, HF_TOKEN: reach jobs via the raylet's environment
 
 

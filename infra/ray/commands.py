@@ -367,9 +367,19 @@ def ray_address(head_private_ip: str, gcs_port: int) -> str:
     return f"{_ip(head_private_ip)}:{gcs_port}"
 
 
-def ssh_command(public_ip: str, key_path: str) -> str:
+def _ssh(key_path: str, known_hosts: str | None) -> str:
+    """`ssh` with the login key only (IdentitiesOnly: other agent keys are not offered) and, given the stack's
+    known-hosts file (infra/node/known_hosts.py), the node's generated host key verified strictly. No BatchMode:
+    these are commands a person runs, where a passphrase prompt is fine."""
+    words = f"ssh -i {_key_argument(key_path)} -o IdentitiesOnly=yes"
+    if known_hosts is not None:
+        words += f" -o UserKnownHostsFile={_key_argument(known_hosts)} -o StrictHostKeyChecking=yes"
+    return words
+
+
+def ssh_command(public_ip: str, key_path: str, known_hosts: str | None = None) -> str:
     """`sshHead`: a shell on the node."""
-    return f"ssh -i {_key_argument(key_path)} {REMOTE_USER}@{_ip(public_ip)}"
+    return f"{_ssh(key_path, known_hosts)} {REMOTE_USER}@{_ip(public_ip)}"
 
 
 def dashboard_url(head_public_ip: str, dashboard_port: int) -> str:
@@ -378,46 +388,57 @@ def dashboard_url(head_public_ip: str, dashboard_port: int) -> str:
     return f"http://{_ip(head_public_ip)}:{dashboard_port}"
 
 
-def dashboard_tunnel_command(head_public_ip: str, key_path: str, dashboard_port: int) -> str:
+def dashboard_tunnel_command(
+    head_public_ip: str, key_path: str, dashboard_port: int, known_hosts: str | None = None
+) -> str:
     """`dashboardTunnel`: forwards localhost:<port> to the head's dashboard (then http://localhost:<port>)."""
     _check_port("dashboard port", dashboard_port)
     return (
-        f"ssh -i {_key_argument(key_path)} -N -L {dashboard_port}:127.0.0.1:{dashboard_port} "
+        f"{_ssh(key_path, known_hosts)} -N -L {dashboard_port}:127.0.0.1:{dashboard_port} "
         f"{REMOTE_USER}@{_ip(head_public_ip)}"
     )
 
 
-def _in_head_container(head_public_ip: str, key_path: str, container_name: str, words: Sequence[str]) -> str:
+def _in_head_container(
+    head_public_ip: str, key_path: str, container_name: str, words: Sequence[str], known_hosts: str | None
+) -> str:
     _check_container_name(container_name)
     remote = " ".join(shlex.quote(word) for word in ["docker", "exec", container_name, *words])
-    return f"{ssh_command(head_public_ip, key_path)} {shlex.quote(remote)}"
+    return f"{ssh_command(head_public_ip, key_path, known_hosts)} {shlex.quote(remote)}"
 
 
 def job_status_command(
-    head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int
+    head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
+    known_hosts: str | None = None,
 ) -> str:
     """`jobStatus`: prints the job's status from the head."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "status", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts)
 
 
-def job_logs_command(head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int) -> str:
+def job_logs_command(
+    head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
+    known_hosts: str | None = None,
+) -> str:
     """`jobLogs`: follows the job's log until the job ends."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "logs", "--follow", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts)
 
 
-def job_stop_command(head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int) -> str:
+def job_stop_command(
+    head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
+    known_hosts: str | None = None,
+) -> str:
     """`jobStop`: asks Ray to stop the job (its checkpoints stay; a later `pulumi up` does not resubmit an
     unchanged job, a changed configuration does)."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "stop", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts)
 
 
 def job_submit_command(stack: str) -> str:

@@ -5,7 +5,8 @@
 #                                or auto-install said ALL INSTALL OK and has ended)
 #                                and `nvidia-smi -L` lists at least EXPECTED_GPUS GPUs
 #   FAILED <why>              2  auto-install wrote INSTALL FAIL, or the installer could not start or ended without
-#                                a result; followed by the last 40 lines of the install log
+#                                a result, or an NVSwitch node has no nvidia-fabricmanager; followed by the last 40
+#                                lines of the install log
 #   INSTALLING <detail>       3  the installer is running (or user data has not started it yet)
 #   REBOOT_PENDING <detail>   4  ALL INSTALL OK and a reboot was requested in this boot (first_boot.sh deferred it),
 #                                or the driver was installed in this boot and nvidia-smi cannot reach it yet
@@ -13,10 +14,12 @@
 # Exit 1 means the check itself is broken (bad settings): gpu_ready.sh stops on it.
 #
 # Environment (defaults in brackets): EXPECTED_GPUS (required, >= 1), GPU_DRIVER [auto-install],
+#   FABRIC_MANAGER [false] (true on 8-GPU NVSwitch types: nvidia-fabricmanager must be enabled and running),
 #   AUTO_INSTALL_DIR [/root/auto_install], ROLL_STATE_DIR [/var/lib/roll-cluster],
 #   BOOT_ID_FILE [/proc/sys/kernel/random/boot_id]. The state files are described in first_boot.sh.
 
 : "${GPU_DRIVER:=auto-install}"
+: "${FABRIC_MANAGER:=false}"
 : "${AUTO_INSTALL_DIR:=/root/auto_install}"
 : "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
 : "${BOOT_ID_FILE:=/proc/sys/kernel/random/boot_id}"
@@ -28,6 +31,7 @@ FAILED_MARKER=$ROLL_STATE_DIR/driver-install.failed
 REBOOT_REQUEST=$ROLL_STATE_DIR/reboot-requested
 INSTALLER_OUTPUT=$ROLL_STATE_DIR/driver-installer-output.log
 PRESENT_MARKER=$ROLL_STATE_DIR/driver-present
+FABRIC_MANAGER_FAILED=$ROLL_STATE_DIR/fabric-manager.failed
 
 check_settings() {
   require_int EXPECTED_GPUS
@@ -85,12 +89,16 @@ check_auto_install() {
   case $verdict in
     fail) report_failure "GPU driver auto-install reported INSTALL FAIL ($INSTALL_LOG)" ;;
     ok)
-      if [[ -f "$REBOOT_REQUEST" && "$(state_value "$REBOOT_REQUEST" boot_id)" == "$CURRENT_BOOT_ID" ]]; then
-        report 4 "REBOOT_PENDING driver installed; the installer asked for a reboot at $(state_value "$REBOOT_REQUEST" requested_at) ($(state_value "$REBOOT_REQUEST" command)), deferred"
-      fi
-      # ALL INSTALL OK is written before the installer ends (and asks for its reboot): wait for it to end.
+      # ALL INSTALL OK is written before the installer ends (and asks for its reboot), and nvidia-fabricmanager is
+      # installed after it: wait for the whole unit to end before the reboot.
       if [[ ! -f "$DONE_MARKER" && "$started_boot" == "$CURRENT_BOOT_ID" ]]; then
         report 3 "INSTALLING the installer reported ALL INSTALL OK and is finishing"
+      fi
+      if [[ -f "$FABRIC_MANAGER_FAILED" ]]; then
+        report_failure "nvidia-fabricmanager (needed by this 8-GPU NVSwitch type) could not be installed: $(cat "$FABRIC_MANAGER_FAILED")"
+      fi
+      if [[ -f "$REBOOT_REQUEST" && "$(state_value "$REBOOT_REQUEST" boot_id)" == "$CURRENT_BOOT_ID" ]]; then
+        report 4 "REBOOT_PENDING driver installed; the installer asked for a reboot at $(state_value "$REBOOT_REQUEST" requested_at) ($(state_value "$REBOOT_REQUEST" command)), deferred"
       fi
       return 0
       ;;
@@ -112,6 +120,21 @@ check_auto_install() {
   report 3 "INSTALLING since $(state_value "$STARTED_MARKER" started_at)${last_line:+; log: $last_line}"
 }
 
+# 8-GPU NVSwitch types: CUDA reports "system not yet initialized" (error 802) until nvidia-fabricmanager has set up
+# the NVSwitch fabric, so the node is not ready without it.
+check_fabric_manager() {
+  [[ "$FABRIC_MANAGER" == true ]] || return 0
+  if systemctl is-active --quiet nvidia-fabricmanager; then
+    return 0
+  fi
+  if systemctl is-enabled --quiet nvidia-fabricmanager; then
+    report 3 "INSTALLING nvidia-fabricmanager is enabled and not running yet (it starts after the driver loads)"
+  fi
+  local source="auto-install adds it to the driver"
+  if [[ "$GPU_DRIVER" == preinstalled ]]; then source="the image must have it (nodes.image), at the driver's version"; fi
+  report_failure "this 8-GPU NVSwitch type needs nvidia-fabricmanager, which is neither running nor enabled ($source)"
+}
+
 check_gpus() {
   local listing line seen=0
   if ! listing=$(nvidia-smi -L </dev/null 2>&1); then
@@ -124,6 +147,7 @@ check_gpus() {
     if [[ "$line" == "GPU "[0-9]* ]]; then seen=$((seen + 1)); fi
   done <<<"$listing"
   if ((seen >= EXPECTED_GPUS)); then
+    check_fabric_manager
     report 0 "READY $seen"
   fi
   report 5 "GPUS_MISSING $seen of $EXPECTED_GPUS expected"

@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# prepare-host (over SSH, root): wait for cloud-init, put /data on the data disk, mount the NAS.
+# prepare-host (over SSH, root): wait for cloud-init, put /data on the data disk, size /dev/shm, mount the NAS.
 # Idempotent: an existing filesystem is never reformatted, fstab entries are written once, mounted paths are left.
 #
 # Environment (defaults in brackets):
 #   CLOUD_INIT_TIMEOUT_S [900]   bound for cloud-init (and so first_boot.sh) to finish
 #   CLOUD_INIT_BOOT_FINISHED [/var/lib/cloud/instance/boot-finished]   written by cloud-init when it is done
-#   DATA_DISK_DEVICE ['']        block device of the data disk (e.g. /dev/vdb, or a /dev/disk/by-id/ path);
-#                                empty: DATA_MOUNT is a plain directory on the system disk
-#   DATA_DISK_WAIT_TIMEOUT_S [300]   bound for the device to appear (attachment can lag the boot)
+#   DATA_DISK_SERIAL ['']        the data disk's serial: an ECS disk id without `d-`. The guest shows it as
+#                                DISK_BY_ID_DIR/virtio-<serial> (virtio families) or
+#                                DISK_BY_ID_DIR/nvme-Alibaba_Cloud_Elastic_Block_Storage_<serial> (NVMe families such
+#                                as gn8v), else in SYS_BLOCK_DIR/<dev>/serial or <dev>/device/serial (Alibaba's CSI
+#                                driver, pkg/disk/device_manager.go; ../shared/reference/alibaba-cloud-verified.md 3.2)
+#   DATA_DISK_DEVICE ['']        an explicit block device instead (hosts whose layout is known); with neither set,
+#                                DATA_MOUNT is a plain directory on the system disk
+#   DISK_BY_ID_DIR [/dev/disk/by-id], SYS_BLOCK_DIR [/sys/block], DEV_DIR [/dev]   where disks are looked up
+#   DATA_DISK_WAIT_TIMEOUT_S [300]   bound for the disk to appear (attachment can lag the boot)
 #   DATA_FS_TYPE [ext4]          filesystem made on a blank data disk
 #   DATA_MOUNT [/data]
 #   DATA_SUBDIRS [docker workspace ray/tmp ray/spill]   created under DATA_MOUNT: Docker's root, the container's
 #                                /workspace (bind-mounted from DATA_MOUNT/workspace), Ray's temp and spill dirs
+#   SHM_SIZE ['']                size of SHM_MOUNT, e.g. 16g or 512m (container.shmSize: the container shares the
+#                                host's IPC namespace, where Docker ignores a container shm size); empty: as it is
+#   SHM_MOUNT [/dev/shm]
+#   OBJECT_STORE_MEMORY_GB ['']  ray.objectStoreMemoryGb: must fit in SHM_MOUNT (Ray keeps its object store there)
+#   MEMINFO_FILE [/proc/meminfo] the node's memory, which SHM_SIZE must not exceed
 #   NAS_SERVER ['']              NAS mount target host (e.g. xxxx.cn-hangzhou.nas.aliyuncs.com); empty: no NAS
 #   NAS_REMOTE_PATH [/]          exported path on the NAS
 #   SHARED_MOUNT [/mnt/shared]
@@ -23,6 +34,14 @@
 : "${CLOUD_INIT_TIMEOUT_S:=900}"
 : "${CLOUD_INIT_BOOT_FINISHED:=/var/lib/cloud/instance/boot-finished}"
 : "${DATA_DISK_DEVICE:=}"
+: "${DATA_DISK_SERIAL:=}"
+: "${DISK_BY_ID_DIR:=/dev/disk/by-id}"
+: "${SYS_BLOCK_DIR:=/sys/block}"
+: "${DEV_DIR:=/dev}"
+: "${SHM_SIZE:=}"
+: "${SHM_MOUNT:=/dev/shm}"
+: "${OBJECT_STORE_MEMORY_GB:=}"
+: "${MEMINFO_FILE:=/proc/meminfo}"
 : "${DATA_DISK_WAIT_TIMEOUT_S:=300}"
 : "${DATA_FS_TYPE:=ext4}"
 : "${DATA_MOUNT:=/data}"
@@ -37,6 +56,9 @@ check_settings() {
   require_int CLOUD_INIT_TIMEOUT_S DATA_DISK_WAIT_TIMEOUT_S
   [[ "$DATA_MOUNT" == /* ]] || fail "DATA_MOUNT must be an absolute path, got '$DATA_MOUNT'"
   [[ "$SHARED_MOUNT" == /* ]] || fail "SHARED_MOUNT must be an absolute path, got '$SHARED_MOUNT'"
+  [[ -z "$SHM_SIZE" || "$SHM_SIZE" =~ ^[1-9][0-9]*[mg]$ ]] || fail "SHM_SIZE must be like 16g or 512m, got '$SHM_SIZE'"
+  [[ -z "$OBJECT_STORE_MEMORY_GB" || "$OBJECT_STORE_MEMORY_GB" =~ ^[0-9]+([.][0-9]+)?$ ]] \
+    || fail "OBJECT_STORE_MEMORY_GB must be a number of GB, got '$OBJECT_STORE_MEMORY_GB'"
 }
 
 # cloud_init_status: the state `cloud-init status` prints (done, running, error, ...), or "finished" once cloud-init
@@ -121,8 +143,42 @@ probe_signature() {
   esac
 }
 
+# disk_with_serial: print the device whose serial is DATA_DISK_SERIAL (nothing, status 1, while there is none).
+disk_with_serial() {
+  local path dev serial
+  for path in "$DISK_BY_ID_DIR/virtio-$DATA_DISK_SERIAL" \
+    "$DISK_BY_ID_DIR/nvme-Alibaba_Cloud_Elastic_Block_Storage_$DATA_DISK_SERIAL"; do
+    if [[ -e "$path" ]]; then
+      printf '%s\n' "$path"
+      return 0
+    fi
+  done
+  # No udev link (yet, or a udev rule that names it otherwise): the kernel's own serial attribute.
+  for dev in "$SYS_BLOCK_DIR"/*; do
+    for serial in "$dev/serial" "$dev/device/serial"; do
+      if [[ -r "$serial" && "$(tr -d ' \n' <"$serial")" == "$DATA_DISK_SERIAL" ]]; then
+        printf '%s\n' "$DEV_DIR/${dev##*/}"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+
+# find_data_disk: set DATA_DISK_DEVICE from DATA_DISK_SERIAL (by identity, never by a name like /dev/vdb, which NVMe
+# families do not have), waiting for the attachment within DATA_DISK_WAIT_TIMEOUT_S.
+find_data_disk() {
+  if [[ -n "$DATA_DISK_DEVICE" || -z "$DATA_DISK_SERIAL" ]]; then return 0; fi
+  if ! POLL_WHAT="data disk with serial $DATA_DISK_SERIAL" poll_until "$DATA_DISK_WAIT_TIMEOUT_S" 2 disk_with_serial; then
+    fail "no disk with serial $DATA_DISK_SERIAL (the ECS data disk d-$DATA_DISK_SERIAL) appeared under $DISK_BY_ID_DIR or $SYS_BLOCK_DIR within ${DATA_DISK_WAIT_TIMEOUT_S}s"
+  fi
+  DATA_DISK_DEVICE=$(disk_with_serial)
+  banner "data disk d-$DATA_DISK_SERIAL is $DATA_DISK_DEVICE"
+}
+
 prepare_data_disk() {
   local signature fs_type uuid
+  find_data_disk
   if [[ -z "$DATA_DISK_DEVICE" ]]; then
     mkdir -p "$DATA_MOUNT"
     banner "no data disk: $DATA_MOUNT is a directory on the system disk"
@@ -165,6 +221,53 @@ create_data_dirs() {
   fi
 }
 
+# size_kib SIZE: 16g / 512m in KiB.
+size_kib() {
+  local number=${1%[mg]}
+  case $1 in
+    *g) echo $((number * 1024 * 1024)) ;;
+    *m) echo $((number * 1024)) ;;
+  esac
+}
+
+shm_kib() {
+  df -Pk "$SHM_MOUNT" | awk 'NR == 2 { print $2 }'
+}
+
+# The container runs with the host's IPC namespace (NCCL, Ray), where Docker ignores --shm-size: the host's
+# /dev/shm is what the container gets, so it is sized here; the fstab entry keeps the size across reboots
+# (systemd-remount-fs applies fstab options to /dev/shm).
+size_shm() {
+  local wanted memory current
+  if [[ -z "$SHM_SIZE" ]]; then
+    banner "no shm size given: $SHM_MOUNT stays as the OS sized it; skipped"
+  else
+    wanted=$(size_kib "$SHM_SIZE")
+    memory=$(awk '$1 == "MemTotal:" { print $2 }' "$MEMINFO_FILE")
+    if [[ -n "$memory" ]] && ((wanted > memory)); then
+      fail "container.shmSize $SHM_SIZE is more than this node's memory ($((memory / 1024)) MiB); lower it"
+    fi
+    ensure_fstab_entry "$SHM_MOUNT" "tmpfs $SHM_MOUNT tmpfs defaults,size=$SHM_SIZE 0 0"
+    current=$(shm_kib)
+    if [[ "$current" == "$wanted" ]]; then
+      banner "$SHM_MOUNT is already $SHM_SIZE; skipped"
+    else
+      logged mount -o "remount,size=$SHM_SIZE" "$SHM_MOUNT"
+      current=$(shm_kib)
+      [[ "$current" == "$wanted" ]] \
+        || fail "$SHM_MOUNT is ${current} KiB after remounting it with size=$SHM_SIZE (container.shmSize)"
+      banner "$SHM_MOUNT resized to $SHM_SIZE"
+    fi
+  fi
+  if [[ -n "$OBJECT_STORE_MEMORY_GB" ]]; then
+    current=$(shm_kib)
+    if awk -v gb="$OBJECT_STORE_MEMORY_GB" -v kib="$current" 'BEGIN { exit !(gb * 1024 * 1024 > kib) }'; then
+      fail "ray.objectStoreMemoryGb ($OBJECT_STORE_MEMORY_GB GB) does not fit in $SHM_MOUNT ($((current / 1024)) MiB), where Ray keeps its object store; lower it or raise container.shmSize"
+    fi
+    banner "Ray's object store ($OBJECT_STORE_MEMORY_GB GB) fits in $SHM_MOUNT ($((current / 1024)) MiB)"
+  fi
+}
+
 mount_nas() {
   local nfs_client wanted mounted
   if [[ -z "$NAS_SERVER" ]]; then
@@ -196,4 +299,5 @@ check_settings
 run_step wait_for_cloud_init "wait for cloud-init"
 run_step prepare_data_disk "data disk at $DATA_MOUNT"
 run_step create_data_dirs "directories under $DATA_MOUNT"
+run_step size_shm "size of $SHM_MOUNT"
 run_step mount_nas "NAS at $SHARED_MOUNT"

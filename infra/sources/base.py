@@ -40,6 +40,7 @@ class ClusterFacts:
     bf16: bool
     machine_type: str  # the instance type, or a description of the hosts
     location: str  # the zone, or "existing hosts"
+    nvswitch: bool = False  # GPUs joined by NVSwitch: nvidia-fabricmanager must run on every node
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,14 @@ class Machine:
     identity: pulumi.Input[str]  # changes when the machine is a different one (instance id, host address)
     ssh_user: str = "root"
     ssh_port: int = 22
-    data_disk: str | None = None  # how prepare-host finds the data disk (see prepare_host.sh), or None
+    # How prepare-host finds the data disk (prepare_host.sh): by the disk's serial (an ECS disk id without `d-`,
+    # the virtio and NVMe serial alike: /dev/disk/by-id/virtio-<serial> or ...nvme-..._<serial>), or by an
+    # explicit block device path for hosts whose layout is known. Neither: /data lives on the system disk.
+    data_disk_serial: pulumi.Input[str] | None = None
+    data_disk: str | None = None
+    # The machine's SSH host key (`ssh-ed25519 AAAA...`) when the program knows it before connecting
+    # (infra/node/known_hosts.py); None: its clients record the key they first see, in the stack's own file.
+    host_key: pulumi.Input[str] | None = None
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first SSH step
     # Baking (a source that can image its machines, with nodes.bake): called by the bootstrap once the machine is
     # prepared, with the step(s) to wait for and the parent for the image; returns the image resource (later steps

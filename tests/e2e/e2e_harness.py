@@ -39,6 +39,7 @@ UNREACHABLE_IP = f"{SUBNET}.250"  # on the bridge's subnet, held by no host
 # Outside the repository and outside /tmp: the hosts mount a private /tmp over the machine's, so nothing they
 # run may live there (a CI clone may well be under /tmp). Built once and reused across runs.
 RAY_VENV = Path(os.environ.get("ROLL_E2E_RAY_VENV", "/var/cache/roll-cluster-e2e/ray-venv"))
+ADMIN_HOME = STATE_ROOT / "admin-home"  # HOME of the user-facing commands (the stack's known-hosts file is there)
 SUPPORT_DIR = STATE_ROOT / "support"  # copies of host_init.sh and fake_docker.sh, visible inside the hosts
 RAY_REQUIREMENTS = REPO / "requirements-e2e.txt"
 SSHD = Path("/usr/sbin/sshd")
@@ -320,8 +321,11 @@ class TestNetwork:
             return list(pool.map(lambda run: self.run(run[0], run[1], timeout), runs))
 
     def run_user_command(self, command: str, timeout: float = 120) -> CommandResult:
-        """Run a command a user copies from the stack outputs (`ssh -i KEY root@IP ...`) on the test machine."""
-        env = {**os.environ, "PATH": f"{self.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        """Run a command a user copies from the stack outputs (`ssh -i KEY root@IP ...`) on the test machine, as
+        the admin whose home is ADMIN_HOME (where the program's known-hosts file goes, ~/.ssh/roll-cluster/)."""
+        ADMIN_HOME.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PATH": f"{self.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+               "HOME": str(ADMIN_HOME)}
         return RunningCommand("the admin machine", ["bash", "-c", command], env=env).wait(timeout)
 
 

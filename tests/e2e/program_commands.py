@@ -8,8 +8,10 @@ Ray step builders or the scripts changes what the tier runs.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from infra.node import steps
@@ -30,6 +32,7 @@ class ProgramCommands:
     ray_stop: list[str]  # every node's Ray delete command, rank 0 first
     outputs: dict[str, Any]
     rendered_config: str | None  # the training configuration the job step ships (ROLL's YAML)
+    known_hosts: str  # the stack's known-hosts local command (create, in its directory, with its environment)
 
 
 def render_cluster(
@@ -44,10 +47,18 @@ def render_cluster(
     ray: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
     training: Mapping[str, Any] | None = None,
+    host_key_files: Sequence[Path] = (),
 ) -> ProgramCommands:
     """Run the program on len(ips) nodes whose public and private addresses are `ips`, for a `custom` job of
-    `entrypoint` or, given `training`, that training section (e.g. a ROLL job)."""
-    cloud = OfflineCloud(node_public_ips=list(ips), node_private_ips=list(ips))
+    `entrypoint` or, given `training`, that training section (e.g. a ROLL job).
+
+    host_key_files: each node's sshd host key (private; `.pub` beside it), handed to the program as the keys it
+    generated, so that the SSH clients it configures verify the test hosts as they would verify real nodes."""
+    host_keys = {
+        f"node-{rank}": path.read_text() + path.with_name(path.name + ".pub").read_text()
+        for rank, path in enumerate(host_key_files)
+    }
+    cloud = OfflineCloud(node_public_ips=list(ips), node_private_ips=list(ips), host_keys=host_keys)
     gcs, dashboard_port, client = ports
     result = run_program(
         "multi",
@@ -84,7 +95,14 @@ def render_cluster(
         ray_stop=[inputs(name)["delete"] for name in ["node-0-ray-head", *workers]],
         outputs=result.outputs,
         rendered_config=steps.NOTES["job_spec"].rendered_config if "job_spec" in steps.NOTES else None,
+        known_hosts=_local_command(inputs("known-hosts")),
     )
+
+
+def _local_command(inputs: Mapping[str, Any]) -> str:
+    """A pulumi-command local.Command as one shell line: its `create` run in its `dir` with its `environment`."""
+    env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in inputs["environment"].items())
+    return f"cd {shlex.quote(inputs['dir'])} && env {env} {inputs['create']}"
 
 
 def _public_key_of(private_key_path: str) -> str:

@@ -53,7 +53,11 @@ def cluster(network: TestNetwork) -> Iterator[tuple[list[TestHost], ProgramComma
         working_dir="/tmp/program-job",
         ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
         secrets={"hfToken": SECRET},
+        host_key_files=[h.root / "ssh_host_ed25519_key" for h in hosts],
     )
+    # The stack's known-hosts file, written by the program's own local command: the output commands verify the
+    # hosts against it (StrictHostKeyChecking=yes), as they verify real nodes.
+    network.run_user_command(commands.known_hosts, timeout=30).check()
     for host in hosts:
         network.create_container(host, CONTAINER)
     network.run(hosts[0], f"mkdir -p /tmp/program-job && cat > /tmp/program-job/probe.py <<'EOF'\n{PROBE}\nEOF").check()

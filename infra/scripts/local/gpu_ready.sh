@@ -10,9 +10,13 @@
 #   HOST (required)           node address
 #   SSH_USER [root]           other users need passwordless sudo
 #   SSH_PORT [22]
-#   SSH_KEY_PATH [ssh's default keys]
-#   KNOWN_HOSTS_FILE [ssh's default]   where StrictHostKeyChecking=accept-new records the node's key
-#   EXPECTED_GPUS (required), GPU_DRIVER [auto-install]   passed to gpu_check.sh
+#   SSH_KEY_PATH [ssh's default keys]   -i (a private key file, or a .pub file naming a key in ssh-agent), with
+#                             IdentitiesOnly=yes so that other agent keys are not offered
+#   KNOWN_HOSTS_FILE (required)   the stack's known-hosts file (infra/node/known_hosts.py), which holds the host
+#                             key generated for the node; nothing else is read or written
+#   HOST_KEY_CHECKING [yes]   StrictHostKeyChecking: yes (the key is known before the node exists), or accept-new
+#                             for a machine whose key the program could not know (recorded in KNOWN_HOSTS_FILE)
+#   EXPECTED_GPUS (required), GPU_DRIVER [auto-install], FABRIC_MANAGER [false]   passed to gpu_check.sh
 #   TIMEOUT_S [2400]          overall deadline
 #   INTERVAL_S [10]           pause between probes (fractions allowed)
 #   GPUS_MISSING_GRACE_S [120]  how long fewer GPUs than expected are tolerated once the driver is up
@@ -34,6 +38,8 @@ source "$SCRIPTS_DIR/lib.sh"
 : "${SSH_PORT:=22}"
 : "${SSH_KEY_PATH:=}"
 : "${KNOWN_HOSTS_FILE:=}"
+: "${HOST_KEY_CHECKING:=yes}"
+: "${FABRIC_MANAGER:=false}"
 : "${GPU_DRIVER:=auto-install}"
 : "${TIMEOUT_S:=2400}"
 : "${INTERVAL_S:=10}"
@@ -42,10 +48,17 @@ source "$SCRIPTS_DIR/lib.sh"
 ROLL_STEP_LOG="$ROLL_LOG_DIR/gpu-ready-${NODE_NAME//\//_}.log"
 
 check_settings() {
-  require_env HOST EXPECTED_GPUS
+  require_env HOST EXPECTED_GPUS KNOWN_HOSTS_FILE
   require_int EXPECTED_GPUS SSH_PORT TIMEOUT_S GPUS_MISSING_GRACE_S
   [[ "$INTERVAL_S" =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "INTERVAL_S must be a number of seconds, got '$INTERVAL_S'"
-  SSH_OPTIONS=(-o BatchMode=yes -o StrictHostKeyChecking=accept-new -o ConnectTimeout=10
+  case $HOST_KEY_CHECKING in
+    yes | accept-new) ;;
+    *) fail "HOST_KEY_CHECKING must be yes or accept-new, got '$HOST_KEY_CHECKING'" ;;
+  esac
+  # BatchMode: never a prompt (passphrase, unknown host) in an unattended step. The stack's own known-hosts file
+  # only: a user's ~/.ssh/known_hosts may hold another machine's key for a recycled public address.
+  SSH_OPTIONS=(-o BatchMode=yes -o StrictHostKeyChecking="$HOST_KEY_CHECKING"
+    -o UserKnownHostsFile="$KNOWN_HOSTS_FILE" -o GlobalKnownHostsFile=/dev/null -o ConnectTimeout=10
     -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR -p "$SSH_PORT")
   if [[ -n "$SSH_KEY_PATH" ]]; then
     # The stack config may say ~/.ssh/...; nothing expands the tilde in an environment variable.
@@ -54,9 +67,6 @@ check_settings() {
     if [[ "$SSH_KEY_PATH" == "$tilde_prefix"* ]]; then SSH_KEY_PATH=$HOME/${SSH_KEY_PATH#"$tilde_prefix"}; fi
     [[ -r "$SSH_KEY_PATH" ]] || fail "SSH_KEY_PATH $SSH_KEY_PATH is not readable"
     SSH_OPTIONS+=(-i "$SSH_KEY_PATH" -o IdentitiesOnly=yes)
-  fi
-  if [[ -n "$KNOWN_HOSTS_FILE" ]]; then
-    SSH_OPTIONS+=(-o UserKnownHostsFile="$KNOWN_HOSTS_FILE")
   fi
   SUDO=''
   if [[ "$SSH_USER" != root ]]; then SUDO='sudo -n '; fi
@@ -76,6 +86,7 @@ render_check() {
     printf 'export NODE_NAME=%q\n' "$NODE_NAME"
     printf 'export EXPECTED_GPUS=%q\n' "$EXPECTED_GPUS"
     printf 'export GPU_DRIVER=%q\n' "$GPU_DRIVER"
+    printf 'export FABRIC_MANAGER=%q\n' "$FABRIC_MANAGER"
     for name in AUTO_INSTALL_DIR ROLL_STATE_DIR BOOT_ID_FILE; do
       if [[ -n "${!name:-}" ]]; then printf 'export %s=%q\n' "$name" "${!name}"; fi
     done
@@ -99,9 +110,9 @@ run_check() {
     printf '[%s] exit %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$CHECK_STATUS" "${CHECK_OUTPUT%%$'\n'*}"
     cat "$errors"
   } >>"$ROLL_STEP_LOG"
-  if ((CHECK_STATUS == 255)) && grep -q 'REMOTE HOST IDENTIFICATION HAS CHANGED' "$errors"; then
+  if ((CHECK_STATUS == 255)) && grep -q -e 'REMOTE HOST IDENTIFICATION HAS CHANGED' -e 'Host key verification failed' "$errors"; then
     rm -f "$errors"
-    fail "the host key of $HOST changed (a new instance at the same address?); remove the old key with ssh-keygen -R $HOST${KNOWN_HOSTS_FILE:+ -f $KNOWN_HOSTS_FILE} and run again"
+    fail "the host key of $HOST does not match the key recorded for node $NODE_NAME in $KNOWN_HOSTS_FILE: another machine answers at this address, or the node was not booted with the program's user data; refusing to connect"
   fi
   rm -f "$errors"
 }

@@ -35,6 +35,11 @@ class GpuInstanceType:
     memory_gib: int
 
     @property
+    def nvswitch(self) -> bool:
+        """Whether the GPUs hang off NVSwitch, so that nvidia-fabricmanager must run in the instance."""
+        return self.family.name in NVSWITCH_FAMILIES and self.gpus == 8
+
+    @property
     def hourly_price(self) -> float:
         return round(self.family.price_per_gpu_hour * self.gpus + 0.12 * self.vcpus, 2)
 
@@ -54,6 +59,14 @@ FAMILIES: dict[str, GpuFamily] = {
         GpuFamily("ecs.ebmgn8v", "NVIDIA H20", 96, True, 5, 41.0, False),
     ]
 }
+
+# Families whose 8-GPU types are whole HGX baseboards (SXM GPUs on NVSwitch): gn7/gn7e (A100 SXM4) and gn8v/ebmgn8v
+# (H20, "8卡之间支持NVLINK互联", "通过900 GB/s NVLINK互联" in the gn8v doc). NVIDIA: on NVSwitch systems the Fabric
+# Manager must be installed at the driver's version and started. No Alibaba document found says which types need
+# it inside the instance (UNCONFIRMED, ../shared/reference/alibaba-cloud-verified.md 11): the full 8-GPU shapes are
+# assumed to pass the NVSwitches through; smaller shapes of these families and the V100 (NVLink without NVSwitch)
+# and PCIe families are not.
+NVSWITCH_FAMILIES = ("ecs.gn7", "ecs.gn7e", "ecs.gn8v", "ecs.ebmgn8v")
 
 # (type, GPUs) from alibaba-cloud.md §1; vCPUs follow Alibaba's naming: "Nxlarge" = 4N vCPUs.
 _TYPES: list[tuple[str, int]] = [

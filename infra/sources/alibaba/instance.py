@@ -1,22 +1,36 @@
-"""One GPU node: an ECS instance of the chosen type with its disks, public IP, key pair and first-boot script.
+"""One GPU node: an ECS instance of the chosen type with its disks, public IP, host key and first-boot script.
 
-The GPU driver comes from Alibaba's auto-install script, started by our first-boot user data
-(infra/scripts/first_boot.sh) with driver and CUDA versions that suit the container image, or from the image
+The first-boot user data (infra/scripts/first_boot.sh) installs the node's SSH host key, which the program
+generated so that its clients can verify the node (infra/node/known_hosts.py), and `access.sshPublicKey` for
+root (every key type works this way; an ECS key pair is added only for the types ImportKeyPair accepts, see
+source.py). The GPU driver comes from Alibaba's auto-install script, started by the same user data with driver and
+CUDA versions that suit the container image (plus nvidia-fabricmanager on NVSwitch types), or from the image
 itself (`nodes.gpuDriver: preinstalled`).
+
+The data disk is handed on by its serial, the disk id without `d-`, which the guest sees as the virtio and the
+NVMe serial alike (/dev/disk/by-id/virtio-<serial>, nvme-Alibaba_Cloud_Elastic_Block_Storage_<serial>; Alibaba's
+CSI driver pkg/disk/device_manager.go, ../shared/reference/alibaba-cloud-verified.md 3.2): NVMe families (gn8v,
+gn8is) do not call it /dev/vdb.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_alicloud as alicloud
 
 from infra.config import NodesConfig
-from infra.node import remote
+from infra.node import known_hosts, remote
 
-DATA_DISK_DEVICE = "/dev/vdb"  # the first data disk of a virtio ECS instance
+# Before Base64 encoding, user data "can only be up to 32 KB in size" (help/en/ecs/user-guide/overview-of-ecs-
+# instance-user-data, Jun 2024; older pages say 16 KB): ../shared/reference/alibaba-cloud-verified.md 1.2. The
+# first-boot script (lib.sh included) is about 30 KB, so it is sent gzip-compressed, a format Alibaba lists for user
+# data ("User-Data script, Cloud Config script, Include file, Gzip-compressed script, and Upstart Job script",
+# help/doc-detail/49121.htm) and cloud-init unpacks; compressed it stays under even the older 16 KB.
+USER_DATA_LIMIT_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -28,7 +42,9 @@ class GpuNodeArgs:
     image_id: str
     vswitch_id: pulumi.Input[str]
     security_group_id: pulumi.Input[str]
-    key_pair_name: pulumi.Input[str]
+    key_pair_name: pulumi.Input[str] | None  # an ECS key pair for importable key types; None: user data only
+    ssh_public_key: str
+    fabric_manager: bool
     data_snapshot: tuple[str, int] | None = None  # (snapshot id, GB) of a baked image's data disk
 
     @property
@@ -36,21 +52,51 @@ class GpuNodeArgs:
         return "head" if self.rank == 0 else "worker"
 
 
-def first_boot_user_data(nodes: NodesConfig) -> str:
+def first_boot_user_data(
+    nodes: NodesConfig,
+    *,
+    ssh_public_key: str = "",
+    host_key_private: str = "",
+    host_key_public: str = "",
+    fabric_manager: bool = False,
+) -> str:
     """cloud-init user data: first_boot.sh with its parameters, as a bash script."""
     env = {
         "GPU_DRIVER": nodes.gpu_driver,
         "DRIVER_VERSION": nodes.driver_version,
         "CUDA_VERSION": nodes.cuda_version,
         "CUDNN_VERSION": nodes.cudnn_version,
+        "FABRIC_MANAGER": "true" if fabric_manager else "false",
+        "ROOT_AUTHORIZED_KEY": ssh_public_key,
+        "SSH_HOST_KEY_ED25519": host_key_private,
+        "SSH_HOST_KEY_ED25519_PUB": host_key_public,
     }
     return remote.render_user_data("first_boot.sh", env)
+
+
+def encode_user_data(script: str) -> str:
+    """The instance's `user_data`: the script gzip-compressed (mtime 0: the same script gives the same bytes, so
+    no spurious diff), Base64-encoded; refused when over Alibaba's limit."""
+    packed = gzip.compress(script.encode(), mtime=0)
+    if len(packed) > USER_DATA_LIMIT_BYTES:
+        raise ValueError(
+            f"the first-boot user data is {len(packed)} bytes compressed, over Alibaba's limit of "
+            f"{USER_DATA_LIMIT_BYTES} bytes before Base64"
+        )
+    return base64.b64encode(packed).decode()
+
+
+def decode_user_data(user_data: str) -> str:
+    """The script inside an instance's `user_data` (what cloud-init runs)."""
+    return gzip.decompress(base64.b64decode(user_data)).decode()
 
 
 class GpuNode(pulumi.ComponentResource):
     instance_id: pulumi.Output[str]
     public_ip: pulumi.Output[str]
     private_ip: pulumi.Output[str]
+    host_public_key: pulumi.Output[str]
+    data_disk_serial: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:GpuNode", name, None, opts)
@@ -66,7 +112,19 @@ class GpuNode(pulumi.ComponentResource):
                     snapshot_id=args.data_snapshot[0] if args.data_snapshot else None,
                 )
             ]
-        user_data = base64.b64encode(first_boot_user_data(nodes).encode()).decode()
+        host_key = known_hosts.host_key(name, parent=self)
+        # A secret: it carries the node's private host key (kept encrypted in the state).
+        user_data = pulumi.Output.all(host_key.private_key, host_key.public_key).apply(
+            lambda keys: encode_user_data(
+                first_boot_user_data(
+                    nodes,
+                    ssh_public_key=args.ssh_public_key,
+                    host_key_private=keys[0],
+                    host_key_public=keys[1],
+                    fabric_manager=args.fabric_manager,
+                )
+            )
+        )
         instance = alicloud.ecs.Instance(
             f"{name}-instance",
             instance_type=args.instance_type,
@@ -101,6 +159,19 @@ class GpuNode(pulumi.ComponentResource):
         self.instance_id = instance.id
         self.public_ip = instance.public_ip
         self.private_ip = instance.private_ip
+        self.host_public_key = host_key.public_key
+        self.data_disk_serial = None
+        if nodes.data_disk_gb:
+            # The instance's outputs do not carry the data disk's id; DescribeDisks of the instance does.
+            disks = alicloud.ecs.get_ecs_disks_output(instance_id=instance.id, type="data")
+            self.data_disk_serial = disks.disks.apply(lambda found: _serial(found, host_name))
         self.register_outputs(
             {"instanceId": self.instance_id, "publicIp": self.public_ip, "privateIp": self.private_ip}
         )
+
+
+def _serial(disks: list[alicloud.ecs.outputs.GetEcsDisksDiskResult], host_name: str) -> str:
+    if len(disks) != 1:
+        raise RuntimeError(f"{host_name}: expected one data disk attached, DescribeDisks lists {len(disks)}")
+    disk_id = disks[0].disk_id or disks[0].id
+    return disk_id.removeprefix("d-")

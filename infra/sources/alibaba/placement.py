@@ -61,6 +61,7 @@ class Placement:
     image_name: str
     existing: bool  # kept from the existing cluster's vSwitch, without stock look-ups
     vswitch_name: str
+    nvswitch: bool = False  # 8-GPU NVSwitch type: nvidia-fabricmanager must run (catalog.NVSWITCH_FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ def _keep(config: ClusterConfig, stack: str, existing: ExistingCluster) -> Place
         zone=existing.zone, instance_type=type_name, gpus_per_node=gpus, gpu_model=model, bf16=family.bf16,
         price=_price(config, type_name, live), tried=tuple(notes), image_id=image_id, image_name=image_name,
         existing=True, vswitch_name=vswitch_name(stack),
+        nvswitch=catalog.family_of(type_name) in catalog.NVSWITCH_FAMILIES and gpus == 8,
     )
 
 
@@ -172,6 +174,7 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
             zone=zone, instance_type=type_name, gpus_per_node=gpus, gpu_model=model,
             bf16=family.bf16 if family else True, price=_price(config, type_name, live), tried=tuple(tried),
             image_id=image_id, image_name=image_name, existing=False, vswitch_name=vswitch_name(stack),
+            nvswitch=catalog.family_of(type_name) in catalog.NVSWITCH_FAMILIES and gpus == 8,
         )
     spot_hint = "" if nodes.spot else ", or spot instances (nodes.spot: true), whose stock differs"
     raise PlacementError(
@@ -274,7 +277,7 @@ def _number(text: object) -> float | None:
 
 def _image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
     if config.nodes.image is not None:
-        return _custom_image(config)
+        return _custom_image(config, type_name)
     images = alicloud.ecs.get_images(
         name_regex=config.nodes.os_image, owners="system", most_recent=True, instance_type=type_name,
         architecture="x86_64",
@@ -287,20 +290,23 @@ def _image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
     return images[0].id, images[0].name
 
 
-def _custom_image(config: ClusterConfig) -> tuple[str, str]:
-    """nodes.image: the account's own image (baked by nodes.bake, or one with the driver preinstalled)."""
-    image = _own_image(config)
+def _custom_image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
+    """nodes.image: a custom image (baked by nodes.bake, or one with the driver for gpuDriver: preinstalled) or a
+    Marketplace one."""
+    image = _own_image(config, type_name)
     return image.id, image.name
 
 
-def _own_image(config: ClusterConfig) -> Any:
+def _own_image(config: ClusterConfig, type_name: str | None = None) -> Any:
     image_id = config.nodes.image
-    images = alicloud.ecs.get_images(image_id=image_id, owners="self").images
+    # Any owner (no `owners` filter): the account's own, shared and Marketplace images alike.
+    images = alicloud.ecs.get_images(image_id=image_id, instance_type=type_name).images
     if not images:
         raise PlacementError(
-            f"roll-cluster:nodes.image: no custom image {image_id} in {config.region} (images are regional: bake "
-            "in this region or copy the image here); leave nodes.image out to boot from nodes.osImage. Nothing was "
-            "created."
+            f"roll-cluster:nodes.image: no image {image_id} in {config.region}"
+            + (f" that {type_name} can boot" if type_name else "")
+            + " (images are regional: bake in this region, copy the image here, or share it with this account); "
+            "leave nodes.image out to boot from nodes.osImage. Nothing was created."
         )
     status = getattr(images[0], "status", "Available") or "Available"
     if status != "Available":

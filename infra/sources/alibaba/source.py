@@ -13,8 +13,9 @@ import pulumi
 import pulumi_alicloud as alicloud
 
 from infra.config import ClusterConfig
+from infra.node import ssh_access
 from infra.sources.alibaba.bake import bake_image
-from infra.sources.alibaba.instance import DATA_DISK_DEVICE, GpuNode, GpuNodeArgs
+from infra.sources.alibaba.instance import GpuNode, GpuNodeArgs
 from infra.sources.alibaba.network import Network, NetworkArgs
 from infra.sources.alibaba.placement import Placement, choose_placement, image_data_disk
 from infra.sources.alibaba.storage import SharedStorage, SharedStorageArgs
@@ -41,6 +42,7 @@ class AlibabaSource:
             bf16=placement.bf16,
             machine_type=placement.instance_type,
             location=placement.zone,
+            nvswitch=placement.nvswitch,
         )
 
     def provision(self) -> ProvisionedCluster:
@@ -58,9 +60,20 @@ class AlibabaSource:
                 dashboard_open_to_admins=config.access.dashboard == "admin-cidrs",
             ),
         )
-        key_pair = alicloud.ecs.EcsKeyPair(
-            "key-pair", key_pair_name=f"roll-cluster-{stack}", public_key=config.access.ssh_public_key
-        )
+        # The login key always reaches root through the first-boot user data, which works for every key type.
+        # ImportKeyPair accepts rsa, dsa and ecdsa only (not ed25519: ssh_access.IMPORTABLE_KEY_TYPES); for those
+        # an ECS key pair is registered as well, so that the console shows which key the instances take.
+        public_key = config.access.ssh_public_key
+        key_pair_name = None
+        ssh_login = f"{public_key.split()[0]} key for root via first-boot user data"
+        if ssh_access.importable(public_key):
+            key_pair = alicloud.ecs.EcsKeyPair(
+                "key-pair", key_pair_name=f"roll-cluster-{stack}", public_key=public_key
+            )
+            key_pair_name = key_pair.key_pair_name
+            ssh_login += f" and ECS key pair roll-cluster-{stack}"
+        else:
+            ssh_login += " (ECS ImportKeyPair does not accept this type: no key pair)"
         storage = None
         if config.storage.nas:
             storage = SharedStorage(
@@ -90,7 +103,9 @@ class AlibabaSource:
                     image_id=placement.image_id,
                     vswitch_id=network.vswitch_id,
                     security_group_id=network.security_group_id,
-                    key_pair_name=key_pair.key_pair_name,
+                    key_pair_name=key_pair_name,
+                    ssh_public_key=public_key,
+                    fabric_manager=placement.nvswitch and config.nodes.gpu_driver == "auto-install",
                     data_snapshot=data_snapshot,
                 ),
             )
@@ -101,7 +116,8 @@ class AlibabaSource:
                     ssh_host=node.public_ip,
                     private_ip=node.private_ip,
                     identity=node.instance_id,
-                    data_disk=DATA_DISK_DEVICE if config.nodes.data_disk_gb > 0 else None,
+                    data_disk_serial=node.data_disk_serial,
+                    host_key=node.host_public_key,
                     depends_on=[node],
                     bake=_baker(stack, node) if config.nodes.bake and rank == 0 else None,
                 )
@@ -124,6 +140,8 @@ class AlibabaSource:
                 "nas_retained": config.storage.retain_on_destroy,
                 "nas_existing": config.storage.existing_file_system_id,
                 "checkpoints": checkpoint_note(config),
+                "ssh_login": ssh_login,
+                "fabric_manager": placement.nvswitch,
             },
         )
 

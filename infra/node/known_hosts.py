@@ -1,0 +1,130 @@
+"""The nodes' SSH host keys: known to the program before it first connects, verified by every SSH client.
+
+Public IPs are recycled: a user's ~/.ssh/known_hosts may hold another machine's key for a new node's address, and
+`StrictHostKeyChecking=accept-new` would trust whatever answers the first time. So:
+
+1. `host_key()`: the program generates each node's ed25519 host key (infra/scripts/local/host_key.sh, ssh-keygen
+   on the machine that runs `pulumi up`) in a pulumi-command local.Command whose stdout is a secret output kept in
+   the state: stable across updates, never logged, no extra provider. A source installs it through the node's
+   first-boot user data (infra/scripts/first_boot.sh), before any client connects.
+2. `register()`: one local.Command writes the stack's known-hosts file (`known_hosts_path`) with every node's
+   address and key; it is the only known-hosts file the program's clients read.
+3. The clients: pulumi-command's remote steps get the key as `connection.hostKey` (FixedHostKey, and
+   HostKeyAlgorithms set to its type: pulumi-command provider/pkg/provider/remote/connection.go); the docker
+   provider, gpu_ready.sh and the commands in the stack outputs run the system ssh with
+   `UserKnownHostsFile=<file> StrictHostKeyChecking=yes`.
+
+A machine whose key the program could not know (a source that does not generate one) gets no line; its clients
+use `accept-new` on the stack's own file, which at least starts empty instead of trusting a stale entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+
+from infra.layout import PROJECT_DIR
+from infra.sources.base import Machine
+
+KNOWN_HOSTS_DIR = "~/.ssh/roll-cluster"
+
+
+def known_hosts_path(stack: str) -> str:
+    """The stack's known-hosts file; `~/` is left for ssh (and the scripts) to expand on the machine using it."""
+    return f"{KNOWN_HOSTS_DIR}/{stack}.known_hosts"
+
+
+def agent_public_key_path(stack: str) -> str:
+    return f"{KNOWN_HOSTS_DIR}/{stack}.agent-key.pub"
+
+
+@dataclass(frozen=True)
+class HostKey:
+    private_key: pulumi.Output[str]  # OpenSSH format, secret
+    public_key: pulumi.Output[str]  # `ssh-ed25519 AAAA... comment`
+
+
+def split_host_key(stdout: str) -> tuple[str, str]:
+    """host_key.sh's output: the private key, then the public key line last."""
+    lines = stdout.strip().splitlines()
+    if not lines or not lines[-1].startswith("ssh-ed25519 "):
+        raise ValueError("host_key.sh printed no ssh-ed25519 public key line")
+    return "\n".join(lines[:-1]) + "\n", lines[-1]
+
+
+def host_key(name: str, parent: pulumi.Resource | None = None) -> HostKey:
+    generated = command.local.Command(
+        f"{name}-host-key",
+        create="bash infra/scripts/local/host_key.sh",
+        dir=str(PROJECT_DIR),
+        environment={"NODE_NAME": name},
+        # The private key must never reach the console or the logs; the output is a secret in the state.
+        logging=command.local.Logging.NONE,
+        opts=pulumi.ResourceOptions(parent=parent, additional_secret_outputs=["stdout"]),
+    )
+    parts = generated.stdout.apply(split_host_key)
+    return HostKey(
+        private_key=pulumi.Output.secret(parts.apply(lambda p: p[0])),
+        # The public half is no secret: it goes into known-hosts files and the plan.
+        public_key=pulumi.Output.unsecret(parts.apply(lambda p: p[1])),
+    )
+
+
+def host_pattern(host: str, port: int) -> str:
+    """How OpenSSH writes a host in known_hosts: the bare address on port 22, `[address]:port` elsewhere."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def known_hosts_line(host: str, port: int, public_key: str) -> str:
+    key_type, key_data = public_key.split()[:2]
+    return f"{host_pattern(host, port)} {key_type} {key_data}"
+
+
+@dataclass(frozen=True)
+class KnownHosts:
+    path: str
+    written: pulumi.Resource  # the clients that read the file depend on it
+
+
+def register(stack: str, machines: Sequence[Machine]) -> KnownHosts:
+    """The local.Command that writes the stack's known-hosts file from the machines' addresses and host keys."""
+    path = known_hosts_path(stack)
+    lines = [_line(m) for m in machines if m.host_key is not None]
+    content = pulumi.Output.all(*lines).apply(lambda v: "\n".join(str(line) for line in v))
+    written = command.local.Command(
+        "known-hosts",
+        create="bash infra/scripts/local/known_hosts.sh",
+        delete="bash infra/scripts/local/known_hosts.sh --delete",
+        dir=str(PROJECT_DIR),
+        environment={"KNOWN_HOSTS_FILE": path, "KNOWN_HOSTS": content},
+        # A changed node address or key changes KNOWN_HOSTS: the update runs `create` again (rewrites the file).
+        triggers=[content],
+    )
+    return KnownHosts(path=path, written=written)
+
+
+def _line(machine: Machine) -> pulumi.Output[str]:
+    port = machine.ssh_port
+    return pulumi.Output.all(machine.ssh_host, machine.host_key).apply(
+        lambda v: known_hosts_line(str(v[0]), port, str(v[1]))
+    )
+
+
+def host_key_checking(machine: Machine) -> str:
+    """StrictHostKeyChecking for a machine: `yes` when its key is known up front (see the module docstring)."""
+    return "yes" if machine.host_key is not None else "accept-new"
+
+
+def ssh_options(identity_file: str, known_hosts: str, checking: str) -> list[str]:
+    """Options of every system `ssh` the program runs itself (the docker provider's ssh_opts)."""
+    return [
+        "-i", identity_file,
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+        "-o", f"UserKnownHostsFile={known_hosts}",
+        "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", f"StrictHostKeyChecking={checking}",
+    ]
