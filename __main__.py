@@ -11,7 +11,7 @@ import pulumi
 from infra import outputs, stack_config
 from infra.frameworks import adapter_for
 from infra.frameworks.job import TrainingJob, TrainingJobArgs
-from infra.node import steps
+from infra.node import accelerators, steps
 from infra.node.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from infra.ray.cluster import RayCluster, RayClusterArgs, RayNode
 from infra.sources import source_for
@@ -36,6 +36,10 @@ for machine in cluster.machines:
             gpus_per_node=facts.accelerators_per_node,
             head_private_ip=head_ip,
             nas_server=cluster.shared_storage_server,
+            nfs_export=cluster.shared_storage_export,
+            nfs_options=cluster.shared_storage_options,
+            shared_host_dir=cluster.shared_host_dir,
+            accelerator=accelerators.accelerator(facts.accelerator),
             private_key=private_key,
             registry_password=secrets.registry_password,
             code_env=code.env(config.container.name) if code else None,

@@ -32,6 +32,7 @@ def export_all(
     key = config.access.ssh_private_key_path
     ports = config.ray
     container = config.container.name
+    user, port = head.machine.ssh_user, head.machine.ssh_port
     for name, value in cluster.outputs.items():
         pulumi.export(name, value)
     pulumi.export(
@@ -46,10 +47,10 @@ def export_all(
     )
     pulumi.export("gpus", facts.accelerators_per_node * config.nodes.count)
     pulumi.export("gpuModel", facts.accelerator_model)
-    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key)))
+    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key, user, port)))
     pulumi.export(
         "dashboardTunnel",
-        head_host.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port)),
+        head_host.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, user, port)),
     )
     if config.access.dashboard == "admin-cidrs":
         pulumi.export(
@@ -61,13 +62,13 @@ def export_all(
     pulumi.export(
         "jobStatus",
         status_and_logs.apply(
-            lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port)
+            lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port, user, port)
         ),
     )
     pulumi.export(
         "jobLogs",
         status_and_logs.apply(
-            lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port)
+            lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port, user, port)
         ),
     )
     if not config.training.auto_start:

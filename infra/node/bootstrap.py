@@ -3,8 +3,13 @@ installation, GPU readiness that survives the installer's reboot, the training c
 
 Order on a node (nothing here waits for another node):
 
-    prepare-host -> docker -> pull-image -> gpu-ready -> container -> code
+    prepare-host -> docker -> pull-image -> gpu-ready | npu-ready -> container -> code
                                   (driver installs since first boot, in parallel with all of the above)
+
+What depends on the accelerator (readiness step, devices, driver mounts, NCCL/HCCL environment, NVIDIA runtime)
+comes from infra/node/accelerators.py. On a machine the program did not create (Machine.existing: your own host)
+an existing Docker and NVIDIA toolkit are used as they are and only what is missing is installed; the driver is
+checked, never installed.
 
 The image pull starts as soon as Docker runs, while the driver installer (started by the first-boot user data)
 is still working. gpu-ready comes after the pull because it is the step that reboots the node when the
@@ -25,10 +30,9 @@ import pulumi_docker as docker
 
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
-from infra.node import steps
+from infra.node import accelerators, steps
 from infra.sources.base import Machine
 
-NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
 GPU_READY_TIMEOUT_S = 2400
 
 
@@ -42,6 +46,10 @@ class NodeBootstrapArgs:
     private_key: pulumi.Output[str]
     registry_password: pulumi.Output[str] | None
     code_env: dict[str, str] | None
+    accelerator: accelerators.Accelerator = accelerators.NVIDIA
+    nfs_export: str = "/"  # the path nas_server exports
+    nfs_options: str | None = None  # NFS mount options; None: prepare_host.sh's defaults (Alibaba NAS)
+    shared_host_dir: str | None = None  # a host directory that is already shared, bind-mounted at SHARED_MOUNT
 
 
 class NodeBootstrap(pulumi.ComponentResource):
@@ -57,6 +65,11 @@ class NodeBootstrap(pulumi.ComponentResource):
         node_name = machine.name
         ctx = steps.context_for(machine, args.private_key, self, first=True)
         has_data_disk = machine.data_disk is not None
+        kind = args.accelerator
+        count_key = "roll-cluster:nodes.acceleratorsPerNode" if machine.existing else "the instance type"
+        nfs_env = {"NAS_REMOTE_PATH": args.nfs_export}
+        if args.nfs_options:
+            nfs_env["NAS_MOUNT_OPTIONS"] = args.nfs_options
 
         prepare = steps.remote_step(
             ctx,
@@ -67,13 +80,19 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "DATA_MOUNT": DATA_MOUNT,
                 "NAS_SERVER": args.nas_server or "",
                 "SHARED_MOUNT": SHARED_MOUNT,
+                "SHARED_HOST_DIR": args.shared_host_dir or "",
+                **nfs_env,
             },
         )
         install_docker = steps.remote_step(
             ctx,
             "docker",
             ["install_docker.sh"],
-            {"DOCKER_DATA_ROOT": f"{DATA_MOUNT}/docker" if has_data_disk else ""},
+            {
+                "DOCKER_DATA_ROOT": f"{DATA_MOUNT}/docker" if has_data_disk else "",
+                "NVIDIA_RUNTIME": "1" if kind.nvidia_runtime else "0",
+                "KEEP_EXISTING_DOCKER": "1" if machine.existing else "0",
+            },
             after=[(f"{node_name}/prepare-host", prepare)],
         )
         pull = steps.remote_step(
@@ -84,29 +103,49 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "IMAGE": config.container.image,
                 "REGISTRY_USERNAME": config.container.registry_username or "",
                 "REGISTRY_PASSWORD": args.registry_password or "",
+                "CHECK_IMAGE_ARCH": "1",
             },
             after=[(f"{node_name}/docker", install_docker)],
         )
-        gpu_ready = command.local.Command(
-            f"{node_name}-gpu-ready",
-            create="bash infra/scripts/local/gpu_ready.sh",
-            dir=str(PROJECT_DIR),
-            environment={
-                "HOST": machine.ssh_host,
-                "SSH_USER": machine.ssh_user,
-                "SSH_PORT": str(machine.ssh_port),
-                "SSH_KEY_PATH": config.access.ssh_private_key_path,
-                "EXPECTED_GPUS": str(args.gpus_per_node),
-                "GPU_DRIVER": config.nodes.gpu_driver,
-                "TIMEOUT_S": str(GPU_READY_TIMEOUT_S),
-                "NODE_NAME": node_name,
-            },
-            # Reruns when the node is replaced (new instance id), not on every up.
-            triggers=[machine.identity],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[pull]),
-        )
-        steps.record(node_name, "gpu-ready", "local", ["local/gpu_ready.sh", "gpu_check.sh"],
-                     [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
+        accelerators_ready: pulumi.Resource
+        if kind.kind == "ascend":
+            # No reboot, no installer: one look on the node over SSH (npu_ready.sh names what to install).
+            accelerators_ready = steps.remote_step(
+                ctx,
+                kind.ready_step,
+                ["npu_ready.sh"],
+                {
+                    "EXPECTED_NPUS": str(args.gpus_per_node),
+                    "COUNT_KEY": count_key,
+                    "DEVICES": " ".join(kind.devices(args.gpus_per_node)),
+                    "DRIVER_PATHS": " ".join(kind.driver_mounts),
+                    "INSTALL_HINT": kind.install_hint,
+                },
+                after=[(f"{node_name}/pull-image", pull)],
+                triggers=[machine.identity],
+            )
+        else:
+            accelerators_ready = command.local.Command(
+                f"{node_name}-gpu-ready",
+                create="bash infra/scripts/local/gpu_ready.sh",
+                dir=str(PROJECT_DIR),
+                environment={
+                    "HOST": machine.ssh_host,
+                    "SSH_USER": machine.ssh_user,
+                    "SSH_PORT": str(machine.ssh_port),
+                    "SSH_KEY_PATH": config.access.ssh_private_key_path,
+                    "EXPECTED_GPUS": str(args.gpus_per_node),
+                    "GPU_DRIVER": config.nodes.gpu_driver,
+                    "COUNT_KEY": count_key,
+                    "TIMEOUT_S": str(GPU_READY_TIMEOUT_S),
+                    "NODE_NAME": node_name,
+                },
+                # Reruns when the node is replaced (new instance id), not on every up.
+                triggers=[machine.identity],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[pull]),
+            )
+            steps.record(node_name, kind.ready_step, "local", ["local/gpu_ready.sh", "gpu_check.sh"],
+                         [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
 
         registry_auth = None
         if config.container.registry_username and args.registry_password is not None:
@@ -140,21 +179,28 @@ class NodeBootstrap(pulumi.ComponentResource):
             docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
             docker.ContainerVolumeArgs(host_path=f"{DATA_MOUNT}/workspace", container_path=WORKSPACE),
         ]
-        if config.storage.nas:
+        if args.shared_host_dir:
+            volumes.append(docker.ContainerVolumeArgs(host_path=args.shared_host_dir, container_path=SHARED_MOUNT))
+        elif config.storage.shared:
             volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))
+        # The accelerator's driver files, read-only at the same path (checked to exist by the readiness step).
+        volumes += [docker.ContainerVolumeArgs(host_path=path, container_path=path, read_only=True)
+                    for path in kind.driver_mounts]
         self.container = docker.Container(
             f"{node_name}-container",
             name=config.container.name,
             image=image.image_id,
             command=["sleep", "infinity"],
-            gpus="all",
+            gpus=kind.docker_gpus,
+            devices=[docker.ContainerDeviceArgs(host_path=device, container_path=device, permissions="rwm")
+                     for device in kind.devices(args.gpus_per_node)] or None,
+            privileged=config.container.privileged or None,
             network_mode="host",
             ipc_mode="host",
             shm_size=config.container.shm_size_mb,
             volumes=volumes,
             envs=[
-                f"NCCL_SOCKET_IFNAME={NIC}",
-                f"GLOO_SOCKET_IFNAME={NIC}",
+                *kind.container_env(machine.network_interface),
                 pulumi.Output.concat("MASTER_ADDR=", args.head_private_ip),
                 f"MASTER_PORT={config.ray.gcs_port}",
                 f"RANK={machine.rank}",
@@ -167,10 +213,12 @@ class NodeBootstrap(pulumi.ComponentResource):
             must_run=True,
             ulimits=[docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1),
                      docker.ContainerUlimitArgs(name="nofile", soft=1048576, hard=1048576)],
-            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[gpu_ready, image])),
+            opts=pulumi.ResourceOptions.merge(
+                on_node, pulumi.ResourceOptions(depends_on=[accelerators_ready, image])
+            ),
         )
         steps.record(node_name, "container", "docker", [],
-                     [f"{node_name}/gpu-ready", f"{node_name}/image"], f"{node_name}-container")
+                     [f"{node_name}/{kind.ready_step}", f"{node_name}/image"], f"{node_name}-container")
         self.ready = self.container
         self.ready_key = f"{node_name}/container"
         if args.code_env is not None:

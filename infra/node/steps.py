@@ -129,11 +129,12 @@ def remote_step(
         delete_values = pulumi.Output.all(
             pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {})
         )
-        delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}))
+        delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
+                               sudo=ctx.user != "root")
     resource = command.remote.Command(
         resource_name,
         connection=connection(ctx.host, ctx.key, ctx.user, ctx.port),
-        create=remote.render(step, scripts, full_env),
+        create=remote.render(step, scripts, full_env, sudo=ctx.user != "root"),
         delete=delete,
         triggers=list(triggers) if triggers is not None else None,
         opts=pulumi.ResourceOptions(

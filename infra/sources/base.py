@@ -54,19 +54,27 @@ class Machine:
     ssh_user: str = "root"
     ssh_port: int = 22
     data_disk: str | None = None  # how prepare-host finds the data disk (see prepare_host.sh), or None
+    # The NIC of private_ip: NCCL/Gloo/HCCL bind to it. None: unknown (NCCL then only avoids docker0 and lo).
+    network_interface: str | None = "eth0"
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first SSH step
+    # A machine this program did not create (your own host): its Docker and drivers are used as they are, only
+    # what is missing is installed, and its driver is checked, never installed.
+    existing: bool = False
 
 
 @dataclass
 class ProvisionedCluster:
     machines: list[Machine]
     shared_storage_server: pulumi.Input[str] | None = None  # an NFS server that every node mounts, if any
+    shared_storage_export: str = "/"  # the path it exports
+    shared_storage_options: str | None = None  # NFS mount options; None: prepare_host.sh's (Alibaba NAS) defaults
+    shared_host_dir: str | None = None  # a host directory that is already shared (the user's), if any
     outputs: Mapping[str, Any] = field(default_factory=dict)  # the source's own stack outputs
     notes: Mapping[str, Any] = field(default_factory=dict)  # the source's lines for the offline plan
 
 
 class NodeSource(Protocol):
-    """Where the nodes come from. Implementations: infra/sources/alibaba, (more to come)."""
+    """Where the nodes come from. Implementations: infra/sources/alibaba, infra/sources/hosts."""
 
     name: str
 
