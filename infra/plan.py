@@ -109,7 +109,7 @@ def _steps_section(run: OfflineRun, first_boot: bool) -> list[str]:
         lines.append(f"  {node}:")
         for record in records:
             scripts = ", ".join(record.scripts) if record.scripts else f"pulumi-docker ({record.kind})"
-            deps = ", ".join(record.depends_on) or "first boot"
+            deps = ", ".join(record.depends_on) or ("first boot" if first_boot else "the host, as it is")
             lines.append(f"    {record.step:14} {scripts:44} <- {deps}")
     if first_boot:
         lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")

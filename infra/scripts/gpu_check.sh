@@ -118,7 +118,7 @@ check_gpus() {
   local listing line seen=0
   if [[ "$GPU_DRIVER" == preinstalled ]] && ! command -v nvidia-smi >/dev/null 2>&1; then
     # Nothing installs a driver here (your own host, or a preinstalled image): waiting cannot help.
-    printf 'FAILED nvidia-smi not found on this host: install the NVIDIA driver (one that supports the image'"'"'s CUDA) so that `nvidia-smi -L` lists all %s GPUs; this program never installs drivers on hosts with a preinstalled driver\n' "$EXPECTED_GPUS"
+    printf 'FAILED nvidia-smi not found on this host: install the NVIDIA driver (one that supports the CUDA of the image) so that nvidia-smi -L lists all %s GPUs; this program never installs drivers on hosts with a preinstalled driver\n' "$EXPECTED_GPUS"
     exit 2
   fi
   if ! listing=$(nvidia-smi -L </dev/null 2>&1); then
@@ -131,7 +131,7 @@ check_gpus() {
     if [[ "$line" == "GPU "[0-9]* ]]; then seen=$((seen + 1)); fi
   done <<<"$listing"
   if ((seen > EXPECTED_GPUS)); then
-    printf 'FAILED nvidia-smi -L lists %s GPUs, but %s says %s: correct it to the host'"'"'s GPUs\n' "$seen" "$COUNT_KEY" "$EXPECTED_GPUS"
+    printf 'FAILED nvidia-smi -L lists %s GPUs, but %s says %s: correct it to the GPUs of the host\n' "$seen" "$COUNT_KEY" "$EXPECTED_GPUS"
     exit 2
   fi
   if ((seen == EXPECTED_GPUS)); then

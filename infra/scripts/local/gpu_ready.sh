@@ -163,7 +163,7 @@ wait_until_gpus_ready() {
         seen=${seen%% *}
         if ((missing_since < 0)); then missing_since=$SECONDS; fi
         if ((SECONDS - missing_since >= GPUS_MISSING_GRACE_S)); then
-          fail "node $NODE_NAME ($HOST) sees $seen GPU(s), expected $EXPECTED_GPUS (${COUNT_KEY:-the instance type}), for ${GPUS_MISSING_GRACE_S}s after the driver came up: $status_line"
+          fail "node $NODE_NAME ($HOST) sees $seen GPU(s), expected $EXPECTED_GPUS, for ${GPUS_MISSING_GRACE_S}s after the driver came up (the count is from ${COUNT_KEY:-the instance type}): $status_line"
         fi
         say "$status_line; waiting up to ${GPUS_MISSING_GRACE_S}s for the rest"
         ;;
