@@ -66,7 +66,9 @@ BAD_HOST_LISTS: list[tuple[dict[str, Any], str, tuple[str, ...]]] = [
 
 
 @pytest.mark.parametrize(("nodes", "path", "words"), BAD_HOST_LISTS, ids=[p for _, p, _ in BAD_HOST_LISTS])
-def test_a_bad_host_list_is_refused_with_the_key_named(nodes: dict[str, Any], path: str, words: tuple[str, ...]) -> None:
+def test_a_bad_host_list_is_refused_with_the_key_named(
+    nodes: dict[str, Any], path: str, words: tuple[str, ...]
+) -> None:
     sections = hosts_stack(**nodes)
     sections["nodes"] = {k: v for k, v in sections["nodes"].items() if v is not None or k == "hosts"}
     found_path, message = only_problem(sections, region=None)
@@ -214,7 +216,8 @@ def test_npu_ready_fails_naming_the_key_when_the_count_differs(node: FakeNode, t
     install_npu_smi(node, 8)
     result = npu_ready(node, tmp_path)
     assert result.returncode != 0
-    assert_words(result.stderr, "npu-ready", "npu-smi info lists 8 NPUs", "roll-cluster:nodes.acceleratorsPerNode says 2")
+    assert_words(result.stderr, "npu-ready", "npu-smi info lists 8 NPUs",
+                 "roll-cluster:nodes.acceleratorsPerNode says 2")
 
 
 def test_npu_ready_without_a_driver_says_what_to_install(node: FakeNode, tmp_path: Path) -> None:
@@ -226,7 +229,8 @@ def test_npu_ready_without_a_driver_says_what_to_install(node: FakeNode, tmp_pat
 def test_npu_ready_names_missing_device_and_driver_files(node: FakeNode, tmp_path: Path) -> None:
     install_npu_smi(node, 2)
     missing_device = npu_ready(node, tmp_path, DEVICES="/dev/null /dev/davinci97")
-    assert missing_device.returncode != 0 and "device files missing on this host: /dev/davinci97" in missing_device.stderr
+    assert missing_device.returncode != 0
+    assert "device files missing on this host: /dev/davinci97" in missing_device.stderr
     missing_file = npu_ready(node, tmp_path, DRIVER_PATHS=str(tmp_path / "no-such-dcmi"))
     assert missing_file.returncode != 0 and "driver files missing on this host" in missing_file.stderr
 

@@ -58,7 +58,8 @@ def test_plan_of_own_hosts_shows_no_cloud_resource_and_every_node_container_ray_
         for device in ("/dev/davinci0", "/dev/davinci7", "/dev/davinci_manager", "/dev/hisi_hdc", "/dev/devmm_svm"):
             assert f"device      {device}\n" in text
         assert "/dev/davinci8" not in text
-        for path in ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/sbin/npu-smi", "/etc/ascend_install.info"):
+        for path in ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/sbin/npu-smi",
+                     "/etc/ascend_install.info"):
             assert f"mount       {path} -> {path} (ro)" in text
         assert "privileged False" in text and "gpus        none" in text
         assert '--num-gpus=0  --resources={"NPU": 8}  jemalloc preloaded: yes' in text

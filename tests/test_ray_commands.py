@@ -5,10 +5,9 @@ every step's concatenated script is valid, shellcheck-clean bash."""
 
 from __future__ import annotations
 
-import json
-
 import base64
 import io
+import json
 import os
 import shutil
 import subprocess
