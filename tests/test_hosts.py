@@ -254,3 +254,14 @@ def test_the_image_must_be_built_for_the_hosts_cpu(node: FakeNode) -> None:
     result = node.run_step("pull-image", ["pull_image.sh"], IMAGE="example.com/rl:1", CHECK_IMAGE_ARCH="1")
     assert result.returncode != 0
     assert_words(result.stderr, "pull-image", f"is built for {other}", "use an image for")
+
+
+def test_a_bad_host_list_stops_the_program_before_any_resource_or_step() -> None:
+    from infra.config import ConfigError
+    from infra.offline import OfflineCloud
+
+    cloud = OfflineCloud()
+    duplicate = {"hosts": [H0, {**H1, "address": H0["address"]}]}
+    with pytest.raises(ConfigError, match=r"roll-cluster:nodes\.hosts\[1\]\.address: must differ"):
+        run("hosts", cloud=cloud, config={"roll-cluster:nodes": duplicate})
+    assert [r for r in cloud.resources if r.custom] == []
