@@ -11,7 +11,7 @@ import pulumi
 from infra import outputs, stack_config
 from infra.frameworks import adapter_for
 from infra.frameworks.job import TrainingJob, TrainingJobArgs
-from infra.node import known_hosts, steps
+from infra.node import accelerators, known_hosts, steps
 from infra.node.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from infra.ray.cluster import RayCluster, RayClusterArgs, RayNode
 from infra.sources import source_for
@@ -39,6 +39,10 @@ for machine in cluster.machines:
             fabric_manager=facts.nvswitch,
             head_private_ip=head_ip,
             nas_server=cluster.shared_storage_server,
+            nfs_export=cluster.shared_storage_export,
+            nfs_options=cluster.shared_storage_options,
+            shared_host_dir=cluster.shared_host_dir,
+            accelerator=accelerators.accelerator(facts.accelerator),
             private_key=private_key,
             login=login,
             known_hosts=known,

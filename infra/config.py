@@ -64,6 +64,8 @@ WORLD_CIDRS = ("0.0.0.0/0", "::/0")
 SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 SECURITY_KEY_TYPES = ("sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
 RAY_PORT_KEYS = ("gcsPort", "dashboardPort", "clientPort")
+# Frameworks that run on Ascend NPUs here (MindSpeed-RL joins with its adapter).
+ASCEND_FRAMEWORKS = ("mindspeed-rl", "custom")
 
 KeyPath = tuple[int | str, ...]
 
@@ -116,19 +118,135 @@ class Section(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------------- nodes
+_SSH_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+_INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+_NOT_GIVEN = object()  # a required key of one source only, left out
+# Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
+ALIBABA_ONLY_NODE_KEYS = (
+    "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "osImage", "gpuDriver",
+    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps",
+)
+# Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
+HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
+# NVIDIA architectures from Ampere on have bf16 (A10, A30, A100, A800, H20, H100, H800, L4, L20, L40, B200, GH200,
+# RTX 30xx/40xx/A6000); Volta (V100), Turing (T4) and Pascal (P100) have not.
+_NVIDIA_BF16_MODEL = re.compile(
+    r"\b(A[0-9]{1,4}|H[0-9]{2,3}|L[0-9]{1,2}S?|B[0-9]{2,3}|GH[0-9]{3}|RTX ?[34]0[0-9]0|RTX A[0-9]{4})\b"
+)
+
+
+def nvidia_model_has_bf16(model: str) -> bool:
+    return bool(_NVIDIA_BF16_MODEL.search(model.upper().replace("NVIDIA", "")))
+
+
+def _check_interface(name: str | None) -> str | None:
+    if name is not None and not _INTERFACE.fullmatch(name):
+        raise _problem(f"must be a network interface name such as `eth0` or `bond0`; got {_shown(name)}")
+    return name
+
+
+class HostDefaults(Section):
+    user: str = Field(
+        "root", pattern=_SSH_USER.pattern,
+        description="SSH user; a user other than root needs passwordless sudo (`sudo -n`).",
+    )
+    port: int = Field(22, ge=1, le=65535, description="SSH port.")
+    network_interface: str | None = Field(
+        None,
+        description="The NIC of the private address (e.g. `bond0`): NCCL, Gloo and HCCL bind to it in the "
+        "container. Left out: NCCL avoids `docker0` and `lo` by itself (`NCCL_SOCKET_IFNAME=^docker,lo`).",
+    )
+
+    @field_validator("network_interface")
+    @classmethod
+    def _interface(cls, name: str | None) -> str | None:
+        return _check_interface(name)
+
+
+class HostConfig(Section):
+    address: str = Field(
+        description="How the machine running `pulumi up` reaches the host over SSH: an IP address or a DNS name."
+    )
+    private_address: str | None = Field(
+        None,
+        description="The IP address the other hosts reach this one at (Ray, NCCL/HCCL). Left out: `address`, "
+        "which must then be an IP address.",
+    )
+    user: str | None = Field(
+        None, pattern=_SSH_USER.pattern, description="SSH user of this host; default `hostDefaults.user`."
+    )
+    port: int | None = Field(None, ge=1, le=65535, description="SSH port of this host; default `hostDefaults.port`.")
+    network_interface: str | None = Field(
+        None, description="NIC of this host's private address; default `hostDefaults.networkInterface`."
+    )
+
+    @field_validator("network_interface")
+    @classmethod
+    def _interface(cls, name: str | None) -> str | None:
+        return _check_interface(name)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, address: str) -> str:
+        with contextlib.suppress(ValueError):
+            ipaddress.ip_address(address)
+            return address
+        if not _HOST_NAME.fullmatch(address):
+            raise _problem(f"must be an IP address or a DNS name such as `gpu-1.example.com`; got {_shown(address)}")
+        return address
+
+    @field_validator("private_address")
+    @classmethod
+    def _private(cls, address: str | None, info: ValidationInfo) -> str | None:
+        if address is None:
+            public = info.data.get("address")
+            if public is not None and not _is_ip(public):
+                raise _problem(
+                    "required when address is a DNS name: Ray binds and advertises an IP address (the one the other "
+                    f"hosts reach this one at); got nothing with address {_shown(public)}",
+                    "..", "privateAddress",  # a default's error is reported under the field's name, not its key
+                )
+            return address
+        if not _is_ip(address):
+            raise _problem(f"must be an IP address such as `10.0.0.11`; got {_shown(address)}")
+        return address
+
+    @property
+    def private_ip(self) -> str:
+        return self.private_address or self.address
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 class NodesConfig(Section):
-    source: Literal["alibaba"] = Field(
+    source: Literal["alibaba", "hosts"] = Field(
         "alibaba",
         description="Where the nodes come from: `alibaba`, new GPU ECS instances in a VPC of their own "
-        "(infra/sources/alibaba).",
+        "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
+        "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
+        "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
+        "cudnnVersion, internetBandwidthMbps) are refused; see README, 'Your own servers'.",
     )
-    count: int = Field(1, ge=1, le=256, description="GPU nodes; rank 0 is the Ray head and runs the training driver.")
+    count: int = Field(
+        1, ge=1, le=256,
+        description="GPU nodes; rank 0 is the Ray head and runs the training driver. With `hosts`: the number of "
+        "hosts (derived from the list when left out; if given it must equal the list's length).",
+    )
     instance_types: list[str] = Field(
-        min_length=1,
+        default_factory=list,
         description="ECS GPU instance types (e.g. `ecs.gn7i-c8g1.2xlarge`) in order of preference, each listed once "
         "and all with the same number of GPUs and the same bf16 support; every node gets the same type (ROLL needs "
         "identical nodes). The first type with stock in the region (or in `zone`) is taken. Once the cluster exists "
-        "it keeps its type, even when that type has no stock left (see `placementGeneration`).",
+        "it keeps its type, even when that type has no stock left (see `placementGeneration`). Required with source "
+        "`alibaba`.",
     )
     zone: str = Field(
         "auto",
@@ -187,10 +305,89 @@ class NodesConfig(Section):
         100, ge=1, le=100,
         description="Outbound bandwidth of each node's public IP (pay by traffic); image pulls are many GB.",
     )
+    accelerator: Literal["nvidia", "ascend"] = Field(
+        "nvidia",
+        description="The accelerators on the nodes: `nvidia` GPUs or `ascend` NPUs (Ascend 910B; `hosts` only, ECS "
+        "sells none). Decides the readiness check (`nvidia-smi` / `npu-smi info`), the devices and driver mounts "
+        "of the container and the Ray resource (`GPU` / `NPU`); see infra/node/accelerators.py.",
+    )
+    hosts: list[HostConfig] | None = Field(
+        None,
+        description="With source `hosts`: your machines, rank 0 (the Ray head) first. Each is reachable over SSH "
+        "from the machine running `pulumi up` with `access.sshPrivateKeyPath`, as root or a user with passwordless "
+        "sudo. No two hosts share an address; all private addresses lie in one network (see `privateNetwork`).",
+    )
+    host_defaults: HostDefaults = Field(
+        default_factory=lambda: HostDefaults(),
+        description="SSH user, port and network interface shared by every host that does not set its own.",
+    )
+    private_network: str | None = Field(
+        None,
+        description="With `hosts`: the CIDR (e.g. `10.0.0.0/16`) that holds every host's private address. Left "
+        "out: the private addresses must share the head's /24 (IPv4) or /64 (IPv6), which catches a typo or a "
+        "public address where a private one was meant; set it when your hosts span a wider network.",
+    )
+    accelerators_per_node: int | None = Field(
+        None, ge=1, le=16,
+        description="With `hosts`: GPUs or NPUs on every host (required; the readiness step fails on a host whose "
+        "`nvidia-smi` / `npu-smi info` lists another number). With `alibaba` the instance type decides.",
+    )
+    accelerator_model: str | None = Field(
+        None,
+        description="With `hosts`: the model, e.g. `NVIDIA A100 80GB` or `Ascend 910B3`, shown in the outputs and "
+        "used to tell bf16 support when `bf16` is left out. Default: `NVIDIA GPU` / `Ascend 910B`.",
+    )
+    bf16: bool | None = Field(
+        None,
+        description="With `hosts`: whether the accelerators support bf16 (frameworks switch to fp16 without it). "
+        "Left out: true for Ascend and for NVIDIA models from Ampere on (A10, A100, H100, L20, ...; from "
+        "`acceleratorModel`), false otherwise.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_of_the_source(cls, data: Any) -> Any:
+        """Each source has keys of its own: a key of the other source is refused (it would be silently unused)."""
+        if not isinstance(data, dict):
+            return data
+        source = data.get("source", "alibaba")
+        if source == "hosts":
+            wrong = [key for key in ALIBABA_ONLY_NODE_KEYS if key in data]
+            if wrong:
+                raise _Problems(*(
+                    ((key,), "applies to nodes.source alibaba only (it describes ECS instances; with `hosts` "
+                     f"nothing is created and your hosts are used as they are): remove it; got {_shown(data[key])}")
+                    for key in wrong
+                ))
+            hosts = data.get("hosts")
+            data = {**data, "gpuDriver": "preinstalled"}  # a driver on hosts is checked, never installed
+            if "count" not in data and isinstance(hosts, list) and hosts:
+                data["count"] = len(hosts)
+        elif source == "alibaba":
+            if "instanceTypes" not in data:
+                data = {**data, "instanceTypes": _NOT_GIVEN}  # reported as missing by _types_given
+            wrong = [key for key in HOSTS_ONLY_NODE_KEYS if key in data]
+            if wrong:
+                raise _Problems(*(
+                    ((key,), "applies to nodes.source hosts only (with `alibaba` the instance type decides the "
+                     f"accelerators and the VPC the addresses): remove it; got {_shown(data[key])}")
+                    for key in wrong
+                ))
+        return data
+
+    @field_validator("instance_types", mode="before")
+    @classmethod
+    def _types_given(cls, types: Any) -> Any:
+        if types is _NOT_GIVEN:
+            raise _problem("required; got nothing")
+        return types
 
     @field_validator("instance_types")
     @classmethod
-    def _gpu_types(cls, types: list[str]) -> list[str]:
+    def _gpu_types(cls, types: list[str], info: ValidationInfo) -> list[str]:
+        if not types and info.data.get("source", "alibaba") == "alibaba":
+            raise _problem("must list at least 1 item (ECS GPU instance types such as `ecs.gn7i-c8g1.2xlarge`; "
+                           "required with nodes.source alibaba); got []", "..", "instanceTypes")
         problems: list[tuple[KeyPath, str]] = []
         families = ", ".join(sorted(catalog.FAMILIES))
         for index, name in enumerate(types):
@@ -288,10 +485,109 @@ class NodesConfig(Section):
             )
         return limit
 
+    @field_validator("accelerator")
+    @classmethod
+    def _ascend_needs_hosts(cls, accelerator: str, info: ValidationInfo) -> str:
+        if accelerator == "ascend" and info.data.get("source") == "alibaba":
+            raise _problem("`ascend` needs nodes.source hosts (Alibaba ECS sells no Ascend servers); got \"ascend\" "
+                           "with source \"alibaba\"")
+        return accelerator
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[HostConfig] | None, info: ValidationInfo) -> list[HostConfig] | None:
+        if info.data.get("source") != "hosts":
+            return hosts
+        if not hosts:
+            raise _problem("required with nodes.source hosts: at least one host `{address, privateAddress, user, "
+                           f"port}}`, the Ray head first; got {_shown(hosts)}", "..", "hosts")
+        problems: list[tuple[KeyPath, str]] = []
+        for key in ("address", "privateAddress"):
+            seen: dict[str, int] = {}
+            for index, host in enumerate(hosts):
+                value = host.address if key == "address" else host.private_ip
+                where = "address" if key == "address" or host.private_address is None else key
+                if value in seen and not any(path == (index, where) for path, _ in problems):
+                    problems.append((
+                        (index, where),
+                        f"must differ from every other host's {key} (one machine is one node; Ray and the "
+                        f"readiness gate tell nodes apart by address); got {_shown(value)}, as for "
+                        f"nodes.hosts[{seen[value]}]",
+                    ))
+                else:
+                    seen.setdefault(value, index)
+        count = info.data.get("count")
+        if count is not None and count != len(hosts):
+            problems.append(((
+                "..", "count"),
+                f"must equal the number of nodes.hosts ({len(hosts)}), or be left out; got {count}",
+            ))
+        if problems:
+            raise _Problems(*problems)
+        return hosts
+
+    @field_validator("private_network")
+    @classmethod
+    def _one_network(cls, network: str | None, info: ValidationInfo) -> str | None:
+        """All private addresses must share one network: the given CIDR, or the head's /24 (/64 for IPv6)."""
+        hosts: list[HostConfig] | None = info.data.get("hosts")
+        cidr = None
+        if network is not None:
+            try:
+                cidr = ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise _problem(f"must be a CIDR such as `10.0.0.0/16`; got {_shown(network)}") from None
+        if info.data.get("source") != "hosts" or not hosts:
+            return network
+        head = ipaddress.ip_address(hosts[0].private_ip)
+        if cidr is None:
+            cidr = ipaddress.ip_network(f"{head}/{24 if head.version == 4 else 64}", strict=False)
+            source = f"the head's network {cidr} (nodes.hosts[0]; set nodes.privateNetwork for a wider one)"
+        else:
+            source = f"nodes.privateNetwork {cidr}"
+        problems: list[tuple[KeyPath, str]] = []
+        for index, host in enumerate(hosts):
+            address = ipaddress.ip_address(host.private_ip)
+            if address.version != cidr.version or address not in cidr:
+                key = "privateAddress" if host.private_address is not None else "address"
+                problems.append((
+                    ("..", "hosts", index, key),
+                    f"must lie in {source}: every host reaches the others at its private address; got "
+                    f"{_shown(host.private_ip)}",
+                ))
+        if problems:
+            raise _Problems(*problems)
+        return network
+
+    @field_validator("accelerators_per_node")
+    @classmethod
+    def _count_needed(cls, count: int | None, info: ValidationInfo) -> int | None:
+        if count is None and info.data.get("source") == "hosts":
+            raise _problem("required with nodes.source hosts: the GPUs or NPUs every host has (e.g. 8); the "
+                           "readiness step checks it on each host; got nothing", "..", "acceleratorsPerNode")
+        return count
+
     @property
     def gpus_per_node(self) -> int | None:
-        """GPUs per node from the catalog; None when no candidate type is in it (the live answer decides)."""
+        """Accelerators per node: given for hosts; from the catalog for ECS (None when no candidate type is in it:
+        the live answer decides)."""
+        if self.source == "hosts":
+            return self.accelerators_per_node
         return _catalog_gpus(self.instance_types)
+
+    @property
+    def model(self) -> str:
+        """The accelerator model of hosts."""
+        if self.accelerator_model:
+            return self.accelerator_model
+        return "Ascend 910B" if self.accelerator == "ascend" else "NVIDIA GPU"
+
+    @property
+    def has_bf16(self) -> bool:
+        """bf16 support of hosts' accelerators (see the `bf16` field)."""
+        if self.bf16 is not None:
+            return self.bf16
+        return self.accelerator == "ascend" or nvidia_model_has_bf16(self.model)
 
     @property
     def spot_strategy(self) -> str:
@@ -303,15 +599,18 @@ class NodesConfig(Section):
 # --------------------------------------------------------------------------------------------------- access
 class AccessConfig(Section):
     admin_cidrs: list[str] = Field(
-        min_length=1,
+        default_factory=list,
         description="CIDRs (IPv4 or IPv6, without host bits, e.g. `203.0.113.0/24`): the only sources that may reach "
-        "SSH and (in `admin-cidrs` mode) the dashboard.",
+        "SSH and (in `admin-cidrs` mode) the dashboard. Required with nodes.source `alibaba` (the security group's "
+        "rules); refused with `hosts`, whose firewalls are yours.",
     )
     allow_world: bool = Field(False, description="Must be true for `0.0.0.0/0` or `::/0` in `adminCidrs`.")
-    ssh_public_key: str = Field(
+    ssh_public_key: str | None = Field(
+        None,
         description="OpenSSH public key line (`ssh-ed25519 AAAA... comment`; ed25519, RSA or ECDSA, not a security "
         "key), installed for root on every node through the first-boot user data (ECS key pairs cannot hold "
-        "ed25519; RSA and ECDSA keys also get one). Never a private key."
+        "ed25519; RSA and ECDSA keys also get one). Never a private key. Required with nodes.source `alibaba`; "
+        "refused with `hosts` (the key must already be in each host's authorized_keys; nothing is installed there).",
     )
     ssh_private_key_path: str = Field(
         "~/.ssh/id_ed25519",
@@ -322,7 +621,8 @@ class AccessConfig(Section):
     dashboard: Literal["admin-cidrs", "tunnel"] = Field(
         "admin-cidrs",
         description="`admin-cidrs`: the dashboard listens on the head's address, reachable from `adminCidrs` only. "
-        "`tunnel`: it listens on 127.0.0.1 only; use the `dashboardTunnel` output.",
+        "`tunnel`: it listens on 127.0.0.1 only; use the `dashboardTunnel` output. With nodes.source `hosts` only "
+        "`tunnel` (the default there): no rule of ours guards your hosts, and the dashboard runs any code.",
     )
 
     @field_validator("admin_cidrs")
@@ -359,7 +659,9 @@ class AccessConfig(Section):
 
     @field_validator("ssh_public_key")
     @classmethod
-    def _public_key(cls, key: str) -> str:
+    def _public_key(cls, key: str | None) -> str | None:
+        if key is None:
+            return None
         key = key.strip()
         if "PRIVATE KEY" in key:
             # The value is not echoed: it is a secret that must not reach the console or CI logs.
@@ -476,6 +778,11 @@ class ContainerConfig(Section):
                 f"`registry.cn-hangzhou.aliyuncs.com/my-mirror`; got {_shown(mirror)}"
             )
         return host_path
+    privileged: bool = Field(
+        False,
+        description="Run the container with `--privileged` (all host devices, no confinement). Off by default: the "
+        "accelerators' devices and driver files are passed one by one (infra/node/accelerators.py).",
+    )
 
     @field_validator("image")
     @classmethod
@@ -913,7 +1220,22 @@ class TrainingConfig(Section):
 
 # -------------------------------------------------------------------------------------------------- storage
 class StorageConfig(Section):
-    nas: bool = Field(False, description="A NAS file system mounted at /mnt/shared on every node and container.")
+    nas: bool = Field(
+        False,
+        description="A NAS file system mounted at /mnt/shared on every node and container (nodes.source `alibaba`).",
+    )
+    nfs_server: str | None = Field(
+        None,
+        description="With nodes.source `hosts`: an existing NFS server (IP or DNS name) whose `nfsPath` export is "
+        "mounted at /mnt/shared on every host (fstab, `nofail`) and in every container.",
+    )
+    nfs_path: str = Field("/", description="The exported path on `nfsServer`.")
+    shared_host_path: str | None = Field(
+        None,
+        description="With nodes.source `hosts`: a directory that already exists at this path on every host and is "
+        "shared between them (your NFS/Lustre/CephFS mount); bind-mounted at /mnt/shared in every container. Not "
+        "checked for being shared: the program only sees each host on its own.",
+    )
     retain_on_destroy: bool = Field(True, description="`pulumi destroy` keeps the NAS file system and its data.")
     nas_storage_type: Literal["Capacity", "Performance", "Premium"] = Field(
         "Capacity", description="NAS storage class of a standard (General-purpose) NFS file system."
@@ -953,11 +1275,32 @@ class StorageConfig(Section):
             )
         return fs_id
 
+    @field_validator("nfs_server")
+    @classmethod
+    def _server(cls, server: str | None) -> str | None:
+        if server is not None and not (_is_ip(server) or _HOST_NAME.fullmatch(server)):
+            raise _problem(f"must be an IP address or a DNS name such as `nfs.example.com`; got {_shown(server)}")
+        return server
+
+    @field_validator("nfs_path", "shared_host_path")
+    @classmethod
+    def _path(cls, path: str | None) -> str | None:
+        if (path is not None and not re.fullmatch(r"/[A-Za-z0-9._/-]*", path)) or (path is not None and ".." in path):
+            raise _problem(f"must be an absolute path of letters, digits and ._/- (no `..`); got {_shown(path)}")
+        return path
+
+    @property
+    def shared(self) -> bool:
+        """Whether /mnt/shared is shared storage on every node (NAS, an NFS server or a shared host path)."""
+        return self.nas or self.nfs_server is not None or self.shared_host_path is not None
+
 
 # ---------------------------------------------------------------------------------------------------- whole
 class ClusterConfig(Section):
-    region: str = Field(
-        description="`alicloud:region` of the stack (the provider's standard key), e.g. `cn-hangzhou`."
+    region: str | None = Field(
+        None,
+        description="`alicloud:region` of the stack (the provider's standard key), e.g. `cn-hangzhou`. Required with "
+        "nodes.source `alibaba`; ignored with `hosts` (no Alibaba resource is created).",
     )
     nodes: NodesConfig = Field(description="The GPU instances.")
     access: AccessConfig = Field(description="Who may reach the nodes, and with which SSH key.")
@@ -976,7 +1319,9 @@ class ClusterConfig(Section):
 
     @field_validator("region")
     @classmethod
-    def _region(cls, region: str) -> str:
+    def _region(cls, region: str | None) -> str | None:
+        if region is None:  # optional with nodes.source hosts
+            return None
         if not regions.is_region(region):
             close = difflib.get_close_matches(region, regions.REGIONS, n=1)
             hint = f" (did you mean `{close[0]}`?)" if close else ""
@@ -1050,12 +1395,61 @@ class ClusterConfig(Section):
             )
         return ray
 
+    @field_validator("access")
+    @classmethod
+    def _access_for_source(cls, access: AccessConfig, info: ValidationInfo) -> AccessConfig:
+        nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is None:
+            return access
+        problems: list[tuple[KeyPath, str]] = []
+        if nodes.source == "alibaba":
+            if not access.admin_cidrs:
+                given = "[]" if "admin_cidrs" in access.model_fields_set else "nothing"
+                problems.append((("adminCidrs",), "required with nodes.source alibaba: must list at least 1 item, "
+                                 f"a CIDR that may reach SSH such as `203.0.113.7/32`; got {given}"))
+            if access.ssh_public_key is None:
+                problems.append((("sshPublicKey",), "required with nodes.source alibaba: the OpenSSH public key "
+                                 "installed on the nodes (the contents of your .pub file); got nothing"))
+        else:
+            for name, key in (("admin_cidrs", "adminCidrs"), ("allow_world", "allowWorld"),
+                              ("ssh_public_key", "sshPublicKey")):
+                if name in access.model_fields_set:
+                    problems.append(((key,), "applies to nodes.source alibaba only (with `hosts` no firewall rule "
+                                     "or key is created: your hosts' own firewalls and authorized_keys apply): "
+                                     "remove it"))
+            if access.dashboard == "admin-cidrs":
+                problems.append((("dashboard",), "must be \"tunnel\" with nodes.source hosts: the Ray dashboard "
+                                 "runs any code it is sent, and no rule of this program guards your hosts (use the "
+                                 "dashboardTunnel output); got \"admin-cidrs\""))
+        if problems:
+            raise _Problems(*problems)
+        return access
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hosts_default_to_the_tunnel(cls, data: Any) -> Any:
+        # With hosts the dashboard default is the tunnel (see access.dashboard); an explicit value is checked above.
+        if not isinstance(data, dict):
+            return data
+        nodes, access = data.get("nodes"), data.get("access")
+        on_hosts = isinstance(nodes, dict) and nodes.get("source") == "hosts"
+        if on_hosts and isinstance(access, dict) and "dashboard" not in access:
+            data = {**data, "access": {**access, "dashboard": "tunnel"}}
+        return data
+
     @field_validator("training")
     @classmethod
     def _training_fits_nodes(cls, training: TrainingConfig, info: ValidationInfo) -> TrainingConfig:
         # A field validator sees `nodes` (declared before `training`) as soon as that section is valid, so these
         # rules are reported together with problems in other sections, not only after those are fixed.
         nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is not None and nodes.accelerator == "ascend" and training.framework not in ASCEND_FRAMEWORKS:
+            raise _problem(
+                f"must be one of {', '.join(map(_shown, ASCEND_FRAMEWORKS))} with nodes.accelerator ascend (the "
+                "other frameworks' images and settings are built for CUDA here); got "
+                f"{_shown(training.framework)}",
+                "framework",
+            )
         per_node = nodes.gpus_per_node if nodes is not None else None
         if nodes is None or per_node is None:
             # No candidate type is in the catalog (or nodes is invalid): the GPU count is known only at deployment.
@@ -1077,12 +1471,38 @@ class ClusterConfig(Section):
             raise _Problems(*problems)
         return training
 
+    @field_validator("storage")
+    @classmethod
+    def _storage_for_source(cls, storage: StorageConfig, info: ValidationInfo) -> StorageConfig:
+        nodes: NodesConfig | None = info.data.get("nodes")
+        problems: list[tuple[KeyPath, str]] = []
+        if nodes is not None and nodes.source == "hosts":
+            for name, key in (("nas", "nas"), ("nas_storage_type", "nasStorageType"),
+                              ("retain_on_destroy", "retainOnDestroy")):
+                if name in storage.model_fields_set:
+                    problems.append(((key,), "applies to nodes.source alibaba only (a NAS file system in the "
+                                     "cluster's VPC); with `hosts` use nfsServer or sharedHostPath: remove it"))
+        elif nodes is not None:
+            for name, key in (("nfs_server", "nfsServer"), ("nfs_path", "nfsPath"),
+                              ("shared_host_path", "sharedHostPath")):
+                if name in storage.model_fields_set:
+                    problems.append(((key,), "applies to nodes.source hosts only (with `alibaba` use nas: true): "
+                                     "remove it"))
+        if storage.nfs_server is not None and storage.shared_host_path is not None:
+            problems.append((("sharedHostPath",), "must not be set together with nfsServer: /mnt/shared is either "
+                             "the NFS export or your shared directory; got both"))
+        if "nfs_path" in storage.model_fields_set and storage.nfs_server is None and not problems:
+            problems.append((("nfsPath",), "needs nfsServer (the server that exports it); got no nfsServer"))
+        if problems:
+            raise _Problems(*problems)
+        return storage
+
     @property
     def model_source(self) -> str:
         """training.modelSource, or the region's default."""
         if self.training.model_source is not None:
             return str(self.training.model_source)
-        return "hf-mirror" if is_mainland_region(self.region) else "huggingface"
+        return "hf-mirror" if self.region is not None and is_mainland_region(self.region) else "huggingface"
 
     @property
     def instance_type_info(self) -> catalog.GpuInstanceType | None:
@@ -1308,9 +1728,11 @@ def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> C
             problems.append(f"{PROJECT}:{key}: must be an object with fields ({how}); got {_shown(value)}")
             continue
         data[key] = value
-    if region is None:
+    nodes = data.get("nodes")
+    on_hosts = isinstance(nodes, dict) and nodes.get("source") == "hosts"
+    if region is None and not on_hosts:
         problems.append("alicloud:region: required (pulumi config set alicloud:region cn-hangzhou); got nothing")
-    else:
+    elif region is not None and not on_hosts:
         data["region"] = region
     try:
         config = ClusterConfig.model_validate(data)

@@ -95,7 +95,7 @@ def image_path(config: ClusterConfig) -> ImagePath:
         size_gb=size,
         size_known=known,
         rate_mbps=VPC_PULL_MBPS if over_vpc else inbound_mbps(config.nodes.internet_bandwidth_mbps),
-        outside_china=config.region.startswith("cn-") and not _ALIBABA_REGISTRY.fullmatch(host),
+        outside_china=(config.region or "").startswith("cn-") and not _ALIBABA_REGISTRY.fullmatch(host),
     )
 
 

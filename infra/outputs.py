@@ -39,6 +39,7 @@ def export_all(
                                   f"against {hosts}")
     ports = config.ray
     container = config.container.name
+    user, port = head.machine.ssh_user, head.machine.ssh_port
     for name, value in cluster.outputs.items():
         pulumi.export(name, value)
     pulumi.export(
@@ -54,10 +55,12 @@ def export_all(
     pulumi.export("gpus", facts.accelerators_per_node * config.nodes.count)
     pulumi.export("gpuModel", facts.accelerator_model)
     pulumi.export("knownHostsFile", hosts)
-    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key, hosts)))
+    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key, hosts, user, port)))
     pulumi.export(
         "dashboardTunnel",
-        head_host.apply(lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts)),
+        head_host.apply(
+            lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts, user, port)
+        ),
     )
     if config.access.dashboard == "admin-cidrs":
         pulumi.export(
@@ -75,19 +78,22 @@ def export_all(
         pulumi.export(
             "jobStatus",
             commands.apply(
-                lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port, hosts)
+                lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
+                                                          hosts, user, port)
             ),
         )
         pulumi.export(
             "jobLogs",
             commands.apply(
-                lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port, hosts)
+                lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port,
+                                                          hosts, user, port)
             ),
         )
         pulumi.export(
             "jobStop",
             commands.apply(
-                lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port, hosts)
+                lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port,
+                                                          hosts, user, port)
             ),
         )
     else:

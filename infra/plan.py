@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,8 +19,9 @@ from typing import Any
 from infra import image_path, schedule
 from infra.config import ClusterConfig, ConfigError
 from infra.node import steps
-from infra.offline import CloudRefusal, OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config
+from infra.offline import CloudRefusal, OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config, unwrap
 from infra.sources.alibaba.placement import PlacementError
+from infra.sources.base import SourceError
 
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
 
@@ -29,8 +31,32 @@ def section(title: str) -> str:
 
 
 def render(run: OfflineRun) -> str:
-    cloud, out = run.cloud, run.outputs
     lines: list[str] = [f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see infra/offline.py)"]
+    on_hosts = steps.NOTES.get("source") == "hosts"
+    if on_hosts:
+        lines += _hosts_section(run)
+    else:
+        lines += _cloud_sections(run)
+    lines += _steps_section(run, first_boot=not on_hosts)
+    lines += _container_and_ray_sections(run)
+    lines += _job_and_outputs_sections(run)
+    return "\n".join(lines) + "\n"
+
+
+def _hosts_section(run: OfflineRun) -> list[str]:
+    out = run.outputs
+    lines = [section("Hosts (nodes.source hosts: existing machines, no cloud resource is created)")]
+    lines.append(f"  accelerators  {out.get('gpus')} x {out.get('gpuModel')} in {len(out.get('nodes') or [])} hosts")
+    for host in steps.NOTES.get("hosts") or []:
+        lines.append(f"  {host['name']:8} ssh {host['ssh']:28} private {host['private']:16} NIC {host['interface']}")
+    shared = steps.NOTES.get("shared_storage")
+    lines.append(f"  shared        {shared or 'none: /mnt/shared is not mounted; checkpoints stay on each host'}")
+    return lines
+
+
+def _cloud_sections(run: OfflineRun) -> list[str]:
+    cloud, out = run.cloud, run.outputs
+    lines: list[str] = []
     lines.append(section("Placement"))
     tried = steps.NOTES.get("placement_tried") or []
     for note in tried:
@@ -88,7 +114,11 @@ def render(run: OfflineRun) -> str:
         lines.append(f"  {'':16} {disks}; spot {r.inputs.get('spotStrategy')}; "
                      f"{int(r.inputs.get('internetMaxBandwidthOut', 0))} Mbit/s public IP (pay by traffic)")
 
-    lines.append(section("Steps per node (in order; '<-' lists what a step waits for)"))
+    return lines
+
+
+def _steps_section(run: OfflineRun, first_boot: bool) -> list[str]:
+    lines = [section("Steps per node (in order; '<-' lists what a step waits for)")]
     by_node: dict[str, list[steps.StepRecord]] = {}
     for record in run.steps:
         by_node.setdefault(record.node, []).append(record)
@@ -96,13 +126,61 @@ def render(run: OfflineRun) -> str:
         lines.append(f"  {node}:")
         for record in records:
             scripts = ", ".join(record.scripts) if record.scripts else f"pulumi-docker ({record.kind})"
-            deps = ", ".join(record.depends_on) or "first boot"
+            deps = ", ".join(record.depends_on) or ("first boot" if first_boot else "the host, as it is")
             lines.append(f"    {record.step:14} {scripts:44} <- {deps}")
-    lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")
+    if first_boot:
+        lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")
     config = steps.NOTES.get("config")
-    if config is not None:
+    if config is not None and first_boot:  # the schedule model is of new cloud nodes (boot, driver, pull)
         lines += image_and_time(config, run.steps)
+    return lines
 
+
+def _container_and_ray_sections(run: OfflineRun) -> list[str]:
+    cloud = run.cloud
+    lines = [section("Container (node-0; every node alike)")]
+    containers = [r for r in cloud.of_type("docker:index/container:Container") if r.name == "node-0-container"]
+    if containers:
+        inputs = unwrap(containers[0].inputs)
+        image = cloud.of_type("docker:index/remoteImage:RemoteImage")[0].inputs.get("name")
+        lines.append(f"  image       {image}")
+        lines.append(f"  gpus        {inputs.get('gpus') or 'none'}; privileged {bool(inputs.get('privileged'))}; "
+                     f"network {inputs.get('networkMode')}; ipc {inputs.get('ipcMode')}; "
+                     f"shm {int(inputs.get('shmSize') or 0)} MB")
+        for device in inputs.get("devices") or []:
+            lines.append(f"  device      {device.get('hostPath')}")
+        for volume in inputs.get("volumes") or []:
+            mode = "ro" if volume.get("readOnly") else "rw"
+            lines.append(f"  mount       {volume.get('hostPath')} -> {volume.get('containerPath')} ({mode})")
+        for env in inputs.get("envs") or []:
+            lines.append(f"  env         {env}")
+    lines.append(section("Ray"))
+    heads = [r for r in cloud.of_type("command:remote:Command") if r.name == "node-0-ray-head"]
+    if heads:
+        env = _exports(str(unwrap(heads[0].inputs.get("create"))))
+        resources = env.get("RAY_RESOURCES") or "none"
+        lines.append(f"  per node    --num-gpus={env.get('NUM_GPUS')}  --resources={resources}  "
+                     f"jemalloc preloaded: {'yes' if env.get('RAY_PRELOAD_JEMALLOC') == '1' else 'no'}")
+        lines.append(f"  head        {env.get('NODE_IP')}:{env.get('GCS_PORT')}, dashboard {env.get('DASHBOARD_HOST')}:"
+                     f"{env.get('DASHBOARD_PORT')}")
+    return lines
+
+
+def _exports(command_text: str) -> dict[str, str]:
+    """The variables a rendered step exports (infra/node/remote.py)."""
+    env: dict[str, str] = {}
+    for line in command_text.splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = shlex.split(value)[0] if value else ""
+        elif line.startswith("exec "):
+            break
+    return env
+
+
+def _job_and_outputs_sections(run: OfflineRun) -> list[str]:
+    cloud, out = run.cloud, run.outputs
+    lines: list[str] = []
     spec = steps.NOTES.get("job_spec")
     lines.append(section("Training job"))
     if spec is not None:
@@ -133,7 +211,9 @@ def render(run: OfflineRun) -> str:
         counts[r.type] = counts.get(r.type, 0) + 1
     for typ, count in sorted(counts.items()):
         lines.append(f"  {count:4}  {typ}")
-    return "\n".join(lines) + "\n"
+    cloud_types = sorted(t for t in counts if not t.startswith(("command:", "docker:", "pulumi:", "roll-cluster:")))
+    lines.append(f"  cloud resources: {', '.join(cloud_types) if cloud_types else 'none'}")
+    return lines
 
 
 PATH_LABELS: dict[schedule.Path, str] = {
@@ -221,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config["roll-cluster:nodes"] = {**config.get("roll-cluster:nodes", {}), "count": args.nodes}
     try:
         run = run_program(args.stack, cloud=offline_cloud_for(args.stack), config=config)
-    except (ConfigError, PlacementError, FileNotFoundError) as error:
+    except (ConfigError, PlacementError, SourceError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except CloudRefusal as refusal:

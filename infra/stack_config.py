@@ -62,7 +62,7 @@ def cluster_shape(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: b
         gpus_per_node=gpus_per_node,
         bf16=bf16,
         head_ip=head_ip,
-        shared_dir=SHARED_MOUNT if config.storage.nas else None,
+        shared_dir=SHARED_MOUNT if config.storage.shared else None,
         data_dir=DATA_MOUNT,
         dashboard_port=config.ray.dashboard_port,
         model_source=config.model_source,

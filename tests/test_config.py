@@ -75,6 +75,20 @@ def stack(**sections: Any) -> dict[str, Any]:
     return result
 
 
+def hosts_stack(**nodes: Any) -> dict[str, Any]:
+    """A valid two-host stack (nodes.source hosts); keywords are merged into `nodes`."""
+    return {
+        "nodes": {
+            "source": "hosts",
+            "acceleratorsPerNode": 8,
+            "hosts": [{"address": "192.0.2.11", "privateAddress": "10.0.0.11"},
+                      {"address": "192.0.2.12", "privateAddress": "10.0.0.12"}],
+            **nodes,
+        },
+        "access": {"sshPrivateKeyPath": "~/.ssh/id_ed25519"},
+    }
+
+
 def as_pulumi(sections: dict[str, Any]) -> dict[str, str | None]:
     """Structured values as the JSON text Pulumi hands over; strings (already text) and None are passed as is."""
     return {k: v if isinstance(v, str) or v is None else json.dumps(v) for k, v in sections.items()}
@@ -346,6 +360,8 @@ REQUIRED_IN = {
 
 def _with_key_at(path: tuple[str, ...], key: str) -> dict[str, Any]:
     sections = stack()
+    if path[:2] == ("nodes", "hostDefaults"):  # a key of the hosts source only
+        sections = hosts_stack()
     target = sections
     for depth, part in enumerate(path):
         target = target.setdefault(part, dict(REQUIRED_IN.get(path[: depth + 1], {})))
@@ -366,7 +382,7 @@ def test_the_unknown_field_cases_cover_every_section_and_nested_object() -> None
     assert paths == {
         *SECTIONS, "training.roll", "training.verl", "training.openrlhf", "training.openrlhf.rewardServer",
         "training.custom", "training.mindspeedRl", "training.mindspeedRl.mindspeed", "training.mindspeedRl.megatron",
-        "training.mindspeedRl.mindspeedLlm",
+        "training.mindspeedRl.mindspeedLlm", "nodes.hostDefaults",
     }
 
 
@@ -968,7 +984,10 @@ def test_every_shipped_stack_file_is_valid(stack_file: Path) -> None:
         if key.startswith(f"{PROJECT}:")
     }
     config = parse_cluster_config(raw, settings.get("alicloud:region"))
-    assert config.nodes.instance_types
+    if config.nodes.source == "hosts":
+        assert config.nodes.hosts and config.nodes.count == len(config.nodes.hosts)
+    else:
+        assert config.nodes.instance_types
 
 
 # ---------------------------------------------------------------------------------- mainland China regions

@@ -14,14 +14,16 @@ from infra.node import steps
 from infra.offline import reveal, shipped_stacks
 from infra.sources.alibaba.instance import decode_user_data
 
-STACKS = ["dev", "large", "multi", "openrlhf", "verl"]
+STACKS = ["ascend", "dev", "hosts", "large", "multi", "openrlhf", "verl"]
+CLOUD_STACKS = ["dev", "large", "multi", "openrlhf", "verl"]
+HOST_STACKS = ["ascend", "hosts"]
 
 
-def test_the_five_contract_stacks_are_shipped():
+def test_the_contract_stacks_and_the_host_stacks_are_shipped():
     assert shipped_stacks() == STACKS
 
 
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
 def test_plan_shows_placement_network_nodes_steps_job_outputs_and_price(stack, capsys):
     assert plan.main([stack]) == 0
     text = capsys.readouterr().out
@@ -43,14 +45,44 @@ def test_plan_of_a_bigger_cluster_and_a_bad_config(capsys):
     assert "no stack file Pulumi.nonexistent.yaml" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("stack", HOST_STACKS)
+def test_plan_of_own_hosts_shows_no_cloud_resource_and_every_node_container_ray_and_job(stack, capsys):
+    assert plan.main([stack]) == 0
+    text = capsys.readouterr().out
+    assert "== Hosts " in text and "== Placement " not in text and "== Network " not in text
+    assert "cloud resources: none" in text and "alicloud:" not in text
+    assert "first boot" not in text  # no user data on hosts that exist already
+    for node in ("node-0", "node-1"):
+        assert f"  {node}:" in text
+    for heading in ("Container", "Ray", "Training job", "Stack outputs"):
+        assert f"== {heading} " in text, heading
+    assert "submission id" in text
+    if stack == "ascend":
+        assert "npu-ready      npu_ready.sh" in text
+        for device in ("/dev/davinci0", "/dev/davinci7", "/dev/davinci_manager", "/dev/hisi_hdc", "/dev/devmm_svm"):
+            assert f"device      {device}\n" in text
+        assert "/dev/davinci8" not in text
+        for path in ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/sbin/npu-smi",
+                     "/etc/ascend_install.info"):
+            assert f"mount       {path} -> {path} (ro)" in text
+        assert "privileged False" in text and "gpus        none" in text
+        assert '--num-gpus=0  --resources={"NPU": 8}  jemalloc preloaded: yes' in text
+        assert "env         HCCL_SOCKET_IFNAME=" in text
+    else:
+        assert "gpu-ready      local/gpu_ready.sh" in text and "gpus        all" in text
+        assert "--num-gpus=2  --resources=none  jemalloc preloaded: no" in text
+        assert "/dev/davinci" not in text
+
+
 def test_first_boot_user_data_fits_alibabas_limit():
     # ECS accepts at most 32 KB of user data (16 KB on older pages); stay under 16 KB even counting the Base64
     # encoding. It is gzip-compressed (a format Alibaba lists), and cloud-init runs the script inside.
-    for stack in STACKS:
+    for stack in CLOUD_STACKS:
         user_data = reveal(run(stack).cloud.of_type("alicloud:ecs/instance:Instance")[0].inputs["userData"])
         assert len(user_data) < 16 * 1024, stack
         assert base64.b64decode(user_data)[:2] == b"\x1f\x8b", stack  # gzip
         assert decode_user_data(user_data).startswith("#!/bin/bash\n")
+
 
 def test_plan_of_dev_prints_the_whole_roll_yaml_with_fp16_over_the_clusters_gpu(capsys):
     assert plan.main(["dev"]) == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -59,7 +60,30 @@ def test_head_env_carries_custom_ports_rank_zero_and_the_data_disk_dirs() -> Non
         "RAY_OBJECT_STORE_MEMORY": "",
         "RAY_NUM_CPUS": "",
         "RAY_EXTRA_ENV_NAMES": "WANDB_API_KEY HF_TOKEN",
+        "RAY_RESOURCES": "",
+        "RAY_PRELOAD_JEMALLOC": "0",
     }
+
+
+def test_npus_are_announced_as_the_custom_resource_mindspeed_rl_reads_with_jemalloc_for_ray() -> None:
+    settings = rc.RaySettings(container_name="rl", gpus_per_node=8, accelerator_resource="NPU", preload_jemalloc=True)
+    for env in (rc.head_env(settings, "10.0.0.10"), rc.worker_env(settings, "10.0.0.11", "10.0.0.10", 1)):
+        assert env["NUM_GPUS"] == "0"
+        assert json.loads(env["RAY_RESOURCES"]) == {"NPU": 8}
+        assert env["RAY_PRELOAD_JEMALLOC"] == "1"
+    assert rc.ready_env(settings, "10.0.0.10", ["10.0.0.10"])["ACCELERATOR_RESOURCE"] == "NPU"
+    with pytest.raises(ValueError, match="GPU or NPU"):
+        rc.RaySettings(container_name="rl", gpus_per_node=8, accelerator_resource="TPU")
+
+
+def test_user_commands_reach_a_host_by_name_with_its_own_user_and_port() -> None:
+    assert rc.ssh_command("gpu-1.example.com", "~/.ssh/k", user="ubuntu", port=2222) == (
+        "ssh -i ~/k -o IdentitiesOnly=yes -p 2222 ubuntu@gpu-1.example.com".replace("~/k", "~/.ssh/k")
+    )
+    status = rc.job_status_command("10.0.0.10", "/k", "roll", "job-1", 8265, user="ops", port=22)
+    assert status.startswith("ssh -i /k -o IdentitiesOnly=yes ops@10.0.0.10 ")
+    with pytest.raises(ValueError):
+        rc.ssh_command("bad host;rm", "/k")
 
 
 def test_worker_env_points_at_the_head_gcs_port_with_its_rank() -> None:
@@ -84,6 +108,7 @@ def test_ready_env_expects_every_node_with_the_gpus_of_one() -> None:
         "GCS_PORT": "8100",
         "EXPECTED_NODE_IPS": "10.0.0.10 10.0.0.11",
         "GPUS_PER_NODE": "8",
+        "ACCELERATOR_RESOURCE": "GPU",
         "READY_TIMEOUT_S": "900",
     }
     with pytest.raises(ValueError, match="not among the node IPs"):

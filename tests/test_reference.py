@@ -79,13 +79,13 @@ def test_every_section_has_a_table_with_every_field_in_camel_case() -> None:
 def test_rows_show_types_defaults_and_required_keys() -> None:
     text = reference.reference()
     assert "| `count` | integer, 1..256 | `1` | GPU nodes;" in text
-    assert "| `instanceTypes` | list of strings, at least 1 | required |" in text
+    assert "| `instanceTypes` | list of strings | `[]` |" in text  # required with source alibaba (the text says)
     assert "| `gpuDriver` | one of `auto-install`, `preinstalled` | `auto-install` |" in text
     assert "| `spotPriceLimit` | number or null, > 0 | `null` |" in text
     assert "| `overrides` | object (any keys) | `{}` |" in text
     assert "| `roll` | object | see its fields | ROLL settings. |" in text
     assert "| `custom.entrypoint` | string | required |" in text
-    assert "| `alicloud:region` | string | required |" in text
+    assert "| `alicloud:region` | string or null | `null` |" in text  # required with source alibaba
     assert "| `roll-cluster:hfToken` | secret string | none |" in text
 
 

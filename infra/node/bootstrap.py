@@ -3,13 +3,18 @@ installation, GPU readiness that survives the installer's reboot, the training c
 
 Order on a node (nothing here waits for another node):
 
-    prepare-host -> docker -> pull-image -> gpu-ready -> container -> code
+    prepare-host -> docker -> pull-image -> gpu-ready | npu-ready -> container -> code
                                   (driver installs since first boot, in parallel with all of the above)
 
 With nodes.bake the head takes a detour before its container: bake-prep (the framework's requirements committed
 into the local training image, disks flushed) -> bake-image (the ECS custom image, infra/sources/alibaba/bake.py)
 -> container. The container comes after the image so that no node booted from it finds this node's container.
 On a node booted from a baked image every step finds its work done and says so (README, 'Baked images').
+
+What depends on the accelerator (readiness step, devices, driver mounts, NCCL/HCCL environment, NVIDIA runtime)
+comes from infra/node/accelerators.py. On a machine the program did not create (Machine.existing: your own host)
+an existing Docker and NVIDIA toolkit are used as they are and only what is missing is installed; the driver is
+checked, never installed.
 
 The image pull starts as soon as Docker runs, while the driver installer (started by the first-boot user data)
 is still working. gpu-ready comes after the pull because it is the step that reboots the node when the
@@ -30,11 +35,10 @@ import pulumi_docker as docker
 
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
+from infra.node import accelerators, ssh_access, steps
 from infra.node import known_hosts as known_hosts_module
-from infra.node import ssh_access, steps
 from infra.sources.base import Machine
 
-NIC = "eth0"  # the primary NIC of ECS instances: NCCL and Gloo must not pick docker0 or lo
 GPU_READY_TIMEOUT_S = 2400
 BAKE_CONTAINER = "roll-cluster-bake"  # the throw-away container bake-prep installs the requirements in
 
@@ -53,6 +57,10 @@ class NodeBootstrapArgs:
     registry_password: pulumi.Output[str] | None
     code_env: dict[str, str] | None
     code_scripts: tuple[str, ...] = ("fetch_code.sh",)  # the framework's code step, in order
+    accelerator: accelerators.Accelerator = accelerators.NVIDIA
+    nfs_export: str = "/"  # the path nas_server exports
+    nfs_options: str | None = None  # NFS mount options; None: prepare_host.sh's defaults (Alibaba NAS)
+    shared_host_dir: str | None = None  # a host directory that is already shared, bind-mounted at SHARED_MOUNT
 
 
 class NodeBootstrap(pulumi.ComponentResource):
@@ -70,6 +78,11 @@ class NodeBootstrap(pulumi.ComponentResource):
         ctx = steps.context_for(machine, args.private_key, self, first=True)
         has_data_disk = machine.data_disk is not None or machine.data_disk_serial is not None
         checking = known_hosts_module.host_key_checking(machine)
+        kind = args.accelerator
+        count_key = "roll-cluster:nodes.acceleratorsPerNode" if machine.existing else "the instance type"
+        nfs_env = {"NAS_REMOTE_PATH": args.nfs_export}
+        if args.nfs_options:
+            nfs_env["NAS_MOUNT_OPTIONS"] = args.nfs_options
 
         prepare = steps.remote_step(
             ctx,
@@ -83,13 +96,19 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "OBJECT_STORE_MEMORY_GB": _gb(config.ray.object_store_memory_gb),
                 "NAS_SERVER": args.nas_server or "",
                 "SHARED_MOUNT": SHARED_MOUNT,
+                "SHARED_HOST_DIR": args.shared_host_dir or "",
+                **nfs_env,
             },
         )
         install_docker = steps.remote_step(
             ctx,
             "docker",
             ["install_docker.sh"],
-            {"DOCKER_DATA_ROOT": f"{DATA_MOUNT}/docker" if has_data_disk else ""},
+            {
+                "DOCKER_DATA_ROOT": f"{DATA_MOUNT}/docker" if has_data_disk else "",
+                "NVIDIA_RUNTIME": "1" if kind.nvidia_runtime else "0",
+                "KEEP_EXISTING_DOCKER": "1" if machine.existing else "0",
+            },
             after=[(f"{node_name}/prepare-host", prepare)],
         )
         pull = steps.remote_step(
@@ -100,35 +119,55 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "IMAGE": config.container.pull_image,
                 "REGISTRY_USERNAME": config.container.registry_username or "",
                 "REGISTRY_PASSWORD": args.registry_password or "",
+                "CHECK_IMAGE_ARCH": "1",
             },
             after=[(f"{node_name}/docker", install_docker)],
         )
-        gpu_ready = command.local.Command(
-            f"{node_name}-gpu-ready",
-            create="bash infra/scripts/local/gpu_ready.sh",
-            dir=str(PROJECT_DIR),
-            environment={
-                "HOST": machine.ssh_host,
-                "SSH_USER": machine.ssh_user,
-                "SSH_PORT": str(machine.ssh_port),
-                "SSH_KEY_PATH": args.login.identity_file,
-                "KNOWN_HOSTS_FILE": args.known_hosts.path,
-                "HOST_KEY_CHECKING": checking,
-                "EXPECTED_GPUS": str(args.gpus_per_node),
-                "GPU_DRIVER": config.nodes.gpu_driver,
-                "FABRIC_MANAGER": "true" if args.fabric_manager else "false",
-                "TIMEOUT_S": str(GPU_READY_TIMEOUT_S),
-                "NODE_NAME": node_name,
-            },
-            # Reruns when the node is replaced (new instance id), not on every up.
-            triggers=[machine.identity],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[pull, args.known_hosts.written]),
-        )
-        steps.record(node_name, "gpu-ready", "local", ["local/gpu_ready.sh", "gpu_check.sh"],
-                     [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
+        accelerators_ready: pulumi.Resource
+        if kind.kind == "ascend":
+            # No reboot, no installer: one look on the node over SSH (npu_ready.sh names what to install).
+            accelerators_ready = steps.remote_step(
+                ctx,
+                kind.ready_step,
+                ["npu_ready.sh"],
+                {
+                    "EXPECTED_NPUS": str(args.gpus_per_node),
+                    "COUNT_KEY": count_key,
+                    "DEVICES": " ".join(kind.devices(args.gpus_per_node)),
+                    "DRIVER_PATHS": " ".join(kind.driver_mounts),
+                    "INSTALL_HINT": kind.install_hint,
+                },
+                after=[(f"{node_name}/pull-image", pull)],
+                triggers=[machine.identity],
+            )
+        else:
+            accelerators_ready = command.local.Command(
+                f"{node_name}-gpu-ready",
+                create="bash infra/scripts/local/gpu_ready.sh",
+                dir=str(PROJECT_DIR),
+                environment={
+                    "HOST": machine.ssh_host,
+                    "SSH_USER": machine.ssh_user,
+                    "SSH_PORT": str(machine.ssh_port),
+                    "SSH_KEY_PATH": args.login.identity_file,
+                    "KNOWN_HOSTS_FILE": args.known_hosts.path,
+                    "HOST_KEY_CHECKING": checking,
+                    "EXPECTED_GPUS": str(args.gpus_per_node),
+                    "GPU_DRIVER": config.nodes.gpu_driver,
+                    "FABRIC_MANAGER": "true" if args.fabric_manager else "false",
+                    "COUNT_KEY": count_key,
+                    "TIMEOUT_S": str(GPU_READY_TIMEOUT_S),
+                    "NODE_NAME": node_name,
+                },
+                # Reruns when the node is replaced (new instance id), not on every up.
+                triggers=[machine.identity],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[pull, args.known_hosts.written]),
+            )
+            steps.record(node_name, kind.ready_step, "local", ["local/gpu_ready.sh", "gpu_check.sh"],
+                         [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
 
-        before_container: list[pulumi.Resource] = [gpu_ready]
-        container_after = [f"{node_name}/gpu-ready"]
+        before_container: list[pulumi.Resource] = [accelerators_ready]
+        container_after = [f"{node_name}/{kind.ready_step}"]
         if machine.bake is not None:
             bake_prep = steps.remote_step(
                 ctx,
@@ -142,7 +181,7 @@ class NodeBootstrap(pulumi.ComponentResource):
                     "WORKSPACE_HOST_DIR": f"{DATA_MOUNT}/workspace",
                     "WORKSPACE": WORKSPACE,
                 },
-                after=[(f"{node_name}/gpu-ready", gpu_ready)],
+                after=[(f"{node_name}/{kind.ready_step}", accelerators_ready)],
             )
             baked, self.baked_image_id = machine.bake([bake_prep], self)
             steps.record(node_name, "bake-image", "cloud", [], [f"{node_name}/bake-prep"], baked.pulumi_resource_name)
@@ -183,19 +222,27 @@ class NodeBootstrap(pulumi.ComponentResource):
             docker.ContainerVolumeArgs(host_path=f"{DATA_MOUNT}/workspace", container_path=WORKSPACE),
         ]
         labels = None
-        if config.storage.nas:
+        if args.shared_host_dir:
+            volumes.append(docker.ContainerVolumeArgs(host_path=args.shared_host_dir, container_path=SHARED_MOUNT))
+        elif config.storage.shared:
             volumes.append(docker.ContainerVolumeArgs(host_path=SHARED_MOUNT, container_path=SHARED_MOUNT))
             # A bind mount keeps what was mounted when the container started: when prepare-host mounts another NAS,
             # this label changes and the container is recreated on the new mount (`labels` is ForceNew:
             # kreuzwerker/terraform-provider-docker internal/provider/resource_docker_container.go).
             labels = [docker.ContainerLabelArgs(label="roll-cluster.shared-storage",
                                                 value=pulumi.Output.from_input(args.nas_server or ""))]
+        # The accelerator's driver files, read-only at the same path (checked to exist by the readiness step).
+        volumes += [docker.ContainerVolumeArgs(host_path=path, container_path=path, read_only=True)
+                    for path in kind.driver_mounts]
         self.container = docker.Container(
             f"{node_name}-container",
             name=config.container.name,
             image=image.image_id,
             command=["sleep", "infinity"],
-            gpus="all",
+            gpus=kind.docker_gpus,
+            devices=[docker.ContainerDeviceArgs(host_path=device, container_path=device, permissions="rwm")
+                     for device in kind.devices(args.gpus_per_node)] or None,
+            privileged=config.container.privileged or None,
             network_mode="host",
             ipc_mode="host",
             # Docker ignores a shm size with the host's IPC namespace: prepare-host sizes the host's /dev/shm
@@ -203,8 +250,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             shm_size=config.container.shm_size_mb,
             volumes=volumes,
             envs=[
-                f"NCCL_SOCKET_IFNAME={NIC}",
-                f"GLOO_SOCKET_IFNAME={NIC}",
+                *kind.container_env(machine.network_interface),
                 pulumi.Output.concat("MASTER_ADDR=", args.head_private_ip),
                 f"MASTER_PORT={config.ray.gcs_port}",
                 f"RANK={machine.rank}",

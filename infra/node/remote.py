@@ -42,18 +42,27 @@ def script_text(names: Sequence[str]) -> str:
     return "".join(parts)
 
 
-def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str]) -> str:
-    """The command for known, plain values (what tests and the e2e tier run)."""
+def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str], sudo: bool = False) -> str:
+    """The command for known, plain values (what tests and the e2e tier run).
+
+    sudo: the SSH user is not root (your own hosts): the script runs under `sudo -n`, which keeps exactly the
+    exported variables (`--preserve-env=NAMES`; passwordless sudo for ALL commands implies that permission), so
+    values stay off every command line as before."""
     exports = [f"export ROLL_STEP={shlex.quote(step)}"]
     exports += [f"export {key}={shlex.quote(str(value))}" for key, value in sorted(env.items())]
     body = script_text(scripts)
-    return "\n".join(exports) + f"\nexec bash -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
+    runner = "bash"
+    if sudo:
+        runner = "sudo -n --preserve-env=" + ",".join(["ROLL_STEP", *sorted(env)]) + " bash"
+    return "\n".join(exports) + f"\nexec {runner} -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
 
 
-def render(step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]]) -> pulumi.Output[str]:
+def render(
+    step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]], sudo: bool = False
+) -> pulumi.Output[str]:
     """The command for a step whose environment may hold Outputs (IPs, secrets), or be one Output as a whole."""
     resolved: pulumi.Output[Mapping[str, str]] = pulumi.Output.from_input(env)  # type: ignore[arg-type]
-    return resolved.apply(lambda values: render_plain(step, scripts, values))
+    return resolved.apply(lambda values: render_plain(step, scripts, values, sudo))
 
 
 def render_user_data(script: str, env: Mapping[str, str]) -> str:

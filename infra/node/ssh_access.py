@@ -99,7 +99,7 @@ def _same_key(a: str, b: str) -> bool:
 
 def login_key(
     private_key_path: str,
-    public_key: str,
+    public_key: str | None,
     agent_pub_file: Path,
     *,
     agent_keys: Callable[[], list[str] | None] = agent_public_keys,
@@ -112,9 +112,13 @@ def login_key(
     text = key_file.read_text() if key_file.is_file() else None
     if text is not None and not is_encrypted(text):
         return LoginKey(private_key=text, identity_file=private_key_path, via_agent=False)
+    if public_key is None:
+        # Your own hosts (nodes.source hosts) name no public key in the config: the one beside the private key.
+        pub_file = key_file.with_name(key_file.name + ".pub")
+        public_key = pub_file.read_text().strip() if pub_file.is_file() else None
     held = agent_keys()
-    in_agent = held is not None and any(_same_key(k, public_key) for k in held)
-    if in_agent:
+    in_agent = held is not None and public_key is not None and any(_same_key(k, public_key) for k in held)
+    if in_agent and public_key is not None:
         # The system ssh gets the public key as -i: with IdentitiesOnly=yes it then offers exactly this agent key,
         # without reading (and asking the passphrase of) the private key file.
         agent_pub_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

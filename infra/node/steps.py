@@ -49,7 +49,7 @@ def record(node: str, step: str, kind: str, scripts: Sequence[str], depends_on: 
     RECORDED.append(StepRecord(node, step, kind, tuple(scripts), tuple(depends_on), resource))
 
 
-def login_key(private_key_path: str, public_key: str, stack: str) -> ssh_access.LoginKey:
+def login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_access.LoginKey:
     """How every SSH client logs in (infra/node/ssh_access.py); raises ConfigError before any resource.
     Offline runs (plan, tests) never read a key or ask an agent."""
     if os.environ.get("ROLL_CLUSTER_OFFLINE") == "1":
@@ -140,11 +140,12 @@ def remote_step(
         delete_values = pulumi.Output.all(
             pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {})
         )
-        delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}))
+        delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
+                               sudo=ctx.user != "root")
     resource = command.remote.Command(
         resource_name,
         connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key),
-        create=remote.render(step, scripts, full_env),
+        create=remote.render(step, scripts, full_env, sudo=ctx.user != "root"),
         delete=delete,
         triggers=list(triggers) if triggers is not None else None,
         opts=pulumi.ResourceOptions(

@@ -16,7 +16,7 @@ import pulumi
 
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT
-from infra.node import steps
+from infra.node import accelerators, steps
 from infra.node.bootstrap import NodeBootstrap
 from infra.ray import commands as ray_commands
 from infra.sources.base import Machine
@@ -44,6 +44,7 @@ class RayClusterArgs:
 
 def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[str, ...]) -> ray_commands.RaySettings:
     on_data_disk = config.nodes.data_disk_gb > 0
+    kind = accelerators.accelerator(config.nodes.accelerator)
     return ray_commands.RaySettings(
         container_name=config.container.name,
         gpus_per_node=gpus_per_node,
@@ -59,6 +60,8 @@ def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[
         ),
         ready_timeout_s=config.ray.ready_timeout_seconds,
         head_wait_timeout_s=config.ray.head_wait_timeout_seconds,
+        accelerator_resource=kind.ray_resource,
+        preload_jemalloc=kind.preload_jemalloc,
     )
 
 

@@ -92,9 +92,14 @@ class RaySettings:
     extra_env_names: tuple[str, ...] = ()
     head_wait_timeout_s: int = 900
     ready_timeout_s: int = 900
+    # "GPU" (announced with --num-gpus) or "NPU" (Ascend: a custom resource, as MindSpeed-RL's scripts start Ray).
+    accelerator_resource: str = "GPU"
+    preload_jemalloc: bool = False  # Ray starts with the container's libjemalloc in LD_PRELOAD (MindSpeed-RL)
 
     def __post_init__(self) -> None:
         _check_container_name(self.container_name)
+        if self.accelerator_resource not in ("GPU", "NPU"):
+            raise ValueError(f"accelerator_resource must be GPU or NPU, not {self.accelerator_resource!r}")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node must be 0 or more, not {self.gpus_per_node}")
         if self.dashboard_host not in ("0.0.0.0", "127.0.0.1"):
@@ -190,6 +195,27 @@ def _ip(ip: str) -> str:
     return str(ipaddress.ip_address(ip))
 
 
+_DNS_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def _host(host: str) -> str:
+    """An SSH address: an IP address, or a DNS name (your own hosts may be reached by name)."""
+    try:
+        return _ip(host)
+    except ValueError:
+        if not _DNS_NAME.match(host):
+            raise ValueError(f"{host!r} is neither an IP address nor a DNS name") from None
+        return host
+
+
+def _login(host: str, user: str, port: int) -> str:
+    """`[-p PORT ]user@host` for ssh (the port only when it is not 22)."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}", user):
+        raise ValueError(f"{user!r} is not a user name")
+    _check_port("SSH port", port)
+    return ("" if port == 22 else f"-p {port} ") + f"{user}@{_host(host)}"
+
+
 def _env_names(names: Sequence[str]) -> str:
     for name in names:
         if not _ENV_NAME.match(name):
@@ -205,7 +231,12 @@ def _node_env(settings: RaySettings) -> dict[str, str]:
     return {
         "CONTAINER_NAME": settings.container_name,
         "GCS_PORT": str(settings.ports.gcs),
-        "NUM_GPUS": str(settings.gpus_per_node),
+        "NUM_GPUS": str(settings.gpus_per_node if settings.accelerator_resource == "GPU" else 0),
+        "RAY_RESOURCES": (
+            json.dumps({settings.accelerator_resource: settings.gpus_per_node})
+            if settings.accelerator_resource != "GPU" else ""
+        ),
+        "RAY_PRELOAD_JEMALLOC": "1" if settings.preload_jemalloc else "0",
         "RAY_TEMP_DIR": settings.temp_dir,
         "RAY_OBJECT_STORE_MEMORY": _optional(settings.object_store_memory),
         "RAY_NUM_CPUS": _optional(settings.num_cpus),
@@ -253,6 +284,7 @@ def ready_env(settings: RaySettings, head_ip: str, node_ips: Sequence[str]) -> d
         "GCS_PORT": str(settings.ports.gcs),
         "EXPECTED_NODE_IPS": " ".join(ips),
         "GPUS_PER_NODE": str(settings.gpus_per_node),
+        "ACCELERATOR_RESOURCE": settings.accelerator_resource,
         "READY_TIMEOUT_S": str(settings.ready_timeout_s),
     }
 
@@ -377,68 +409,72 @@ def _ssh(key_path: str, known_hosts: str | None) -> str:
     return words
 
 
-def ssh_command(public_ip: str, key_path: str, known_hosts: str | None = None) -> str:
+def ssh_command(
+    public_ip: str, key_path: str, known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22
+) -> str:
     """`sshHead`: a shell on the node."""
-    return f"{_ssh(key_path, known_hosts)} {REMOTE_USER}@{_ip(public_ip)}"
+    return f"{_ssh(key_path, known_hosts)} {_login(public_ip, user, port)}"
 
 
 def dashboard_url(head_public_ip: str, dashboard_port: int) -> str:
     """`dashboardUrl`, when the dashboard is open to the admin CIDRs."""
     _check_port("dashboard port", dashboard_port)
-    return f"http://{_ip(head_public_ip)}:{dashboard_port}"
+    return f"http://{_host(head_public_ip)}:{dashboard_port}"
 
 
 def dashboard_tunnel_command(
-    head_public_ip: str, key_path: str, dashboard_port: int, known_hosts: str | None = None
+    head_public_ip: str, key_path: str, dashboard_port: int, known_hosts: str | None = None,
+    user: str = REMOTE_USER, port: int = 22,
 ) -> str:
     """`dashboardTunnel`: forwards localhost:<port> to the head's dashboard (then http://localhost:<port>)."""
     _check_port("dashboard port", dashboard_port)
     return (
         f"{_ssh(key_path, known_hosts)} -N -L {dashboard_port}:127.0.0.1:{dashboard_port} "
-        f"{REMOTE_USER}@{_ip(head_public_ip)}"
+        f"{_login(head_public_ip, user, port)}"
     )
 
 
 def _in_head_container(
-    head_public_ip: str, key_path: str, container_name: str, words: Sequence[str], known_hosts: str | None
+    head_public_ip: str, key_path: str, container_name: str, words: Sequence[str], known_hosts: str | None,
+    user: str, port: int,
 ) -> str:
     _check_container_name(container_name)
     remote = " ".join(shlex.quote(word) for word in ["docker", "exec", container_name, *words])
-    return f"{ssh_command(head_public_ip, key_path, known_hosts)} {shlex.quote(remote)}"
+    return f"{ssh_command(head_public_ip, key_path, known_hosts, user, port)} {shlex.quote(remote)}"
 
 
 def job_status_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
-    known_hosts: str | None = None,
+    known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
 ) -> str:
     """`jobStatus`: prints the job's status from the head."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "status", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port)
 
 
 def job_logs_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
-    known_hosts: str | None = None,
+    known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
 ) -> str:
     """`jobLogs`: follows the job's log until the job ends."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "logs", "--follow", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port)
 
 
 def job_stop_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
-    known_hosts: str | None = None,
+    known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
 ) -> str:
     """`jobStop`: asks Ray to stop the job (its checkpoints stay; a later `pulumi up` does not resubmit an
     unchanged job, a changed configuration does)."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "stop", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port)
 
 
 def job_submit_command(stack: str) -> str:

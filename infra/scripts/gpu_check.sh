@@ -11,10 +11,13 @@
 #   REBOOT_PENDING <detail>   4  ALL INSTALL OK and a reboot was requested in this boot (first_boot.sh deferred it),
 #                                or the driver was installed in this boot and nvidia-smi cannot reach it yet
 #   GPUS_MISSING <seen> ...   5  the install is done but nvidia-smi lists fewer GPUs (0 when nvidia-smi fails)
+#   FAILED (preinstalled)     2  nvidia-smi is not there at all (nothing will install it), or it lists more GPUs than
+#                                expected (the configuration names another machine than this one)
 # Exit 1 means the check itself is broken (bad settings): gpu_ready.sh stops on it.
 #
 # Environment (defaults in brackets): EXPECTED_GPUS (required, >= 1), GPU_DRIVER [auto-install],
 #   FABRIC_MANAGER [false] (true on 8-GPU NVSwitch types: nvidia-fabricmanager must be enabled and running),
+#   COUNT_KEY [the instance type] what says how many GPUs there are, named in the messages,
 #   AUTO_INSTALL_DIR [/root/auto_install], ROLL_STATE_DIR [/var/lib/roll-cluster],
 #   BOOT_ID_FILE [/proc/sys/kernel/random/boot_id]. The state files are described in first_boot.sh.
 
@@ -23,6 +26,7 @@
 : "${AUTO_INSTALL_DIR:=/root/auto_install}"
 : "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
 : "${BOOT_ID_FILE:=/proc/sys/kernel/random/boot_id}"
+: "${COUNT_KEY:=the instance type}"
 
 INSTALL_LOG=$AUTO_INSTALL_DIR/auto_install.log
 STARTED_MARKER=$ROLL_STATE_DIR/driver-install.started
@@ -137,6 +141,11 @@ check_fabric_manager() {
 
 check_gpus() {
   local listing line seen=0
+  if [[ "$GPU_DRIVER" == preinstalled ]] && ! command -v nvidia-smi >/dev/null 2>&1; then
+    # Nothing installs a driver here (your own host, or a preinstalled image): waiting cannot help.
+    printf 'FAILED nvidia-smi not found on this host: install the NVIDIA driver (one that supports the CUDA of the image) so that nvidia-smi -L lists all %s GPUs; this program never installs drivers on hosts with a preinstalled driver\n' "$EXPECTED_GPUS"
+    exit 2
+  fi
   if ! listing=$(nvidia-smi -L </dev/null 2>&1); then
     if [[ "$GPU_DRIVER" == auto-install && "$(state_value "$DONE_MARKER" boot_id)" == "$CURRENT_BOOT_ID" ]]; then
       report 4 "REBOOT_PENDING driver installed in this boot but nvidia-smi cannot reach it yet: ${listing%%$'\n'*}"
@@ -146,7 +155,11 @@ check_gpus() {
   while IFS= read -r line; do
     if [[ "$line" == "GPU "[0-9]* ]]; then seen=$((seen + 1)); fi
   done <<<"$listing"
-  if ((seen >= EXPECTED_GPUS)); then
+  if ((seen > EXPECTED_GPUS)); then
+    printf 'FAILED nvidia-smi -L lists %s GPUs, but %s says %s: correct it to the GPUs of the host\n' "$seen" "$COUNT_KEY" "$EXPECTED_GPUS"
+    exit 2
+  fi
+  if ((seen == EXPECTED_GPUS)); then
     check_fabric_manager
     report 0 "READY $seen"
   fi

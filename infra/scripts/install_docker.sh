@@ -13,6 +13,10 @@
 #   DOCKER_START_TIMEOUT_S [120]   bound for dockerd to answer after a (re)start
 #   YUM_REPOS_DIR [/etc/yum.repos.d], APT_SOURCES_DIR [/etc/apt/sources.list.d], APT_KEYRINGS_DIR [/etc/apt/keyrings]
 #   ROLL_STATE_DIR [/var/lib/roll-cluster]   remembers the daemon.json Docker was last restarted with
+#   NVIDIA_RUNTIME [1]             0: no NVIDIA Container Toolkit and runtime (Ascend NPUs are passed as devices)
+#   KEEP_EXISTING_DOCKER [0]       1 (your own hosts): a docker or nvidia-ctk already on the host is used as it is,
+#                                  never reinstalled, replaced (docker.io by docker-ce) or upgraded; only what is
+#                                  missing is installed (then the OS must be Alibaba Cloud Linux 3 or Ubuntu)
 #   lib.sh: OS_RELEASE_FILE, PACKAGE_LOCK_TIMEOUT_S, YUM_PID_FILE, PACKAGE_MANAGER_PROCESSES, APT_LOCK_FILES,
 #           RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
 
@@ -27,7 +31,13 @@
 : "${APT_KEYRINGS_DIR:=/etc/apt/keyrings}"
 : "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
 
-DOCKER_PACKAGES=(docker-ce docker-ce-cli containerd.io nvidia-container-toolkit)
+: "${NVIDIA_RUNTIME:=1}"
+: "${KEEP_EXISTING_DOCKER:=0}"
+
+ENGINE_PACKAGES=(docker-ce docker-ce-cli containerd.io)
+TOOLKIT_PACKAGES=(nvidia-container-toolkit)
+DOCKER_PACKAGES=()
+DAEMON_JSON_CHANGED=0
 # The digest of the daemon.json dockerd was last (re)started with by this script: a restart is due when it differs.
 APPLIED_CONFIG_RECORD=$ROLL_STATE_DIR/docker-daemon-json.applied
 
@@ -36,8 +46,33 @@ check_settings() {
   if [[ -n "$DOCKER_DATA_ROOT" && "$DOCKER_DATA_ROOT" != /* ]]; then
     fail "DOCKER_DATA_ROOT must be an absolute path, got '$DOCKER_DATA_ROOT'"
   fi
+  [[ "$NVIDIA_RUNTIME" == 0 || "$NVIDIA_RUNTIME" == 1 ]] || fail "NVIDIA_RUNTIME must be 0 or 1, got '$NVIDIA_RUNTIME'"
+  if [[ "$KEEP_EXISTING_DOCKER" == 1 ]] && command -v docker >/dev/null 2>&1; then
+    banner "docker already on this host ($(command -v docker)): used as it is, never reinstalled or upgraded"
+  else
+    DOCKER_PACKAGES+=("${ENGINE_PACKAGES[@]}")
+  fi
+  if [[ "$NVIDIA_RUNTIME" == 1 ]]; then
+    if [[ "$KEEP_EXISTING_DOCKER" == 1 ]] && command -v nvidia-ctk >/dev/null 2>&1; then
+      banner "NVIDIA Container Toolkit already on this host: used as it is"
+    else
+      DOCKER_PACKAGES+=("${TOOLKIT_PACKAGES[@]}")
+    fi
+  fi
+  if ((${#DOCKER_PACKAGES[@]} == 0)); then
+    return 0 # nothing to install: the host's OS does not matter
+  fi
   detect_os
   banner "operating system: $OS_ID $OS_VERSION_ID (${RPM_TOOL:-apt})"
+}
+
+# wants PACKAGE: whether this run installs PACKAGE.
+wants() {
+  local pkg
+  for pkg in "${DOCKER_PACKAGES[@]}"; do
+    [[ "$pkg" != "$1" ]] || return 0
+  done
+  return 1
 }
 
 # configure_repo_file PATH CONTENT: write a repository definition, saying whether it was already there.
@@ -66,6 +101,10 @@ download_key() {
 }
 
 configure_repositories() {
+  if ((${#DOCKER_PACKAGES[@]} == 0)); then
+    banner "nothing to install; repositories left as they are"
+    return 0
+  fi
   if [[ "$PKG_FAMILY" == rpm ]]; then
     # Written by hand rather than downloaded: the CentOS repo file says $releasever, which is 3 on Alibaba Cloud
     # Linux 3 and has no docker-ce repository; Alibaba Cloud Linux 3 is binary compatible with EL8.
@@ -78,6 +117,7 @@ configure_repositories() {
       'gpgcheck=1' \
       "gpgkey=$DOCKER_CE_MIRROR/linux/centos/gpg")"
     # The mirror of NVIDIA's libnvidia-container repository, with NVIDIA's own repo settings.
+    wants nvidia-container-toolkit || return 0
     configure_repo_file "$YUM_REPOS_DIR/nvidia-container-toolkit.repo" "$(printf '%s\n' \
       '[nvidia-container-toolkit]' \
       'name=nvidia-container-toolkit' \
@@ -90,9 +130,10 @@ configure_repositories() {
     local arch
     arch=$(dpkg --print-architecture)
     download_key "$DOCKER_CE_MIRROR/linux/ubuntu/gpg" "$APT_KEYRINGS_DIR/docker-ce.asc"
-    download_key "$NVIDIA_CT_MIRROR/gpgkey" "$APT_KEYRINGS_DIR/nvidia-container-toolkit.asc"
     configure_repo_file "$APT_SOURCES_DIR/docker-ce.list" \
       "deb [arch=$arch signed-by=$APT_KEYRINGS_DIR/docker-ce.asc] $DOCKER_CE_MIRROR/linux/ubuntu $OS_CODENAME stable"
+    wants nvidia-container-toolkit || return 0
+    download_key "$NVIDIA_CT_MIRROR/gpgkey" "$APT_KEYRINGS_DIR/nvidia-container-toolkit.asc"
     # The mirror has no ready-made .list file (NVIDIA's upstream one points at its own host): a flat repository.
     configure_repo_file "$APT_SOURCES_DIR/nvidia-container-toolkit.list" \
       "deb [signed-by=$APT_KEYRINGS_DIR/nvidia-container-toolkit.asc] $NVIDIA_CT_MIRROR/stable/deb/$arch /"
@@ -100,6 +141,10 @@ configure_repositories() {
 }
 
 install_docker_packages() {
+  if ((${#DOCKER_PACKAGES[@]} == 0)); then
+    banner "nothing to install; skipped"
+    return 0
+  fi
   install_packages "${DOCKER_PACKAGES[@]}"
 }
 
@@ -113,6 +158,10 @@ sys.exit(0 if "nvidia" in config.get("runtimes", {}) else 1)' "$DOCKER_DAEMON_JS
 }
 
 configure_nvidia_runtime() {
+  if [[ "$NVIDIA_RUNTIME" == 0 ]]; then
+    banner "no NVIDIA runtime wanted (NVIDIA_RUNTIME=0); skipped"
+    return 0
+  fi
   if daemon_json_has_nvidia_runtime; then
     banner "nvidia runtime already in $DOCKER_DAEMON_JSON; skipped"
     return 0
@@ -120,6 +169,7 @@ configure_nvidia_runtime() {
   mkdir -p "$(dirname "$DOCKER_DAEMON_JSON")"
   logged nvidia-ctk runtime configure --runtime=docker --config="$DOCKER_DAEMON_JSON"
   daemon_json_has_nvidia_runtime || fail "nvidia-ctk did not register the nvidia runtime in $DOCKER_DAEMON_JSON"
+  DAEMON_JSON_CHANGED=1
   banner "nvidia runtime registered in $DOCKER_DAEMON_JSON"
 }
 
@@ -155,6 +205,7 @@ PY
     banner "data-root already $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON; skipped"
   else
     banner "data-root set to $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON"
+    DAEMON_JSON_CHANGED=1
   fi
 }
 
@@ -182,7 +233,9 @@ start_docker() {
     banner "enabling and starting docker"
     logged systemctl enable --now docker
   fi
-  if ((active)) && [[ "$digest" != "$applied" ]]; then
+  # A dockerd this script never restarted (no record: say on your own host) is restarted only when this run changed
+  # daemon.json; a recorded one whenever its configuration differs from what it was restarted with.
+  if ((active)) && [[ "$digest" != "$applied" ]] && { ((DAEMON_JSON_CHANGED)) || [[ -n "$applied" ]]; }; then
     banner "docker was running with another configuration: restarting it"
     logged systemctl restart docker
   fi
@@ -194,7 +247,9 @@ verify_docker() {
   local runtimes root_dir
   wait_for "dockerd to answer 'docker info'" "$DOCKER_START_TIMEOUT_S" 2 docker info
   runtimes=$(docker info --format '{{json .Runtimes}}')
-  [[ "$runtimes" == *'"nvidia"'* ]] || fail "docker info does not list the nvidia runtime (runtimes: $runtimes)"
+  if [[ "$NVIDIA_RUNTIME" == 1 && "$runtimes" != *'"nvidia"'* ]]; then
+    fail "docker info does not list the nvidia runtime (runtimes: $runtimes); restart docker after checking $DOCKER_DAEMON_JSON"
+  fi
   root_dir=$(docker info --format '{{.DockerRootDir}}')
   if [[ -n "$DOCKER_DATA_ROOT" && "$root_dir" != "$DOCKER_DATA_ROOT" ]]; then
     fail "docker's root dir is $root_dir, expected $DOCKER_DATA_ROOT"
@@ -208,4 +263,8 @@ run_step install_docker_packages "Docker CE and NVIDIA Container Toolkit package
 run_step configure_nvidia_runtime "nvidia runtime in $DOCKER_DAEMON_JSON"
 run_step configure_data_root "Docker data root"
 run_step start_docker "docker service"
-run_step verify_docker "docker with the nvidia runtime"
+if [[ "$NVIDIA_RUNTIME" == 1 ]]; then
+  run_step verify_docker "docker with the nvidia runtime"
+else
+  run_step verify_docker "docker"
+fi

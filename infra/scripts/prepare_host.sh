@@ -23,7 +23,10 @@
 #   SHM_MOUNT [/dev/shm]
 #   OBJECT_STORE_MEMORY_GB ['']  ray.objectStoreMemoryGb: must fit in SHM_MOUNT (Ray keeps its object store there)
 #   MEMINFO_FILE [/proc/meminfo] the node's memory, which SHM_SIZE must not exceed
-#   NAS_SERVER ['']              NAS mount target host (e.g. xxxx.cn-hangzhou.nas.aliyuncs.com); empty: no NAS
+#   NAS_SERVER ['']              NAS mount target host (e.g. xxxx.cn-hangzhou.nas.aliyuncs.com), or any NFS
+#                                server (your own hosts); empty: no NAS
+#   SHARED_HOST_DIR ['']         a directory the user says is shared between the hosts (bind-mounted into the
+#                                container): it must exist; nothing is mounted or created for it
 #   NAS_REMOTE_PATH [/]          exported path on the NAS
 #   SHARED_MOUNT [/mnt/shared]
 #   NAS_MOUNT_OPTIONS [vers=3,nolock,proto=tcp,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport]
@@ -47,6 +50,7 @@
 : "${DATA_MOUNT:=/data}"
 : "${DATA_SUBDIRS:=docker workspace ray/tmp ray/spill}"
 : "${NAS_SERVER:=}"
+: "${SHARED_HOST_DIR:=}"
 : "${NAS_REMOTE_PATH:=/}"
 : "${SHARED_MOUNT:=/mnt/shared}"
 : "${NAS_MOUNT_OPTIONS:=vers=3,nolock,proto=tcp,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport}"
@@ -295,9 +299,20 @@ mount_nas() {
   mount_from_fstab "$SHARED_MOUNT"
 }
 
+check_shared_host_dir() {
+  if [[ -z "$SHARED_HOST_DIR" ]]; then
+    banner "no shared host directory configured; skipped"
+    return 0
+  fi
+  [[ -d "$SHARED_HOST_DIR" ]] ||
+    fail "roll-cluster:storage.sharedHostPath: $SHARED_HOST_DIR is not a directory on this host; mount your shared file system there on every host first"
+  banner "shared host directory $SHARED_HOST_DIR present"
+}
+
 check_settings
 run_step wait_for_cloud_init "wait for cloud-init"
 run_step prepare_data_disk "data disk at $DATA_MOUNT"
 run_step create_data_dirs "directories under $DATA_MOUNT"
 run_step size_shm "size of $SHM_MOUNT"
 run_step mount_nas "NAS at $SHARED_MOUNT"
+run_step check_shared_host_dir "shared host directory"

@@ -8,11 +8,15 @@
 #   REGISTRY_USERNAME ['']           log in to the image's registry first (private registry, e.g. your ACR copy)
 #   REGISTRY_PASSWORD ['']           required with REGISTRY_USERNAME
 #   PULL_TIMEOUT_S [3600]            bound for one pull attempt (a stalled pull is retried)
+#   CHECK_IMAGE_ARCH [0]             1: fail unless the image is built for this host's CPU (an amd64 image on an
+#                                    arm64 Ascend server would only fail later, with `exec format error`). Docker
+#                                    pulls the host's own platform of a multi-platform image by itself.
 #   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
 
 : "${REGISTRY_USERNAME:=}"
 : "${REGISTRY_PASSWORD:=}"
 : "${PULL_TIMEOUT_S:=3600}"
+: "${CHECK_IMAGE_ARCH:=0}"
 
 check_settings() {
   require_env IMAGE
@@ -69,5 +73,27 @@ pull_image() {
   banner "pulled $IMAGE in $((SECONDS - started))s ($(docker image inspect --format '{{.Id}}' "$IMAGE"))"
 }
 
+# Docker's name for this host's CPU architecture (the image's .Architecture).
+host_docker_arch() {
+  case $(uname -m) in
+    x86_64 | amd64) echo amd64 ;;
+    aarch64 | arm64) echo arm64 ;;
+    *) uname -m ;;
+  esac
+}
+
+check_image_arch() {
+  local image_arch host_arch
+  host_arch=$(host_docker_arch)
+  image_arch=$(docker image inspect --format '{{.Architecture}}' "$IMAGE" 2>>"$ROLL_STEP_LOG") ||
+    fail "could not read the architecture of $IMAGE"
+  [[ "$image_arch" == "$host_arch" ]] ||
+    fail "$IMAGE is built for $image_arch, but this host is $host_arch ($(uname -m)): use an image for $host_arch (Ascend 910B servers are arm64)"
+  banner "$IMAGE is built for $image_arch, like this host"
+}
+
 check_settings
 run_step pull_image "image $IMAGE"
+if [[ "$CHECK_IMAGE_ARCH" == 1 ]]; then
+  run_step check_image_arch "image architecture"
+fi

@@ -39,6 +39,24 @@ collect_container_env() {
   done
 }
 
+# add_jemalloc_preload: with RAY_PRELOAD_JEMALLOC=1, start Ray with the container's jemalloc in LD_PRELOAD (after
+# collect_container_env). MindSpeed-RL's install guide (docs/zh/install_guide.md:149-165) asks for it so that Ray's
+# processes return memory; its paths: /usr/lib/<arch>-linux-gnu from Ubuntu's libjemalloc2, /usr/local/lib from a
+# source build, /usr/lib64 from openEuler's jemalloc package. Only Ray gets it, not every command on the host.
+JEMALLOC_CANDIDATES='/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2'
+add_jemalloc_preload() {
+  local path
+  [[ "${RAY_PRELOAD_JEMALLOC:-0}" == 1 ]] || return 0
+  for path in $JEMALLOC_CANDIDATES; do
+    if docker exec "$CONTAINER_NAME" test -f "$path" 2>/dev/null; then
+      container_env_args+=(-e "LD_PRELOAD=$path")
+      banner "Ray starts with jemalloc preloaded ($path)"
+      return 0
+    fi
+  done
+  fail "jemalloc (libjemalloc.so.2) is not in container $CONTAINER_NAME (looked at $JEMALLOC_CANDIDATES): install it in the image (apt install libjemalloc2, or yum install jemalloc); MindSpeed-RL needs it preloaded for Ray"
+}
+
 # exec_with_env [DOCKER_EXEC_OPTION...] -- CMD...: docker exec CMD in the container with the collected variables.
 exec_with_env() {
   local -a options=()

@@ -15,6 +15,8 @@
 #   RAY_SPILL_DIR            directory for object spilling; empty: Ray's default (under the temp dir)  empty
 #   RAY_OBJECT_STORE_MEMORY  object store size in bytes; empty: Ray's default (30% of memory)          empty
 #   RAY_NUM_CPUS             CPUs Ray announces; empty: all                                            empty
+#   RAY_RESOURCES            custom resources as JSON, e.g. {"NPU": 8} on Ascend; empty: none          empty
+#   RAY_PRELOAD_JEMALLOC     1: Ray starts with the container's jemalloc preloaded (ray_common.sh)     0
 #   RAY_EXTRA_ENV_NAMES      names of exported variables passed into `ray start` (secrets such as
 #                            WANDB_API_KEY, HF_TOKEN): the raylet and every job inherit them           empty
 #   RAY_START_TIMEOUT_S      bound on waiting for the GCS and `ray status` after the start             180
@@ -26,6 +28,7 @@ RAY_TEMP_DIR=${RAY_TEMP_DIR:-}
 RAY_SPILL_DIR=${RAY_SPILL_DIR:-}
 RAY_OBJECT_STORE_MEMORY=${RAY_OBJECT_STORE_MEMORY:-}
 RAY_NUM_CPUS=${RAY_NUM_CPUS:-}
+RAY_RESOURCES=${RAY_RESOURCES:-}
 RAY_START_TIMEOUT_S=${RAY_START_TIMEOUT_S:-180}
 require_int GCS_PORT DASHBOARD_PORT CLIENT_PORT NUM_GPUS NODE_RANK RAY_START_TIMEOUT_S
 [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || require_int RAY_OBJECT_STORE_MEMORY
@@ -58,6 +61,7 @@ start_head() {
   [[ -z "$RAY_TEMP_DIR" ]] || args+=("--temp-dir=$RAY_TEMP_DIR")
   [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
   [[ -z "$RAY_NUM_CPUS" ]] || args+=("--num-cpus=$RAY_NUM_CPUS")
+  [[ -z "$RAY_RESOURCES" ]] || args+=("--resources=$RAY_RESOURCES")
   if [[ -n "$RAY_SPILL_DIR" ]]; then
     [[ "$RAY_SPILL_DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "RAY_SPILL_DIR must be an absolute plain path: $RAY_SPILL_DIR"
     logged docker exec "$CONTAINER_NAME" mkdir -p "$RAY_SPILL_DIR"
@@ -69,6 +73,7 @@ start_head() {
     args+=("--system-config={\"object_spilling_config\":\"${spilling//\"/\\\"}\"}")
   fi
   collect_container_env
+  add_jemalloc_preload
   logged exec_with_env -e NODE_RANK -- "${args[@]}"
 }
 

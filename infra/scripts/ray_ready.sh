@@ -13,12 +13,15 @@
 #   HEAD_IP                  the head's private IP (the GCS address)                                   required
 #   GCS_PORT                 the GCS port                                                              required
 #   EXPECTED_NODE_IPS        space-separated private IPs of all nodes, head included                   required
-#   GPUS_PER_NODE            GPUs every node must announce                                             required
+#   GPUS_PER_NODE            GPUs (or NPUs) every node must announce                                   required
+#   ACCELERATOR_RESOURCE     the Ray resource counted: GPU, or NPU on Ascend                           GPU
 #   READY_TIMEOUT_S          bound on the whole wait                                                   900
 #   READY_POLL_INTERVAL_S    seconds between looks at the cluster                                      2
 
 require_env CONTAINER_NAME HEAD_IP GCS_PORT EXPECTED_NODE_IPS GPUS_PER_NODE
 READY_TIMEOUT_S=${READY_TIMEOUT_S:-900}
+ACCELERATOR_RESOURCE=${ACCELERATOR_RESOURCE:-GPU}
+[[ "$ACCELERATOR_RESOURCE" =~ ^[A-Za-z_]+$ ]] || fail "ACCELERATOR_RESOURCE must be a resource name, got '$ACCELERATOR_RESOURCE'"
 READY_POLL_INTERVAL_S=${READY_POLL_INTERVAL_S:-2}
 require_int GCS_PORT GPUS_PER_NODE READY_TIMEOUT_S READY_POLL_INTERVAL_S
 
@@ -26,7 +29,7 @@ require_int GCS_PORT GPUS_PER_NODE READY_TIMEOUT_S READY_POLL_INTERVAL_S
 # Prints one line per change of the cluster's shape; on timeout the last line says why it is not ready (exit 3).
 RAY_READY_PY='
 import sys, time
-address, expected_text, gpus_text, timeout_text, interval_text = sys.argv[1:6]
+address, expected_text, gpus_text, timeout_text, interval_text, resource = sys.argv[1:7]
 expected = expected_text.split()
 gpus_per_node = float(gpus_text)
 deadline = time.monotonic() + float(timeout_text)
@@ -37,7 +40,7 @@ def shape():
     alive = {}
     for node in ray.nodes():
         if node.get("Alive"):
-            alive.setdefault(node["NodeManagerAddress"], []).append(node.get("Resources", {}).get("GPU", 0.0))
+            alive.setdefault(node["NodeManagerAddress"], []).append(node.get("Resources", {}).get(resource, 0.0))
     missing = [ip for ip in expected if ip not in alive]
     unexpected = sorted(ip for ip in alive if ip not in expected)
     duplicated = sorted(ip for ip, gpus in alive.items() if len(gpus) > 1)
@@ -48,13 +51,13 @@ def shape():
     if missing:
         problems.append("missing nodes: " + " ".join(missing))
     if wrong_gpus:
-        problems.append("nodes without %g GPUs: %s" % (gpus_per_node, ", ".join(wrong_gpus)))
+        problems.append("nodes without %g %ss: %s" % (gpus_per_node, resource, ", ".join(wrong_gpus)))
     if unexpected:
         problems.append("unexpected alive nodes: " + " ".join(unexpected))
     if duplicated:
         problems.append("several alive Ray nodes on: " + " ".join(duplicated))
     want = gpus_per_node * len(expected)
-    summary = "%d of %d nodes, %g of %g GPUs" % (len(expected) - len(missing), len(expected), total, want)
+    summary = "%d of %d nodes, %g of %g %ss" % (len(expected) - len(missing), len(expected), total, want, resource)
     if total < want:
         summary += " (short by %g)" % (want - total)
     return problems, summary
@@ -88,7 +91,7 @@ wait_until_ready() {
   ((remaining > 0)) || remaining=1
   # `timeout` bounds the driver even if connecting to Ray hangs; the driver bounds its own wait.
   timeout "$((remaining + 120))" docker exec "$CONTAINER_NAME" python3 -c "$RAY_READY_PY" \
-    "$HEAD_IP:$GCS_PORT" "$EXPECTED_NODE_IPS" "$GPUS_PER_NODE" "$remaining" "$READY_POLL_INTERVAL_S" \
+    "$HEAD_IP:$GCS_PORT" "$EXPECTED_NODE_IPS" "$GPUS_PER_NODE" "$remaining" "$READY_POLL_INTERVAL_S" "$ACCELERATOR_RESOURCE" \
     2>>"$ROLL_STEP_LOG" | banner_lines "$lines_file" || status=$?
   if ((status != 0)); then
     reason=$(tail -n 1 "$lines_file")
@@ -98,4 +101,4 @@ wait_until_ready() {
 }
 
 run_step require_container "check that container $CONTAINER_NAME runs"
-run_step wait_until_ready "wait until nodes ${EXPECTED_NODE_IPS} are alive with $GPUS_PER_NODE GPUs each"
+run_step wait_until_ready "wait until nodes ${EXPECTED_NODE_IPS} are alive with $GPUS_PER_NODE ${ACCELERATOR_RESOURCE}s each"

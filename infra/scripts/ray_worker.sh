@@ -15,6 +15,8 @@
 #                            workers), so it is only created here                                      empty
 #   RAY_OBJECT_STORE_MEMORY  object store size in bytes; empty: Ray's default                          empty
 #   RAY_NUM_CPUS             CPUs Ray announces; empty: all                                            empty
+#   RAY_RESOURCES            custom resources as JSON, e.g. {"NPU": 8} on Ascend; empty: none          empty
+#   RAY_PRELOAD_JEMALLOC     1: Ray starts with the container's jemalloc preloaded (ray_common.sh)     0
 #   RAY_EXTRA_ENV_NAMES      names of exported variables passed into `ray start` (see ray_head.sh)     empty
 #   RAY_START_ATTEMPTS       attempts of `ray start` (a head that just came up may refuse briefly)     3
 
@@ -24,6 +26,7 @@ HEAD_POLL_INTERVAL_S=${HEAD_POLL_INTERVAL_S:-2}
 RAY_TEMP_DIR=${RAY_TEMP_DIR:-}
 RAY_OBJECT_STORE_MEMORY=${RAY_OBJECT_STORE_MEMORY:-}
 RAY_NUM_CPUS=${RAY_NUM_CPUS:-}
+RAY_RESOURCES=${RAY_RESOURCES:-}
 RAY_START_ATTEMPTS=${RAY_START_ATTEMPTS:-3}
 require_int GCS_PORT NUM_GPUS NODE_RANK HEAD_WAIT_TIMEOUT_S HEAD_POLL_INTERVAL_S RAY_START_ATTEMPTS
 [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || require_int RAY_OBJECT_STORE_MEMORY
@@ -65,10 +68,12 @@ join_head() {
     "--node-ip-address=$NODE_IP" "--num-gpus=$NUM_GPUS")
   [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
   [[ -z "$RAY_NUM_CPUS" ]] || args+=("--num-cpus=$RAY_NUM_CPUS")
+  [[ -z "$RAY_RESOURCES" ]] || args+=("--resources=$RAY_RESOURCES")
   if [[ -n "$RAY_TEMP_DIR" ]]; then
     logged docker exec "$CONTAINER_NAME" mkdir -p "$RAY_TEMP_DIR"
   fi
   collect_container_env
+  add_jemalloc_preload
   retry "$RAY_START_ATTEMPTS" 5 log_cmd exec_with_env -e NODE_RANK -- "${args[@]}" ||
     fail "ray start --address=$head_address failed $RAY_START_ATTEMPTS times"
 }

@@ -19,4 +19,8 @@ def source_for(config: ClusterConfig, stack: str) -> NodeSource:
         from infra.sources.alibaba.source import AlibabaSource
 
         return AlibabaSource(config, stack)
+    if config.nodes.source == "hosts":
+        from infra.sources.hosts.source import HostsSource
+
+        return HostsSource(config, stack)
     raise SourceError(f"roll-cluster:nodes.source: unknown source {config.nodes.source!r}")

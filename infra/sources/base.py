@@ -62,6 +62,8 @@ class Machine:
     # The machine's SSH host key (`ssh-ed25519 AAAA...`) when the program knows it before connecting
     # (infra/node/known_hosts.py); None: its clients record the key they first see, in the stack's own file.
     host_key: pulumi.Input[str] | None = None
+    # The NIC of private_ip: NCCL/Gloo/HCCL bind to it. None: unknown (NCCL then only avoids docker0 and lo).
+    network_interface: str | None = "eth0"
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first SSH step
     # Baking (a source that can image its machines, with nodes.bake): called by the bootstrap once the machine is
     # prepared, with the step(s) to wait for and the parent for the image; returns the image resource (later steps
@@ -69,18 +71,24 @@ class Machine:
     bake: Callable[[Sequence[pulumi.Resource], pulumi.Resource], tuple[pulumi.Resource, pulumi.Output[str]]] | None = (
         None
     )
+    # A machine this program did not create (your own host): its Docker and drivers are used as they are, only
+    # what is missing is installed, and its driver is checked, never installed.
+    existing: bool = False
 
 
 @dataclass
 class ProvisionedCluster:
     machines: list[Machine]
     shared_storage_server: pulumi.Input[str] | None = None  # an NFS server that every node mounts, if any
+    shared_storage_export: str = "/"  # the path it exports
+    shared_storage_options: str | None = None  # NFS mount options; None: prepare_host.sh's (Alibaba NAS) defaults
+    shared_host_dir: str | None = None  # a host directory that is already shared (the user's), if any
     outputs: Mapping[str, Any] = field(default_factory=dict)  # the source's own stack outputs
     notes: Mapping[str, Any] = field(default_factory=dict)  # the source's lines for the offline plan
 
 
 class NodeSource(Protocol):
-    """Where the nodes come from. Implementations: infra/sources/alibaba, (more to come)."""
+    """Where the nodes come from. Implementations: infra/sources/alibaba, infra/sources/hosts."""
 
     name: str
 

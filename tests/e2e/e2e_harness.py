@@ -75,6 +75,19 @@ def ensure_sshd() -> None:
         _run(install, env=env)
 
 
+def ensure_jemalloc() -> Path:
+    """Debian's libjemalloc2 (what MindSpeed-RL preloads for Ray), installed once like openssh-server."""
+    multiarch = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(os.uname().machine, "")
+    library = Path(f"/usr/lib/{multiarch}/libjemalloc.so.2")
+    if not library.exists():
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "libjemalloc2"]
+        if subprocess.run(install, capture_output=True, env=env).returncode != 0:
+            _run(["apt-get", "update", "-q"], env=env)
+            _run(install, env=env)
+    return library
+
+
 def ensure_ray_venv() -> Path:
     """The virtualenv with Ray at the version ROLL pins (requirements-e2e.txt), built once and reused."""
     python = RAY_VENV / "bin" / "python"
@@ -216,7 +229,9 @@ class TestNetwork:
         SUPPORT_DIR.mkdir(parents=True, exist_ok=True)
         for script in ("host_init.sh", "fake_docker.sh"):
             shutil.copyfile(E2E_DIR / script, SUPPORT_DIR / script)
-        for sub in ("tmp", "log", "workspace", "bin", "docker/containers"):
+        # The hosts mount their own /data over this one (host_init.sh); a machine without /data gets an empty one.
+        Path("/data").mkdir(exist_ok=True)
+        for sub in ("tmp", "log", "workspace", "bin", "data", "docker/containers"):
             (host.root / sub).mkdir(parents=True, exist_ok=True)
         (host.root / "tmp").chmod(0o1777)
         veth = f"{NETNS_PREFIX}v{index}"

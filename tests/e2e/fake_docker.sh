@@ -5,8 +5,16 @@
 # hides the host's processes, which matters: `ray stop` kills every process whose command line matches Ray's
 # names, and must not see the SSH session that runs the step. Everything else is real: SSH, bash, Ray.
 #
-# Supported, as the harness and the Ray and job steps use them:
+# Supported, as the harness, the host steps (docker, pull-image) and the Ray and job steps use them:
 #   docker run -d --name NAME [--init] [--network host] [-e NAME=VALUE]... IMAGE [CMD...]   (CMD: sleep infinity)
+#     and what the program's container asks for, checked as dockerd checks it, then recorded in <name>.run:
+#     --gpus all (needs the nvidia runtime in /etc/docker/daemon.json), --device PATH[:PATH[:rwm]] (must be a
+#     device file), -v HOST:CONTAINER[:ro] (a missing host directory is created, as dockerd does), --privileged,
+#     --ipc host, --shm-size N, --ulimit, --restart
+#   docker info [--format '{{json .Runtimes}}' | '{{.DockerRootDir}}'], docker version --format ...: the "daemon"
+#     reports the runtimes of /etc/docker/daemon.json (the host's own copy, see host_init.sh)
+#   docker pull IMAGE, docker image inspect [--format '{{.Id}}' | '{{.Architecture}}'] IMAGE: images are names
+#     recorded under images/, built for this machine's CPU
 #   docker exec [-i] [-t] [-d] [-e NAME[=VALUE]]... [-w DIR] CONTAINER CMD [ARG...]
 #   docker inspect --format '{{.State.Running}}' CONTAINER
 #   docker rm -f CONTAINER
@@ -32,12 +40,42 @@ init_pid() {
   kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
 }
 
+# has_nvidia_runtime: whether daemon.json registers the nvidia runtime (what `--gpus` needs from dockerd).
+has_nvidia_runtime() {
+  [[ -s /etc/docker/daemon.json ]] && python3 -c '
+import json, sys
+sys.exit(0 if "nvidia" in json.load(open("/etc/docker/daemon.json")).get("runtimes", {}) else 1)'
+}
+
 docker_run() {
-  local name='' launcher pid='' attempt
-  local -a env_args=() init=()
+  local name='' launcher pid='' attempt spec
+  local -a env_args=() init=() recorded=()
   while (($#)); do
     case "$1" in
       -d | --detach) ;;
+      --gpus)
+        shift
+        has_nvidia_runtime || die "docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]]"
+        recorded+=("gpus $1")
+        ;;
+      --device)
+        shift
+        spec=${1%%:*}
+        [[ -c "$spec" ]] || die "docker: Error response from daemon: error gathering device information while adding custom device \"$spec\": no such file or directory"
+        recorded+=("device $1")
+        ;;
+      -v | --volume)
+        shift
+        spec=${1%%:*}
+        [[ "$spec" == /* ]] || die "fake docker: only bind mounts"
+        [[ -e "$spec" ]] || mkdir -p "$spec"
+        recorded+=("volume $1")
+        ;;
+      --privileged) recorded+=(privileged) ;;
+      --ipc) shift && recorded+=("ipc $1") ;;
+      --shm-size) shift && recorded+=("shm-size $1") ;;
+      --ulimit) shift && recorded+=("ulimit $1") ;;
+      --restart) shift && recorded+=("restart $1") ;;
       # Docker's --init puts a reaper (tini) in front of CMD as PID 1; bash reaps orphans the same way. Without
       # it, daemons started by `docker exec` (Ray's) become zombies of CMD when they exit, as in real Docker.
       --init) init=(bash -c '"$@" & wait "$!"' init) ;;
@@ -56,6 +94,7 @@ docker_run() {
   (($#)) || set -- sleep infinity
   [[ ! -e "$containers/$name" ]] || die "docker: Error response from daemon: Conflict. The container name \"/$name\" is already in use."
   mkdir -p "$containers"
+  printf '%s\n' "${recorded[@]}" >"$containers/$name.run"
   : >"$containers/$name.env"
   if ((${#env_args[@]})); then
     printf '%s\n' "${env_args[@]}" >"$containers/$name.env"
@@ -145,6 +184,55 @@ docker_exec() {
   fi
 }
 
+docker_info() {
+  local format=''
+  [[ "${1:-}" != --format ]] || format=$2
+  python3 - "$format" <<'PY'
+import json, os, sys
+path = "/etc/docker/daemon.json"
+config = json.load(open(path)) if os.path.exists(path) and os.path.getsize(path) else {}
+runtimes = {"runc": {"path": "runc"}, **config.get("runtimes", {})}
+root = config.get("data-root", "/var/lib/docker")
+fmt = sys.argv[1]
+if fmt == "{{json .Runtimes}}":
+    print(json.dumps(runtimes, sort_keys=True))
+elif fmt == "{{.DockerRootDir}}":
+    print(root)
+elif fmt == "":
+    print("Server:\n Runtimes: " + " ".join(sorted(runtimes)) + "\n Docker Root Dir: " + root)
+else:
+    sys.exit("fake docker info: unsupported format " + fmt)
+PY
+}
+
+docker_image() {
+  local format='' image arch
+  [[ "${1:-}" == inspect ]] || die "fake docker: image: only inspect"
+  shift
+  if [[ "${1:-}" == --format || "${1:-}" == -f ]]; then
+    format=$2
+    shift 2
+  fi
+  image=$1
+  [[ -f "$E2E_DOCKER_STATE/images/${image//\//_}" ]] || die "Error response from daemon: No such image: $image"
+  case $format in
+    '') printf '[{"RepoTags": ["%s"]}]\n' "$image" ;;
+    '{{.Id}}') cat "$E2E_DOCKER_STATE/images/${image//\//_}" ;;
+    '{{.Architecture}}')
+      arch=$(uname -m)
+      case $arch in x86_64) echo amd64 ;; aarch64) echo arm64 ;; *) echo "$arch" ;; esac
+      ;;
+    *) die "fake docker: image inspect: unsupported format $format" ;;
+  esac
+}
+
+docker_pull() {
+  local image=${*: -1}
+  mkdir -p "$E2E_DOCKER_STATE/images"
+  echo "sha256:$(printf '%s' "$image" | sha256sum | cut -c 1-64)" >"$E2E_DOCKER_STATE/images/${image//\//_}"
+  echo "Status: Downloaded newer image for $image"
+}
+
 (($#)) || die "fake docker: no command"
 subcommand=$1
 shift
@@ -153,5 +241,9 @@ case "$subcommand" in
   rm) docker_rm "$@" ;;
   exec) docker_exec "$@" ;;
   inspect) docker_inspect "$@" ;;
+  info) docker_info "$@" ;;
+  version) echo 27.3.1-e2e ;;
+  image) docker_image "$@" ;;
+  pull) docker_pull "$@" ;;
   *) die "fake docker: unsupported command: $subcommand" ;;
 esac

@@ -7,16 +7,35 @@
 # filesystem (an empty /workspace mount point is the only trace left on the test machine). The docker stand-in
 # comes first in PATH through SetEnv in this host's sshd_config.
 #
+# What the program's host steps write lands in private copies too, so that they run as on a real host without
+# touching the test machine or each other: /etc (docker's daemon.json, fstab, ascend_install.info), /usr/local
+# (the Ascend driver stand-in, npu-smi), /var/lib (the steps' state) and /dev (stand-in NPU device files) are
+# overlays whose changes live in a tmpfs of this host only; /data is this host's own directory.
+#
 # Environment: E2E_HOST_DIR (this host's state directory), E2E_HOSTNAME, E2E_SSHD_CONFIG.
 set -euo pipefail
 
 hostname "$E2E_HOSTNAME"
 mount --bind "$E2E_HOST_DIR/tmp" /tmp
-mount -t tmpfs -o size=1g,mode=1777 e2e-shm /dev/shm
 mount --bind "$E2E_HOST_DIR/log" /var/log
 # A private /workspace: the job step writes the ROLL config to /workspace/ROLL in the "container" (the host).
 mkdir -p /workspace
 mount --bind "$E2E_HOST_DIR/workspace" /workspace
+mount --bind "$E2E_HOST_DIR/data" /data
+
+# Overlays: the test machine's files below, this host's changes above (in a tmpfs, so any filesystem works).
+layers=$E2E_HOST_DIR/layers
+mkdir -p "$layers"
+mount -t tmpfs -o size=256m,mode=0755 e2e-layers "$layers"
+for dir in /etc /usr/local /var/lib /dev; do
+  name=${dir//\//_}
+  mkdir -p "$layers/$name.upper" "$layers/$name.work"
+  mount -t overlay "e2e$name" -o "lowerdir=$dir,upperdir=$layers/$name.upper,workdir=$layers/$name.work" "$dir"
+done
+# /dev's own submounts are not part of its overlay: a fresh /dev/shm (Ray's object store) and /dev/pts.
+mkdir -p /dev/shm /dev/pts
+mount -t tmpfs -o size=1g,mode=1777 e2e-shm /dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666 e2e-pts /dev/pts || true
 mkdir -p /run/sshd
 
 /usr/sbin/sshd -D -e -f "$E2E_SSHD_CONFIG" 2>>"$E2E_HOST_DIR/sshd.log" &

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.node import steps
-from infra.offline import OfflineCloud, run_program, unwrap
+from infra.offline import OfflineCloud, run_program, stack_config, unwrap
 
 # V100 types of the catalog by GPUs per node: the GPU count is a test parameter (Ray is told --num-gpus).
 TYPE_WITH_GPUS = {1: "ecs.gn6v-c8g1.2xlarge", 2: "ecs.gn6v-c8g1.4xlarge", 4: "ecs.gn6v-c8g1.8xlarge",
@@ -111,3 +111,130 @@ def _public_key_of(private_key_path: str) -> str:
     return subprocess.run(
         ["ssh-keygen", "-y", "-f", private_key_path], check=True, capture_output=True, text=True
     ).stdout.strip()
+
+
+# ------------------------------------------------------------------------------ the whole program on hosts
+@dataclass(frozen=True)
+class ProgramStep:
+    """One step the program registered, as the test tier runs it.
+
+    kind: "remote" (`command` over SSH on `node`), "local" (`command` with `env` on the machine running `pulumi
+    up`), "image" (the RemoteImage: the image must be on the node) or "container" (the docker.Container, turned
+    into the `docker run` it stands for: `command`)."""
+
+    key: str  # "node-0/docker"
+    node: str
+    kind: str
+    depends_on: tuple[str, ...]
+    command: str
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class HostsProgram:
+    steps: list[ProgramStep]  # in the order the program registered them
+    ray_stop: list[str]  # every node's Ray delete command, rank 0 first
+    job_stop: str | None
+    outputs: dict[str, Any]
+
+
+def render_hosts_program(
+    stack: str,
+    hosts: Sequence[str],
+    key_path: str,
+    *,
+    accelerators_per_node: int,
+    container: str,
+    ports: tuple[int, int, int],
+    entrypoint: str,
+    working_dir: str,
+    shared_host_path: str | None = None,
+) -> HostsProgram:
+    """Run the program for `stack` (a `hosts` stack) with the test hosts as nodes.hosts and a `custom` job."""
+    gcs, dashboard_port, client = ports
+    base = stack_config(stack)["roll-cluster:nodes"]
+    nodes = {
+        "source": "hosts",
+        "accelerator": base.get("accelerator", "nvidia"),
+        "acceleratorsPerNode": accelerators_per_node,
+        "hosts": [{"address": ip} for ip in hosts],
+        "hostDefaults": {"networkInterface": "eth0"},
+    }
+    result = run_program(
+        stack,
+        replace_config={
+            "roll-cluster:nodes": nodes,
+            "roll-cluster:access": {"sshPrivateKeyPath": key_path},
+            "roll-cluster:container": {"name": container, "image": "e2e.example/training:1", "shmSize": "512m"},
+            "roll-cluster:ray": {"gcsPort": gcs, "dashboardPort": dashboard_port, "clientPort": client,
+                                 "objectStoreMemoryGb": 0.1, "readyTimeoutSeconds": 90,
+                                 "headWaitTimeoutSeconds": 120},
+            "roll-cluster:training": {"framework": "custom",
+                                      "custom": {"entrypoint": entrypoint, "workingDir": working_dir}},
+            "roll-cluster:storage": {"sharedHostPath": shared_host_path} if shared_host_path else {},
+        },
+    )
+    cloud = result.cloud
+    steps: list[ProgramStep] = []
+    for record in result.steps:
+        inputs = dict(unwrap(cloud.named(record.resource_name).inputs))
+        command, env = "", {}
+        kind = record.kind
+        if kind == "remote":
+            command = inputs["create"]
+        elif kind == "local":
+            command, env = inputs["create"], dict(inputs.get("environment") or {})
+        elif record.step == "image":
+            kind, command = "image", f"docker image inspect {shlex.quote(inputs['name'])} >/dev/null"
+        else:
+            kind, command = "container", docker_run_command(inputs)
+        steps.append(ProgramStep(f"{record.node}/{record.step}", record.node, kind, record.depends_on, command, env))
+    names = {r.name for r in cloud.resources}
+    ray_names = ["node-0-ray-head", *sorted(n for n in names if n.endswith("-ray-worker"))]
+    job = dict(unwrap(cloud.named("training-job").inputs)) if "training-job" in names else None
+    return HostsProgram(
+        steps=steps,
+        ray_stop=[dict(unwrap(cloud.named(n).inputs))["delete"] for n in ray_names],
+        job_stop=job["delete"] if job else None,
+        outputs=result.outputs,
+    )
+
+
+def docker_run_command(inputs: Mapping[str, Any]) -> str:
+    """The `docker run` that pulumi-docker's Container with these inputs amounts to (the provider creates the
+    container through the Docker API; under mocks it does not run, so the tier performs the same creation with the
+    docker stand-in). Every input the program sets is translated; an input this does not know fails the test."""
+    known = {"name", "image", "command", "gpus", "networkMode", "ipcMode", "shmSize", "volumes", "devices", "envs",
+             "restart", "init", "mustRun", "ulimits", "privileged"}
+    unknown = sorted(set(inputs) - known)
+    if unknown:
+        raise AssertionError(f"docker.Container inputs the e2e translation does not know: {unknown}")
+    args = ["docker", "run", "-d", "--name", inputs["name"]]
+    if inputs.get("init"):
+        args.append("--init")
+    args += ["--network", inputs["networkMode"]]
+    if inputs.get("ipcMode"):
+        args += ["--ipc", inputs["ipcMode"]]
+    if inputs.get("shmSize"):
+        args += ["--shm-size", f"{int(inputs['shmSize'])}m"]
+    if inputs.get("restart"):
+        args += ["--restart", inputs["restart"]]
+    if inputs.get("gpus"):
+        args += ["--gpus", inputs["gpus"]]
+    if inputs.get("privileged"):
+        args.append("--privileged")
+    for device in inputs.get("devices") or []:
+        args += ["--device", f"{device['hostPath']}:{device.get('containerPath', device['hostPath'])}:"
+                             f"{device.get('permissions', 'rwm')}"]
+    for volume in inputs.get("volumes") or []:
+        mode = ":ro" if volume.get("readOnly") else ""
+        args += ["-v", f"{volume['hostPath']}:{volume['containerPath']}{mode}"]
+    for limit in inputs.get("ulimits") or []:
+        args += ["--ulimit", f"{limit['name']}={int(limit['soft'])}:{int(limit['hard'])}"]
+    for env in inputs.get("envs") or []:
+        args += ["-e", env]
+    args += [inputs["image"], *(inputs.get("command") or [])]
+    run = " ".join(shlex.quote(str(a)) for a in args)
+    # must_run: an existing running container of that name is kept, as the provider keeps its resource.
+    name = shlex.quote(inputs["name"])
+    return f"docker inspect --format '{{{{.State.Running}}}}' {name} >/dev/null 2>&1 || {run}"

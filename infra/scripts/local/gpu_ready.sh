@@ -23,7 +23,7 @@
 #   NODE_NAME [HOST]          shown in every line
 #   ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]   local log of probes and ssh errors
 #   Node-side overrides, forwarded to gpu_check.sh when set (tests point them into a temp dir):
-#   AUTO_INSTALL_DIR, ROLL_STATE_DIR, BOOT_ID_FILE, and NODE_LOG_DIR (the node's ROLL_LOG_DIR).
+#   AUTO_INSTALL_DIR, ROLL_STATE_DIR, BOOT_ID_FILE, COUNT_KEY, and NODE_LOG_DIR (the node's ROLL_LOG_DIR).
 # Portable to bash 3.2 (macOS) and OpenSSH >= 7.6.
 
 GPU_READY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -87,7 +87,7 @@ render_check() {
     printf 'export EXPECTED_GPUS=%q\n' "$EXPECTED_GPUS"
     printf 'export GPU_DRIVER=%q\n' "$GPU_DRIVER"
     printf 'export FABRIC_MANAGER=%q\n' "$FABRIC_MANAGER"
-    for name in AUTO_INSTALL_DIR ROLL_STATE_DIR BOOT_ID_FILE; do
+    for name in AUTO_INSTALL_DIR ROLL_STATE_DIR BOOT_ID_FILE COUNT_KEY; do
       if [[ -n "${!name:-}" ]]; then printf 'export %s=%q\n' "$name" "${!name}"; fi
     done
     if [[ -n "${NODE_LOG_DIR:-}" ]]; then printf 'export ROLL_LOG_DIR=%q\n' "$NODE_LOG_DIR"; fi
@@ -151,6 +151,9 @@ wait_until_gpus_ready() {
         return 0
         ;;
       2)
+        if [[ "$GPU_DRIVER" == preinstalled ]]; then
+          fail "GPU check failed on node $NODE_NAME ($HOST): $CHECK_OUTPUT" /dev/null
+        fi
         fail "GPU driver installation failed on node $NODE_NAME ($HOST): $CHECK_OUTPUT" /dev/null
         ;;
       3)
@@ -171,7 +174,7 @@ wait_until_gpus_ready() {
         seen=${seen%% *}
         if ((missing_since < 0)); then missing_since=$SECONDS; fi
         if ((SECONDS - missing_since >= GPUS_MISSING_GRACE_S)); then
-          fail "node $NODE_NAME ($HOST) sees $seen GPU(s), expected $EXPECTED_GPUS, for ${GPUS_MISSING_GRACE_S}s after the driver came up: $status_line"
+          fail "node $NODE_NAME ($HOST) sees $seen GPU(s), expected $EXPECTED_GPUS, for ${GPUS_MISSING_GRACE_S}s after the driver came up (the count is from ${COUNT_KEY:-the instance type}): $status_line"
         fi
         say "$status_line; waiting up to ${GPUS_MISSING_GRACE_S}s for the rest"
         ;;

@@ -19,7 +19,7 @@ from infra.sources.alibaba.instance import GpuNode, GpuNodeArgs
 from infra.sources.alibaba.network import Network, NetworkArgs
 from infra.sources.alibaba.placement import Placement, choose_placement, image_data_disk
 from infra.sources.alibaba.storage import SharedStorage, SharedStorageArgs
-from infra.sources.base import ClusterFacts, Machine, ProvisionedCluster
+from infra.sources.base import ClusterFacts, Machine, ProvisionedCluster, SourceError
 
 
 class AlibabaSource:
@@ -64,6 +64,8 @@ class AlibabaSource:
         # ImportKeyPair accepts rsa, dsa and ecdsa only (not ed25519: ssh_access.IMPORTABLE_KEY_TYPES); for those
         # an ECS key pair is registered as well, so that the console shows which key the instances take.
         public_key = config.access.ssh_public_key
+        if public_key is None:  # config.py requires it with nodes.source alibaba; a guard for the type checker
+            raise SourceError("roll-cluster:access.sshPublicKey: required with nodes.source alibaba; got nothing")
         key_pair_name = None
         ssh_login = f"{public_key.split()[0]} key for root via first-boot user data"
         if ssh_access.importable(public_key):

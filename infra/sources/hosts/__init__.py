@@ -1,0 +1,1 @@
+"""The `hosts` node source: machines you already have (see source.py)."""

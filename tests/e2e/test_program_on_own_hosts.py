@@ -1,0 +1,183 @@
+"""The whole program in `hosts` mode on the test hosts (nodes.source hosts, over real sshd): every step it registers,
+from host preparation to the job, runs there in the order of its dependencies, exactly as pulumi-command would
+run it; then the user's jobStatus and jobLogs outputs, and the delete commands of `pulumi destroy`.
+
+The program runs under the offline cloud (program_commands.render_hosts_program) with the test hosts as
+`nodes.hosts`. Stand-ins, only for what cannot exist on a test machine:
+- the accelerators and their drivers: nvidia-smi / npu-smi (tests/e2e/standins), NPU device files (character
+  devices made with mknod in the host's private /dev) and empty Ascend driver directories;
+- dockerd: the docker CLI stand-in (fake_docker.sh) reports the runtimes of the host's /etc/docker/daemon.json,
+  the systemctl and nvidia-ctk stand-ins manage that file; a "container" is a PID namespace on the host;
+- pulumi-docker: under mocks its RemoteImage and Container do not run, so the tier performs what they specify:
+  the image must be on the node, and the Container's inputs become the `docker run` they amount to
+  (program_commands.docker_run_command), which the docker stand-in checks as dockerd would (devices exist, --gpus
+  needs the nvidia runtime).
+Everything else is real: SSH, the node scripts, the docker step's decisions, Ray 2.48.0 with its GPU or NPU
+resources and jemalloc preloaded (Debian's libjemalloc2), the job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from e2e_harness import REPO, CommandResult, RunningCommand, TestHost, TestNetwork, ensure_jemalloc
+from program_commands import HostsProgram, ProgramStep, render_hosts_program
+
+pytestmark = pytest.mark.e2e
+
+STANDINS = Path(__file__).resolve().parent / "standins"
+PER_NODE = 2
+PROBE = """
+import os, ray
+ray.init()
+resource = os.environ["E2E_RESOURCE"]
+print("cluster", resource, ray.cluster_resources().get(resource), flush=True)
+
+@ray.remote(num_cpus=0, resources={resource: 1} if resource != "GPU" else None, num_gpus=1 if resource == "GPU" else 0)
+def where():
+    return ray.util.get_node_ip_address(), os.environ.get("LD_PRELOAD", "")
+
+for ip, preload in sorted(ray.get([where.remote() for _ in range(TASKS)])):
+    print("probe ran on", ip, "LD_PRELOAD=" + preload, flush=True)
+""".replace("TASKS", str(2 * PER_NODE))
+
+
+def install_standins(network: TestNetwork, host: TestHost, accelerator: str) -> None:
+    """What a real host would have: the accelerator driver (stand-ins), the NVIDIA toolkit CLI, systemd for docker."""
+    files = {"systemctl": "/usr/local/bin/systemctl", "nvidia-ctk": "/usr/local/bin/nvidia-ctk"}
+    if accelerator == "nvidia":
+        files["nvidia-smi"] = "/usr/local/bin/nvidia-smi"
+    else:
+        files["npu-smi"] = "/usr/local/sbin/npu-smi"
+    script = ["set -euo pipefail"]
+    for name, target in files.items():
+        script.append(f"install -D -m 0755 /dev/stdin {target} <<'STANDIN'\n{(STANDINS / name).read_text()}STANDIN")
+    if accelerator == "nvidia":
+        script.append(f"echo {PER_NODE} > /etc/e2e-gpus")
+    else:
+        devices = [f"davinci{i}" for i in range(PER_NODE)] + ["davinci_manager", "devmm_svm", "hisi_hdc"]
+        script.append(f"echo {PER_NODE} > /etc/e2e-npus")
+        script += [f"[ -c /dev/{d} ] || mknod -m 0666 /dev/{d} c 1 3" for d in devices]
+        script.append("mkdir -p /usr/local/Ascend/driver/lib64 /usr/local/Ascend/add-ons /usr/local/dcmi")
+        script.append("echo 'Driver_Install_Path_Param=/usr/local/Ascend' > /etc/ascend_install.info")
+    network.run(host, "\n".join(script) + "\n", timeout=60).check()
+
+
+def run_step(network: TestNetwork, hosts: dict[str, TestHost], step: ProgramStep) -> CommandResult:
+    host = hosts[step.node]
+    if step.kind == "local":
+        # As pulumi-command runs a local.Command: from the project's directory with its environment; ssh finds the
+        # test's client config through the wrapper first in PATH, and probes every second instead of ten.
+        env = {**os.environ, **step.env, "INTERVAL_S": "1",
+               "PATH": f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        return RunningCommand("the admin machine", ["bash", "-c", f"cd {REPO} && {step.command}"], env=env).wait(300)
+    return network.run(host, step.command, timeout=300)
+
+
+def run_program_steps(network: TestNetwork, hosts: dict[str, TestHost], program: HostsProgram) -> list[str]:
+    """Every step once its dependencies are done, independent ones in parallel; fails on the first failing step."""
+    done: list[str] = []
+    pending = list(program.steps)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        while pending:
+            ready = [s for s in pending if all(d in done for d in s.depends_on)]
+            assert ready, f"steps wait for something that never runs: {[(s.key, s.depends_on) for s in pending]}"
+            results = list(pool.map(lambda s: (s, run_step(network, hosts, s)), ready))
+            for step, result in results:
+                assert result.returncode == 0, f"step {step.key} ({step.kind}) failed:\n{result.output}"
+                done.append(step.key)
+                pending.remove(step)
+    return done
+
+
+@pytest.fixture(scope="module", params=["nvidia", "ascend"])
+def own_hosts(
+    request: pytest.FixtureRequest, network: TestNetwork
+) -> Iterator[tuple[str, list[TestHost], HostsProgram]]:
+    accelerator = request.param
+    ensure_jemalloc()
+    hosts = network.hosts[:2]
+    container = f"rc-{accelerator}"
+    program = render_hosts_program(
+        "hosts" if accelerator == "nvidia" else "ascend",
+        [h.ip for h in hosts],
+        str(network.client_key),
+        accelerators_per_node=PER_NODE,
+        container=container,
+        ports=(8200, 8201, 8202) if accelerator == "nvidia" else (8300, 8301, 8302),
+        entrypoint=f"E2E_RESOURCE={'GPU' if accelerator == 'nvidia' else 'NPU'} python3 probe.py",
+        working_dir="/tmp/own-hosts-job",
+    )
+    for host in hosts:
+        install_standins(network, host, accelerator)
+    network.run(hosts[0], f"mkdir -p /tmp/own-hosts-job && cat > /tmp/own-hosts-job/probe.py <<'EOF'\n{PROBE}\nEOF"
+                ).check()
+    yield accelerator, hosts, program
+    if program.job_stop:
+        network.run(hosts[0], program.job_stop)
+    network.run_parallel([(host, stop) for host, stop in zip(hosts, program.ray_stop, strict=True)])
+    for host in hosts:
+        network.run(host, f"docker rm -f {container}")
+
+
+def wait_for(network: TestNetwork, command: str, wanted: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        output = network.run_user_command(command).output
+        if wanted in output.lower():
+            return output
+        assert time.monotonic() < deadline, f"{wanted!r} not seen after {timeout}s:\n{output}"
+        time.sleep(1)
+
+
+def test_every_program_step_runs_on_the_hosts_and_the_job_uses_every_accelerator(network, own_hosts):
+    accelerator, hosts, program = own_hosts
+    by_node = {f"node-{rank}": host for rank, host in enumerate(hosts)}
+    done = run_program_steps(network, by_node, program)
+
+    ready_step = "gpu-ready" if accelerator == "nvidia" else "npu-ready"
+    expected = ["prepare-host", "docker", "pull-image", ready_step, "image", "container"]
+    for node in by_node:
+        keys = [k.split("/", 1)[1] for k in done if k.startswith(node + "/")]
+        assert set(expected) <= set(keys), keys
+        assert keys.index("container") > keys.index(ready_step) > keys.index("pull-image") > keys.index("docker")
+    assert done[-1] == "node-0/job" and done.index("node-0/ray-ready") > done.index("node-1/ray-worker")
+
+    # The container got what the program specified, checked by the docker stand-in as dockerd would.
+    run_spec = (hosts[1].root / "docker" / "containers" / f"rc-{accelerator}.run").read_text().splitlines()
+    if accelerator == "nvidia":
+        assert "gpus all" in run_spec and not any(line.startswith("device") for line in run_spec)
+    else:
+        assert "device /dev/davinci1:/dev/davinci1:rwm" in run_spec
+        assert "device /dev/hisi_hdc:/dev/hisi_hdc:rwm" in run_spec
+        assert "volume /usr/local/Ascend/driver:/usr/local/Ascend/driver:ro" in run_spec
+        assert not any(line.startswith("gpus") for line in run_spec) and "privileged" not in run_spec
+
+    outputs = program.outputs
+    status = wait_for(network, outputs["jobStatus"], "succeeded")
+    assert "succeeded" in status.lower()
+    logs = network.run_user_command(outputs["jobLogs"]).check().output
+    resource = "GPU" if accelerator == "nvidia" else "NPU"
+    assert f"cluster {resource} {float(2 * PER_NODE)}" in logs
+    for host in hosts:
+        assert f"probe ran on {host.ip}" in logs
+    if accelerator == "ascend":
+        assert logs.count("LD_PRELOAD=/usr/lib/") == 2 * PER_NODE and "libjemalloc.so.2" in logs
+
+
+def test_the_host_steps_run_again_change_nothing(network, own_hosts):
+    _, hosts, program = own_hosts
+    by_node = {f"node-{rank}": host for rank, host in enumerate(hosts)}
+    for step in program.steps:
+        if step.key.endswith(("/prepare-host", "/docker", "/pull-image", "/npu-ready", "/container")):
+            result = run_step(network, by_node, step)
+            assert result.returncode == 0, f"{step.key} again:\n{result.output}"
+            if step.key.endswith("/docker"):
+                assert "restart docker" not in result.output and "never reinstalled or upgraded" in result.output
+            if step.key.endswith("/pull-image"):
+                assert "already present; pull skipped" in result.output
