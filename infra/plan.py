@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from infra import image_path, schedule
 from infra.config import ClusterConfig, ConfigError
-from infra.node import steps
+from infra.node import remote, steps
 from infra.offline import CloudRefusal, OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config, unwrap
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
@@ -157,7 +156,7 @@ def _container_and_ray_sections(run: OfflineRun) -> list[str]:
     lines.append(section("Ray"))
     heads = [r for r in cloud.of_type("command:remote:Command") if r.name == "node-0-ray-head"]
     if heads:
-        env = _exports(str(unwrap(heads[0].inputs.get("create"))))
+        env = remote.exported_env(str(unwrap(heads[0].inputs.get("create"))))
         resources = env.get("RAY_RESOURCES") or "none"
         lines.append(f"  per node    --num-gpus={env.get('NUM_GPUS')}  --resources={resources}  "
                      f"jemalloc preloaded: {'yes' if env.get('RAY_PRELOAD_JEMALLOC') == '1' else 'no'}")
@@ -165,17 +164,6 @@ def _container_and_ray_sections(run: OfflineRun) -> list[str]:
                      f"{env.get('DASHBOARD_PORT')}")
     return lines
 
-
-def _exports(command_text: str) -> dict[str, str]:
-    """The variables a rendered step exports (infra/node/remote.py)."""
-    env: dict[str, str] = {}
-    for line in command_text.splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = shlex.split(value)[0] if value else ""
-        elif line.startswith("exec "):
-            break
-    return env
 
 
 def _job_and_outputs_sections(run: OfflineRun) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.node import remote
 from infra.offline import OfflineCloud, OfflineRun, Registered, run_program, unwrap
 
 INSTANCE = "alicloud:ecs/instance:Instance"
@@ -25,14 +26,4 @@ def step_command(result: OfflineRun, resource_name: str) -> str:
 
 
 def env_of(command_text: str) -> dict[str, str]:
-    """The variables a rendered step exports (see infra/node/remote.py)."""
-    import shlex
-
-    env = {}
-    for line in command_text.splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = shlex.split(value)[0] if value else ""
-        elif line.startswith("exec "):
-            break
-    return env
+    return remote.exported_env(command_text)

@@ -198,6 +198,15 @@ def flatten(tree: Mapping[str, Any], prefix: str = "", marks: str = "") -> dict[
     return flat
 
 
+def merged_overrides(cluster: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
+    """Cluster values, then the user's keys (`training.overrides`, flattened); a user key replaces a cluster value
+    of the same name whatever its `+`/`++` prefix (Hydra rejects a key given twice)."""
+    merged: dict[str, tuple[str, Any]] = {bare_key(name): (name, value) for name, value in cluster.items()}
+    for name, value in flatten(user).items():
+        merged[bare_key(name)] = (name, value)
+    return dict(merged.values())
+
+
 def bare_key(name: str) -> str:
     """The key without Hydra's `+`/`++`/`~` prefixes or a flag's leading dashes, for de-duplication."""
     return name.lstrip("+~-")

@@ -28,6 +28,7 @@ from infra.frameworks.base import (
     image_facts,
     job_id,
     key,
+    merged_overrides,
 )
 from infra.frameworks.mindspeed_rl_checks import CHECKS, DATA, EXAMPLES, LOAD, NUM_NPUS, SAVE, TOKENIZER, Value, whole
 from infra.frameworks.verl import hydra_value
@@ -128,14 +129,7 @@ class MindSpeedRlAdapter:
         }
 
     def effective_overrides(self, shape: ClusterShape) -> dict[str, Any]:
-        """Cluster values, then the user's keys; a user key replaces a cluster value of the same name (Hydra
-        rejects a key given twice)."""
-        merged: dict[str, tuple[str, Any]] = {
-            bare_key(name): (name, value) for name, value in self.cluster_overrides(shape).items()
-        }
-        for name, value in flatten(self.training.overrides).items():
-            merged[bare_key(name)] = (name, value)
-        return dict(merged.values())
+        return merged_overrides(self.cluster_overrides(shape), self.training.overrides)
 
     def arguments(self, shape: ClusterShape) -> list[str]:
         return [f"{name}={hydra_value(value)}" for name, value in self.effective_overrides(shape).items()]

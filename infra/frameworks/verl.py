@@ -23,6 +23,7 @@ from infra.frameworks.base import (
     job_id,
     job_name,
     key,
+    merged_overrides,
     resume_of,
 )
 
@@ -177,14 +178,7 @@ class VerlAdapter:
         return env
 
     def effective_overrides(self, shape: ClusterShape) -> dict[str, Any]:
-        """Cluster defaults, then the user's keys; a user key replaces a default of the same name (Hydra
-        rejects a key given twice)."""
-        merged: dict[str, tuple[str, Any]] = {
-            bare_key(name): (name, value) for name, value in self.cluster_overrides(shape).items()
-        }
-        for name, value in flatten(self.training.overrides).items():
-            merged[bare_key(name)] = (name, value)
-        return dict(merged.values())
+        return merged_overrides(self.cluster_overrides(shape), self.training.overrides)
 
     def arguments(self, shape: ClusterShape) -> list[str]:
         return [f"{name}={hydra_value(value)}" for name, value in self.effective_overrides(shape).items()]

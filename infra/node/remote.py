@@ -57,6 +57,19 @@ def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str], sudo
     return "\n".join(exports) + f"\nexec {runner} -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
 
 
+
+def exported_env(command_text: str) -> dict[str, str]:
+    """The variables a rendered step exports: the inverse of render_plain (the plan and the tests read them)."""
+    env: dict[str, str] = {}
+    for line in command_text.splitlines():
+        if line.startswith("export "):
+            name, _, value = line[len("export "):].partition("=")
+            env[name] = shlex.split(value)[0] if value else ""
+        elif line.startswith("exec "):
+            break
+    return env
+
+
 def render(
     step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]], sudo: bool = False
 ) -> pulumi.Output[str]:
