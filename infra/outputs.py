@@ -40,6 +40,7 @@ def export_all(
     ports = config.ray
     container = config.container.name
     user, port = head.machine.ssh_user, head.machine.ssh_port
+    pinned = head.machine.host_key is not None  # else recorded on first use in the stack's file
     for name, value in cluster.outputs.items():
         pulumi.export(name, value)
     pulumi.export(
@@ -55,11 +56,11 @@ def export_all(
     pulumi.export("gpus", facts.accelerators_per_node * config.nodes.count)
     pulumi.export("gpuModel", facts.accelerator_model)
     pulumi.export("knownHostsFile", hosts)
-    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key, hosts, user, port)))
+    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key, hosts, user, port, pinned)))
     pulumi.export(
         "dashboardTunnel",
         head_host.apply(
-            lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts, user, port)
+            lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts, user, port, pinned)
         ),
     )
     if config.access.dashboard == "admin-cidrs":
@@ -79,21 +80,21 @@ def export_all(
             "jobStatus",
             commands.apply(
                 lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
-                                                          hosts, user, port)
+                                                          hosts, user, port, pinned)
             ),
         )
         pulumi.export(
             "jobLogs",
             commands.apply(
                 lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port,
-                                                          hosts, user, port)
+                                                          hosts, user, port, pinned)
             ),
         )
         pulumi.export(
             "jobStop",
             commands.apply(
                 lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port,
-                                                          hosts, user, port)
+                                                          hosts, user, port, pinned)
             ),
         )
     else:

@@ -399,21 +399,25 @@ def ray_address(head_private_ip: str, gcs_port: int) -> str:
     return f"{_ip(head_private_ip)}:{gcs_port}"
 
 
-def _ssh(key_path: str, known_hosts: str | None) -> str:
+def _ssh(key_path: str, known_hosts: str | None, pinned: bool = True) -> str:
     """`ssh` with the login key only (IdentitiesOnly: other agent keys are not offered) and, given the stack's
-    known-hosts file (infra/node/known_hosts.py), the node's generated host key verified strictly. No BatchMode:
-    these are commands a person runs, where a passphrase prompt is fine."""
+    known-hosts file (infra/node/known_hosts.py), the node's host key verified: strictly where the program knows
+    it (`pinned`: a key it generated), else recorded on first use in that file, never in ~/.ssh/known_hosts (your
+    own hosts, whose keys the program cannot know). No BatchMode: these are commands a person runs, where a
+    passphrase prompt is fine."""
     words = f"ssh -i {_key_argument(key_path)} -o IdentitiesOnly=yes"
     if known_hosts is not None:
-        words += f" -o UserKnownHostsFile={_key_argument(known_hosts)} -o StrictHostKeyChecking=yes"
+        checking = "yes" if pinned else "accept-new"
+        words += f" -o UserKnownHostsFile={_key_argument(known_hosts)} -o StrictHostKeyChecking={checking}"
     return words
 
 
 def ssh_command(
-    public_ip: str, key_path: str, known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22
+    public_ip: str, key_path: str, known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
+    pinned: bool = True,
 ) -> str:
     """`sshHead`: a shell on the node."""
-    return f"{_ssh(key_path, known_hosts)} {_login(public_ip, user, port)}"
+    return f"{_ssh(key_path, known_hosts, pinned)} {_login(public_ip, user, port)}"
 
 
 def dashboard_url(head_public_ip: str, dashboard_port: int) -> str:
@@ -424,57 +428,60 @@ def dashboard_url(head_public_ip: str, dashboard_port: int) -> str:
 
 def dashboard_tunnel_command(
     head_public_ip: str, key_path: str, dashboard_port: int, known_hosts: str | None = None,
-    user: str = REMOTE_USER, port: int = 22,
+    user: str = REMOTE_USER, port: int = 22, pinned: bool = True,
 ) -> str:
     """`dashboardTunnel`: forwards localhost:<port> to the head's dashboard (then http://localhost:<port>)."""
     _check_port("dashboard port", dashboard_port)
     return (
-        f"{_ssh(key_path, known_hosts)} -N -L {dashboard_port}:127.0.0.1:{dashboard_port} "
+        f"{_ssh(key_path, known_hosts, pinned)} -N -L {dashboard_port}:127.0.0.1:{dashboard_port} "
         f"{_login(head_public_ip, user, port)}"
     )
 
 
 def _in_head_container(
     head_public_ip: str, key_path: str, container_name: str, words: Sequence[str], known_hosts: str | None,
-    user: str, port: int,
+    user: str, port: int, pinned: bool = True,
 ) -> str:
     _check_container_name(container_name)
     remote = " ".join(shlex.quote(word) for word in ["docker", "exec", container_name, *words])
-    return f"{ssh_command(head_public_ip, key_path, known_hosts, user, port)} {shlex.quote(remote)}"
+    return f"{ssh_command(head_public_ip, key_path, known_hosts, user, port, pinned)} {shlex.quote(remote)}"
 
 
 def job_status_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
     known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
+    pinned: bool = True,
 ) -> str:
     """`jobStatus`: prints the job's status from the head."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "status", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 
 def job_logs_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
     known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
+    pinned: bool = True,
 ) -> str:
     """`jobLogs`: follows the job's log until the job ends."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "logs", "--follow", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 
 def job_stop_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
     known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
+    pinned: bool = True,
 ) -> str:
     """`jobStop`: asks Ray to stop the job (its checkpoints stay; a later `pulumi up` does not resubmit an
     unchanged job, a changed configuration does)."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     words = ["ray", "job", "stop", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
-    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port)
+    return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 
 def job_submit_command(stack: str) -> str:

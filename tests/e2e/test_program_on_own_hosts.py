@@ -33,13 +33,16 @@ pytestmark = pytest.mark.e2e
 STANDINS = Path(__file__).resolve().parent / "standins"
 PER_NODE = 2
 PROBE = """
-import os, ray
+import os, time, ray
 ray.init()
 resource = os.environ["E2E_RESOURCE"]
 print("cluster", resource, ray.cluster_resources().get(resource), flush=True)
 
 @ray.remote(num_cpus=0, resources={resource: 1} if resource != "GPU" else None, num_gpus=1 if resource == "GPU" else 0)
 def where():
+    # Held for a while, so that the tasks, submitted together, need every accelerator of the cluster at once
+    # (a task that ended at once would free its unit for the next, all on the head).
+    time.sleep(5)
     return ray.util.get_node_ip_address(), os.environ.get("LD_PRELOAD", "")
 
 for ip, preload in sorted(ray.get([where.remote() for _ in range(TASKS)])):
