@@ -50,6 +50,10 @@ class Cluster:
     bf16: bool  # also stands for FlashAttention-2: every GPU family in infra/catalog.py with bf16 is sm80+
     shared_dir: str | None
     data_dir: str
+    # The job's own checkpoint directory (infra.layout.checkpoint_dir: <root>/checkpoints/<stack>/<job>) and
+    # whether a changed configuration resumes from it (training.resume); None: the output root's, the base's.
+    checkpoint_dir: str | None = None
+    resume: bool | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -256,7 +260,7 @@ def _apply_output_dirs(config: dict[str, Any], cluster: Cluster, result: Rendere
         (("output_dir",), "output"),
         (("logging_dir",), "logs"),
     ]
-    if isinstance(config.get("checkpoint_config"), dict):
+    if isinstance(config.get("checkpoint_config"), dict) and cluster.checkpoint_dir is None:
         targets.append((("checkpoint_config", "output_dir"), "checkpoints"))
     if isinstance(config.get("tracker_kwargs"), dict) and "log_dir" in config["tracker_kwargs"]:
         targets.append((("tracker_kwargs", "log_dir"), "tensorboard"))
@@ -268,6 +272,17 @@ def _apply_output_dirs(config: dict[str, Any], cluster: Cluster, result: Rendere
             node = node[part]
         node[path[-1]] = posixpath.join(root, leaf)
         result.applied.append(f"{'.'.join(path)}: {posixpath.join(root, leaf)} ({where})")
+    if cluster.checkpoint_dir is not None:
+        # The job's own directory, so that two jobs (or a fresh start) never mix checkpoints.
+        checkpoint = config.get("checkpoint_config")
+        config["checkpoint_config"] = {**(checkpoint if isinstance(checkpoint, dict) else {}),
+                                       "output_dir": cluster.checkpoint_dir}
+        result.applied.append(f"checkpoint_config.output_dir: {cluster.checkpoint_dir} (the job's own, {where})")
+    if cluster.resume is not None:
+        # True: ROLL loads the latest checkpoint under checkpoint_config.output_dir, if any (ROLL 8eb27cc
+        # roll/configs/base_config.py:167, roll/pipeline/base_pipeline.py:64-70).
+        config["resume_from_checkpoint"] = cluster.resume
+        result.applied.append(f"resume_from_checkpoint: {str(cluster.resume).lower()} (training.resume)")
 
 
 # ---------------------------------------------------------------------------------------------- non-fields
