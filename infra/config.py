@@ -1158,7 +1158,8 @@ class TrainingConfig(Section):
         None,
         description="Whether a job whose configuration changed resumes from the last checkpoint in its "
         "checkpoint directory (`<shared storage>/checkpoints/<stack>/<job>`) or starts fresh in a new one. "
-        "null: the framework's default (verl: true, `trainer.resume_mode: auto`; OpenRLHF: true, "
+        "null: the framework's default (ROLL: true, `resume_from_checkpoint: true`; verl: true, `trainer.resume_mode: "
+        "auto`; OpenRLHF: true, "
         "`--ckpt.load_enable`; custom: true, given as `ROLL_CLUSTER_RESUME`). Checkpoints are per GPU count "
         "for verl and OpenRLHF (their sharded checkpoints cannot be loaded by another world size), so a resized "
         "cluster starts in its own directory.",
