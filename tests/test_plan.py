@@ -45,3 +45,14 @@ def test_first_boot_user_data_fits_alibabas_limit():
         user_data = run(stack).cloud.of_type("alicloud:ecs/instance:Instance")[0].inputs["userData"]
         assert len(user_data) < 32 * 1024, stack
         assert base64.b64decode(user_data).startswith(b"#!/bin/bash\n")
+
+
+@pytest.mark.parametrize("stack", ["multi", "large", "verl"])
+def test_plan_shows_the_dashboard_reached_through_the_tunnel_by_default(stack, capsys):
+    assert plan.main([stack]) == 0
+    text = capsys.readouterr().out
+    assert "dashboardTunnel" in text and "-N -L 8265:127.0.0.1:8265" in text
+    assert "dashboardUrl" not in text and "8265/8265" not in text  # no output and no security group rule
+    result = run(stack)
+    head = next(r for r in result.cloud.resources if r.name == "node-0-ray-head")
+    assert "export DASHBOARD_HOST=127.0.0.1" in str(head.inputs["create"])

@@ -109,7 +109,9 @@ def test_custom_ports_reach_every_step_output_and_rule():
 
 def test_dashboard_listens_on_loopback_in_tunnel_mode_and_on_all_addresses_for_admin_cidrs():
     assert env_of(step_command(run("dev"), "node-0-ray-head"))["DASHBOARD_HOST"] == "127.0.0.1"
-    assert env_of(step_command(run("multi"), "node-0-ray-head"))["DASHBOARD_HOST"] == "0.0.0.0"
+    assert env_of(step_command(run("multi"), "node-0-ray-head"))["DASHBOARD_HOST"] == "127.0.0.1"
+    opted_in = run("multi", config={"roll-cluster:access": {"dashboard": "admin-cidrs"}})
+    assert env_of(step_command(opted_in, "node-0-ray-head"))["DASHBOARD_HOST"] == "0.0.0.0"
     assert "dashboardUrl" not in run("dev").outputs
 
 
