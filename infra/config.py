@@ -100,16 +100,17 @@ def _catalog_gpus(instance_types: list[str]) -> int | None:
 
 def covers_the_world(cidrs: list[str]) -> bool:
     """Whether the CIDRs together cover every IPv4 or every IPv6 address (`0.0.0.0/1` + `128.0.0.0/1` does)."""
-    for version, world in ((4, ipaddress.ip_network("0.0.0.0/0")), (6, ipaddress.ip_network("::/0"))):
-        networks = []
-        for cidr in cidrs:
-            with contextlib.suppress(ValueError):
-                network = ipaddress.ip_network(cidr, strict=False)
-                if network.version == version:
-                    networks.append(network)
-        if world in ipaddress.collapse_addresses(networks):  # type: ignore[arg-type]
-            return True
-    return False
+    v4: list[ipaddress.IPv4Network] = []
+    v6: list[ipaddress.IPv6Network] = []
+    for cidr in cidrs:
+        with contextlib.suppress(ValueError):
+            network = ipaddress.ip_network(cidr, strict=False)
+            if isinstance(network, ipaddress.IPv4Network):
+                v4.append(network)
+            else:
+                v6.append(network)
+    return (ipaddress.IPv4Network("0.0.0.0/0") in ipaddress.collapse_addresses(v4)
+            or ipaddress.IPv6Network("::/0") in ipaddress.collapse_addresses(v6))
 
 
 class Section(BaseModel):

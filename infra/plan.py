@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from infra.changes import CHANGE_EFFECTS, REBOOT_EFFECTS
 from infra.config import ConfigError
 from infra.node import steps
 from infra.offline import OfflineCloud, OfflineRun, run_program, shipped_stacks
@@ -82,6 +83,11 @@ def render(run: OfflineRun) -> str:
             deps = ", ".join(record.depends_on) or "first boot"
             lines.append(f"    {record.step:14} {scripts:44} <- {deps}")
     lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")
+
+    lines.append(section("What a later change or a reboot does"))
+    for what, effect in (*CHANGE_EFFECTS, *REBOOT_EFFECTS):
+        lines.append(f"  {what}:")
+        lines.append(f"      {effect}")
 
     spec = steps.NOTES.get("job_spec")
     lines.append(section("Training job"))

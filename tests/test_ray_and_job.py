@@ -146,19 +146,26 @@ def test_a_training_override_changes_only_the_job():
     tuned = run("dev", config={"roll-cluster:training": {"overrides": {"max_steps": 50}}})
     before = {r.name: unwrap(r.inputs) for r in base.cloud.resources}
     after = {r.name: unwrap(r.inputs) for r in tuned.cloud.resources}
-    assert [name for name in before if before[name] != after.get(name)] == ["training-job"]
+    assert [name for name in before if before[name] != after.get(name)] == ["training-job-teardown", "training-job"]
     assert base.outputs["jobId"] != tuned.outputs["jobId"]
-    job = tuned.cloud.named("training-job")
-    assert job.inputs["triggers"] == [tuned.outputs["jobId"]]
-    assert tuned.cloud.options["training-job"].delete_before_replace is True
+    for name in ("training-job", "training-job-teardown"):  # replaced together: the old job is stopped first
+        assert tuned.cloud.named(name).inputs["triggers"] == [tuned.outputs["jobId"]]
+        assert tuned.cloud.options[name].delete_before_replace is True
 
 
 def test_teardown_stops_the_job_and_ray_before_the_nodes_go():
     result = run("multi")
-    job = result.cloud.named("training-job").inputs
-    assert "job_stop.sh" in reveal(job["delete"]) and result.outputs["jobId"] in reveal(job["delete"])
+    job = result.cloud.named("training-job-teardown").inputs
+    stop_job = reveal(job["environment"]["REMOTE_COMMAND"])
+    assert "job_stop.sh" in stop_job and result.outputs["jobId"] in stop_job
+    assert job["delete"] == "bash infra/scripts/local/teardown.sh" and "create" not in job
+    for name in ("node-0-ray-head", "node-1-ray-worker", "training-job"):
+        # The step itself has no delete over pulumi-command's connection; it depends on its local teardown.
+        assert "delete" not in result.cloud.named(name).inputs
+        depends_on = result.cloud.options[name].depends_on or []
+        assert f"{name}-teardown" in {d._name for d in depends_on}  # type: ignore[union-attr]
     for name in ("node-0-ray-head", "node-1-ray-worker"):
-        assert "ray_stop.sh" in reveal(result.cloud.named(name).inputs["delete"])
+        assert "ray_stop.sh" in reveal(result.cloud.named(f"{name}-teardown").inputs["environment"]["REMOTE_COMMAND"])
     # Deletion runs in reverse dependency order: job -> gate -> Ray steps -> containers -> instances.
     deps = {r.key: set(r.depends_on) for r in result.steps}
     assert "node-0/ray-ready" in deps["node-0/job"]
