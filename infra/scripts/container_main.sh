@@ -13,8 +13,10 @@
 # never recreates the container. It is deliberately plain bash: no Ray import, whatever Ray version the image has.
 set -uo pipefail
 
-RECORD_DIR=/var/lib/roll-cluster/ray
-PAUSE_FILE=/dev/shm/roll-cluster-ray.pause
+# The two paths are ray_common.sh's RAY_RECORD_DIR and RAY_PAUSE_FILE (overridable here for tests only).
+RECORD_DIR=${RAY_RECORD_DIR:-/var/lib/roll-cluster/ray}
+PAUSE_FILE=${RAY_PAUSE_FILE:-/dev/shm/roll-cluster-ray.pause}
+RAYLET_NAME=${RAY_RAYLET_NAME:-raylet} # tests only: a test machine may run real raylets of its own
 INTERVAL_S=${RAY_SUPERVISE_INTERVAL_S:-10}
 START_TIMEOUT_S=${RAY_SUPERVISE_START_TIMEOUT_S:-300}
 
@@ -34,7 +36,7 @@ raylet_running() {
   for comm in /proc/[0-9]*/comm; do
     name=''
     read -r name <"$comm" 2>/dev/null || continue
-    [[ "$name" != raylet ]] || return 0
+    [[ "$name" != "$RAYLET_NAME" ]] || return 0
   done
   return 1
 }

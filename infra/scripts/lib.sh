@@ -118,13 +118,22 @@ bounded() {
   return "$status"
 }
 
-# kill_tree SIGNAL PID: signal PID and all its descendants (children first found, then the parent).
+# kill_tree SIGNAL PID: signal PID and all its descendants. The tree is listed first and signalled from the top:
+# a parent whose child died first would go on to its next command (the watchdog: to report a cut).
 kill_tree() {
-  local signal=$1 pid=$2 child
-  for child in $(pgrep -P "$pid" 2>/dev/null); do
-    kill_tree "$signal" "$child"
+  local signal=$1 pid
+  for pid in $(process_tree "$2"); do
+    kill "-$signal" "$pid" 2>/dev/null || :
   done
-  kill "-$signal" "$pid" 2>/dev/null || :
+}
+
+# process_tree PID: PID and its descendants, parents before their children.
+process_tree() {
+  local child
+  printf '%s\n' "$1"
+  for child in $(pgrep -P "$1" 2>/dev/null || :); do
+    process_tree "$child"
+  done
 }
 
 # poll_until TIMEOUT_S INTERVAL_S CMD...: poll CMD until it succeeds; return 1 after TIMEOUT_S, for callers whose
