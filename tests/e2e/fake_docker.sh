@@ -6,12 +6,17 @@
 # names, and must not see the SSH session that runs the step. Everything else is real: SSH, bash, Ray.
 #
 # Supported, as the harness and the Ray and job steps use them:
-#   docker run -d --name NAME [--init] [--network host] [-e NAME=VALUE]... IMAGE [CMD...]   (CMD: sleep infinity)
+#   docker run -d --name NAME [--init] [--restart POLICY] [--network host] [-e NAME=VALUE]... IMAGE [CMD...]
+#       (CMD: sleep infinity by default). Like a container's own filesystem, /var/lib/roll-cluster is private to
+#       the container (a bind mount of <name>.lib in its mount namespace) and survives its restarts.
+#   docker _boot   (the stand-in's own: what dockerd does at boot) start again every container whose restart policy
+#       is unless-stopped or always and whose processes are gone (a "rebooted" host, see host_init.sh)
 #   docker exec [-i] [-t] [-d] [-e NAME[=VALUE]]... [-w DIR] CONTAINER CMD [ARG...]
 #   docker inspect --format '{{.State.Running}}' CONTAINER
 #   docker rm -f CONTAINER
 # State: $E2E_DOCKER_STATE/containers/<name> holds the PID of the container's init (as the host sees it),
-# <name>.env its environment (NAME=VALUE lines).
+# <name>.env its environment (NAME=VALUE lines), <name>.run the `docker run` arguments (NUL-separated) and
+# <name>.restart its restart policy.
 #
 # Environment (set by the per-host wrapper): E2E_DOCKER_STATE, E2E_RAY_VENV.
 set -euo pipefail
@@ -33,11 +38,13 @@ init_pid() {
 }
 
 docker_run() {
-  local name='' launcher pid='' attempt
-  local -a env_args=() init=()
+  local name='' launcher pid='' attempt restart=no
+  local -a env_args=() init=() argv=("$@")
   while (($#)); do
     case "$1" in
       -d | --detach) ;;
+      --restart) shift && restart=$1 ;;
+      --restart=*) restart=${1#--restart=} ;;
       # Docker's --init puts a reaper (tini) in front of CMD as PID 1; bash reaps orphans the same way. Without
       # it, daemons started by `docker exec` (Ray's) become zombies of CMD when they exit, as in real Docker.
       --init) init=(bash -c '"$@" & wait "$!"' init) ;;
@@ -55,13 +62,18 @@ docker_run() {
   shift # the image: there are no images here
   (($#)) || set -- sleep infinity
   [[ ! -e "$containers/$name" ]] || die "docker: Error response from daemon: Conflict. The container name \"/$name\" is already in use."
-  mkdir -p "$containers"
+  mkdir -p "$containers" "$containers/$name.lib" /var/lib/roll-cluster
   : >"$containers/$name.env"
   if ((${#env_args[@]})); then
     printf '%s\n' "${env_args[@]}" >"$containers/$name.env"
   fi
-  setsid unshare --pid --fork --mount-proc -- env -i "${base_env[@]}" "${env_args[@]}" "${init[@]}" "$@" \
-    </dev/null >/dev/null 2>&1 &
+  printf '%s\0' "${argv[@]}" >"$containers/$name.run"
+  printf '%s\n' "$restart" >"$containers/$name.restart"
+  # shellcheck disable=SC2016 # $1 expands in the container's first shell
+  setsid unshare --pid --fork --mount-proc -- \
+    bash -c 'mount --bind "$1" /var/lib/roll-cluster && shift && exec "$@"' container "$containers/$name.lib" \
+    env -i "${base_env[@]}" "${env_args[@]}" "${init[@]}" "$@" \
+    </dev/null >>"$containers/$name.log" 2>&1 &
   launcher=$!
   # The container's init is the child unshare forks into the new PID namespace.
   for attempt in $(seq 100); do
@@ -81,7 +93,7 @@ docker_rm() {
     kill -KILL "$pid" # the kernel ends every process of the container's PID namespace with it
   fi
   [[ -e "$containers/$2" ]] || die "Error response from daemon: No such container: $2"
-  rm -f "$containers/$2" "$containers/$2.env"
+  rm -rf "$containers/$2" "$containers/$2.env" "$containers/$2.run" "$containers/$2.restart" "$containers/$2.lib"
   printf '%s\n' "$2"
 }
 
@@ -130,6 +142,11 @@ docker_exec() {
   (($# >= 2)) || die "fake docker: exec needs a container and a command"
   name=$1
   shift
+  # A daemon that hangs, for the tests of bounded probes: $E2E_DOCKER_STATE/hang-exec holds a text; an exec whose
+  # command contains it never returns (its process is named e2e-hung-exec).
+  if [[ -s "$E2E_DOCKER_STATE/hang-exec" && "$*" == *"$(<"$E2E_DOCKER_STATE/hang-exec")"* ]]; then
+    exec -a e2e-hung-exec sleep 3600
+  fi
   pid=$(init_pid "$name") || die "Error response from daemon: No such container: $name"
   local -a container_env=()
   mapfile -t container_env <"$containers/$name.env"
@@ -145,6 +162,21 @@ docker_exec() {
   fi
 }
 
+docker_boot() {
+  local state name policy
+  local -a argv
+  for state in "$containers"/*.restart; do
+    [[ -e "$state" ]] || continue
+    name=$(basename "$state" .restart)
+    policy=$(<"$state")
+    [[ "$policy" == unless-stopped || "$policy" == always ]] || continue
+    ! init_pid "$name" >/dev/null || continue
+    mapfile -d '' -t argv <"$containers/$name.run"
+    rm -f "$containers/$name"
+    docker_run "${argv[@]}" >/dev/null
+  done
+}
+
 (($#)) || die "fake docker: no command"
 subcommand=$1
 shift
@@ -153,5 +185,6 @@ case "$subcommand" in
   rm) docker_rm "$@" ;;
   exec) docker_exec "$@" ;;
   inspect) docker_inspect "$@" ;;
+  _boot) docker_boot ;;
   *) die "fake docker: unsupported command: $subcommand" ;;
 esac
