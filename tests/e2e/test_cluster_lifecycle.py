@@ -91,7 +91,7 @@ def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramC
 
 
 def test_a_changed_object_store_size_restarts_ray_and_shows_in_ray_status(network, cluster):
-    head, worker, before = cluster
+    head, worker, _ = cluster
     small = object_store_mib(ray_status(network, head).check().stdout)
     after = commands_for(network, 0.2)
     restarted = network.run(head, after.head).check()
