@@ -74,6 +74,16 @@ def test_a_probe_that_hangs_once_is_cut_and_the_wait_goes_on_to_success(tmp_path
     assert 2 <= seconds < 8, seconds
 
 
+def test_gpu_ready_cuts_an_ssh_session_that_hangs_and_goes_on(node: FakeNode) -> None:
+    node.set_state("nvidia-smi-gpus", "2")
+    node.set_state("ssh-hang-calls", "1")  # the node accepts the connection, then freezes once
+    started = time.monotonic()
+    result = node.run_gpu_ready(GPU_DRIVER="preinstalled", SSH_PROBE_TIMEOUT_S="2")
+    assert result.returncode == 0, result
+    assert "ssh probe cut off after 2s" in result.stdout and time.monotonic() - started < 10
+    assert len(node.calls("ssh")) == 2
+
+
 def test_bounded_keeps_the_probes_output_and_status(tmp_path: Path) -> None:
     result, _ = run_lib("out=$(bounded 5 bash -c 'echo hello; exit 3') || echo \"status $? $out\"", tmp_path)
     assert "status 3 hello" in result.stdout, result
