@@ -23,6 +23,7 @@ from script_harness import FakeNode
 
 from infra import plan
 from infra.node import steps
+from infra.node.bootstrap import container_command
 from infra.node.remote import SCRIPTS_DIR
 from infra.offline import is_secret, reveal, unwrap
 
@@ -178,6 +179,16 @@ def test_the_container_runs_the_supervisor_and_a_new_nas_recreates_it() -> None:
     assert any(e.startswith("ROLL_CLUSTER_NAS=") and e.endswith(".nas.aliyuncs.com") for e in container["envs"])
     docker_step = env_of(str(_inputs(result, "node-1-docker")["create"]))
     assert docker_step["MOUNTS"] == "/data /mnt/shared"
+
+
+def test_ray_stop_never_kills_the_containers_main_process() -> None:
+    # `ray stop` matches these in full command lines (Ray 2.48: ray/autoscaler/_private/constants.py RAY_PROCESSES,
+    # the entries filtered "by args"; ray/scripts/scripts.py stop()).
+    keywords = ("monitor.py", "ray.util.client.server", "default_worker.py", "setup_worker.py", "ray::",
+                "io.ray.runtime.runner.worker.DefaultWorker", "log_monitor.py", "reporter.py", "dashboard/agent.py",
+                "dashboard/dashboard.py", "runtime_env/agent/main.py", "ray_process_reaper.py")
+    text = " ".join(container_command())
+    assert not [k for k in keywords if k in text]
 
 
 class FakeRay:

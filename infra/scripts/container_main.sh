@@ -9,6 +9,8 @@
 # the ray-stop step removed the record. Its log: /var/lib/roll-cluster/ray/supervisor.log in the container
 # (`docker logs` shows the same lines).
 #
+# `ray stop` kills every process whose command line contains the name of one of Ray's own scripts, and this text is
+# this process's command line: it must never name them (tests/test_runtime_reliability.py checks).
 # This text is the same for every cluster and every setting (settings live in the record), so changing a setting
 # never recreates the container. It is deliberately plain bash: no Ray import, whatever Ray version the image has.
 set -uo pipefail
