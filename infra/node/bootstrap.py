@@ -175,8 +175,9 @@ class NodeBootstrap(pulumi.ComponentResource):
                 f"MASTER_PORT={config.ray.gcs_port}",
                 f"RANK={machine.rank}",
                 f"NODE_RANK={machine.rank}",
-                # A changed NAS recreates the container (a change of envs replaces a container): its bind mount
-                # of SHARED_MOUNT would otherwise keep the old file system after prepare-host remounts the new.
+                # A changed NAS recreates the container (env, like command and shm_size, is ForceNew in
+                # terraform-provider-docker's resource_docker_container.go, which pulumi-docker wraps): its bind
+                # mount of SHARED_MOUNT would otherwise keep the old file system after prepare-host remounts it.
                 pulumi.Output.concat("ROLL_CLUSTER_NAS=", args.nas_server or ""),
             ],
             restart="unless-stopped",
