@@ -138,7 +138,7 @@ def test_a_hung_probe_is_cut_at_its_bound(network, cluster):
     assert result.returncode != 0 and f"timed out after {bound}s waiting for ray status" in result.output, result.output
     assert "did not answer within" in result.output
     assert seconds < bound + probe + 15, seconds  # the rest: ssh and the step's own checks before the wait
-    leftover = network.run(head, "pgrep -f 'e2e-hung-exec' || true").stdout.strip()
+    leftover = network.run(head, "pgrep -f '[e]2e-hung-exec' || true").stdout.strip()
     assert leftover == "", leftover
 
 
