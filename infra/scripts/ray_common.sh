@@ -268,9 +268,8 @@ resume_ray_supervision() {
   docker exec "$CONTAINER_NAME" rm -f "$RAY_PAUSE_FILE" 2>/dev/null || :
 }
 
-# stop_local_ray WHY: stop Ray in the container (`ray stop`, bounded) and wait until its processes are gone.
+# stop_local_ray: stop Ray in the container (`ray stop`, bounded) and wait until its processes are gone.
 stop_local_ray() {
-  banner "stopping Ray in $CONTAINER_NAME: $1"
   logged timeout -k 10 "${RAY_STOP_TIMEOUT_S:-60}" docker exec "$CONTAINER_NAME" ray stop
   wait_for "the old Ray processes in $CONTAINER_NAME to exit" "${RAY_STOP_TIMEOUT_S:-60}" 1 no_ray_process
 }

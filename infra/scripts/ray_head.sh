@@ -68,11 +68,14 @@ check_existing_ray() {
     recorded=$(recorded_ray_settings)
     if [[ "$recorded" == "$wanted" ]]; then
       head_already_running=true
-      banner "the Ray head already runs in $CONTAINER_NAME at $NODE_IP:$GCS_PORT with these settings; leaving it as it is"
+      banner "the Ray head already runs in $CONTAINER_NAME at $NODE_IP:$GCS_PORT; leaving it as it is (it runs with\
+ the settings asked for)"
       return 0
     fi
     differences=$(settings_differences "$recorded" "$wanted")
-    stop_local_ray "its settings changed ($differences): restarting it with the new ones (a running job ends)"
+    banner "the Ray head in $CONTAINER_NAME: its settings changed ($differences): restarting it with the new\
+ ones (a running job ends)"
+    stop_local_ray
   elif [[ -n "$addresses" ]]; then
     fail "Ray already runs in container $CONTAINER_NAME as part of the cluster at ${addresses//$'\n'/, },\
  not as the head $NODE_IP:$GCS_PORT; stop it first (ray stop in the container, or the ray-stop step)"

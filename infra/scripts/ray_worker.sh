@@ -54,12 +54,16 @@ check_existing_ray() {
     recorded=$(recorded_ray_settings)
     if [[ "$recorded" == "$wanted" ]]; then
       already_joined=true
-      banner "Ray in $CONTAINER_NAME has already joined the head $head_address with these settings; leaving it as it is"
+      banner "Ray in $CONTAINER_NAME has already joined the head $head_address; leaving it as it is (it runs with\
+ the settings asked for)"
       return 0
     fi
-    stop_local_ray "its settings changed ($(settings_differences "$recorded" "$wanted")): rejoining with the new ones"
+    banner "Ray in $CONTAINER_NAME: its settings changed ($(settings_differences "$recorded" "$wanted")):\
+ stopping it to rejoin with the new ones"
+    stop_local_ray
   elif [[ -n "$addresses" ]]; then
-    stop_local_ray "it belongs to ${addresses//$'\n'/, }, not $head_address: rejoining"
+    banner "Ray in $CONTAINER_NAME belongs to ${addresses//$'\n'/, }, not $head_address: stopping it to rejoin"
+    stop_local_ray
   fi
 }
 

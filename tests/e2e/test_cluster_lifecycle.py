@@ -105,7 +105,7 @@ def test_a_changed_object_store_size_restarts_ray_and_shows_in_ray_status(networ
     assert abs(big - 2 * 0.2 * 1024) < 2 and abs(small - 2 * 0.1 * 1024) < 2, (small, big)
     # The same settings again: Ray is left as it is.
     again = network.run(head, after.head).check()
-    assert "with these settings; leaving it as it is" in again.output
+    assert "leaving it as it is (it runs with the settings asked for)" in again.output
     for result in (restarted, rejoined, again):
         assert SECRET not in result.output
 
