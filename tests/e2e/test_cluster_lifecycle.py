@@ -81,6 +81,10 @@ def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramC
     head, worker = network.hosts[:2]
     commands = commands_for(network, 0.1)
     for host in (head, worker):
+        # Ray left running by another module in its own container would share this host's ports and GPUs.
+        others = [p.name for p in (host.root / "docker" / "containers").glob("*.env") if p.stem != CONTAINER]
+        for other in others:
+            network.run(host, f"docker exec {other.removesuffix('.env')} ray stop --force || true", timeout=120)
         network.create_container(host, CONTAINER, command=commands.container_command)
     network.run(head, commands.head).check()
     network.run(worker, commands.workers[0]).check()
