@@ -67,10 +67,24 @@ start_from_record() (
   fi
 )
 
+# A Ray step writes the pause file and then takes this lock (ray_common.sh pause_ray_supervision): a start under
+# way finishes before the step looks at Ray, and none begins after the pause (checked again under the lock).
+locked_start() {
+  if command -v flock >/dev/null 2>&1; then
+    (
+      flock -n 9 || exit 0
+      [[ ! -e "$PAUSE_FILE" ]] || exit 0
+      start_from_record
+    ) 9>"$RECORD_DIR/supervisor.lock"
+  else
+    start_from_record
+  fi
+}
+
 say "started (supervising Ray every ${INTERVAL_S}s)"
 while true; do
   if [[ -f "$RECORD_DIR/start" && ! -e "$PAUSE_FILE" ]] && ! raylet_running; then
-    start_from_record
+    locked_start
   fi
   sleep "$INTERVAL_S" &
   wait "$!"

@@ -260,8 +260,13 @@ forget_ray_start() {
   docker exec "$CONTAINER_NAME" rm -f "$RAY_RECORD_DIR/start" "$RAY_RECORD_DIR/settings"
 }
 
+# pause_ray_supervision: write the pause file, then wait (bounded) for a start the main process has under way.
 pause_ray_supervision() {
-  docker exec "$CONTAINER_NAME" sh -c ': >"$1"' pause "$RAY_PAUSE_FILE"
+  # shellcheck disable=SC2016 # $1 and $2 expand in the container's shell
+  timeout -k 5 360 docker exec "$CONTAINER_NAME" sh -c \
+    ': >"$1" && mkdir -p "$(dirname "$2")" && if command -v flock >/dev/null 2>&1; then flock "$2" true; fi' \
+    pause "$RAY_PAUSE_FILE" "$RAY_RECORD_DIR/supervisor.lock" >>"$ROLL_STEP_LOG" 2>&1 ||
+    fail "could not pause the supervision of Ray in container $CONTAINER_NAME"
 }
 
 resume_ray_supervision() {
