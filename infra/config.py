@@ -111,6 +111,21 @@ def _catalog_gpus(instance_types: list[str]) -> int | None:
     return known[0].gpus if known else None
 
 
+def covers_the_world(cidrs: list[str]) -> bool:
+    """Whether the CIDRs together cover every IPv4 or every IPv6 address (`0.0.0.0/1` + `128.0.0.0/1` does)."""
+    v4: list[ipaddress.IPv4Network] = []
+    v6: list[ipaddress.IPv6Network] = []
+    for cidr in cidrs:
+        with contextlib.suppress(ValueError):
+            network = ipaddress.ip_network(cidr, strict=False)
+            if isinstance(network, ipaddress.IPv4Network):
+                v4.append(network)
+            else:
+                v6.append(network)
+    return (ipaddress.IPv4Network("0.0.0.0/0") in ipaddress.collapse_addresses(v4)
+            or ipaddress.IPv6Network("::/0") in ipaddress.collapse_addresses(v6))
+
+
 class Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", alias_generator=to_camel, populate_by_name=False, frozen=True, validate_default=True
@@ -600,11 +615,16 @@ class NodesConfig(Section):
 class AccessConfig(Section):
     admin_cidrs: list[str] = Field(
         default_factory=list,
-        description="CIDRs (IPv4 or IPv6, without host bits, e.g. `203.0.113.0/24`): the only sources that may reach "
-        "SSH and (in `admin-cidrs` mode) the dashboard. Required with nodes.source `alibaba` (the security group's "
-        "rules); refused with `hosts`, whose firewalls are yours.",
+        description="IPv4 CIDRs without host bits (e.g. `203.0.113.0/24`), each listed once: the only sources that "
+        "may reach SSH and (in `admin-cidrs` mode) the dashboard. IPv6 CIDRs are refused: the cluster's VPC has no "
+        "IPv6, so such a rule would never match. Required with nodes.source `alibaba` (the security group's rules); "
+        "refused with `hosts`, whose firewalls are yours.",
     )
-    allow_world: bool = Field(False, description="Must be true for `0.0.0.0/0` or `::/0` in `adminCidrs`.")
+    allow_world: bool = Field(
+        False,
+        description="Must be true when `adminCidrs` covers the whole internet (`0.0.0.0/0`, or CIDRs whose union "
+        "covers it). It opens SSH only: the dashboard is never opened to the world.",
+    )
     ssh_public_key: str | None = Field(
         None,
         description="OpenSSH public key line (`ssh-ed25519 AAAA... comment`; ed25519, RSA or ECDSA, not a security "
@@ -619,10 +639,13 @@ class AccessConfig(Section):
         "unattended and cannot ask for a passphrase.",
     )
     dashboard: Literal["admin-cidrs", "tunnel"] = Field(
-        "admin-cidrs",
-        description="`admin-cidrs`: the dashboard listens on the head's address, reachable from `adminCidrs` only. "
-        "`tunnel`: it listens on 127.0.0.1 only; use the `dashboardTunnel` output. With nodes.source `hosts` only "
-        "`tunnel` (the default there): no rule of ours guards your hosts, and the dashboard runs any code.",
+        "tunnel",
+        description="`tunnel` (the default): the dashboard and Jobs API listen on the head's 127.0.0.1 only; reach "
+        "them through SSH with the `dashboardTunnel` output. `admin-cidrs` (opt-in): they listen on the head's "
+        "address, reachable from `adminCidrs`. Ray's dashboard has no authentication: whoever reaches it can run "
+        "code on your cluster and read its secrets (the W&B and Hugging Face tokens in the raylet's environment). "
+        "Refused when `adminCidrs` covers the whole internet, even with `allowWorld`. With nodes.source `hosts` "
+        "only `tunnel`: no rule of ours guards your hosts.",
     )
 
     @field_validator("admin_cidrs")
@@ -639,19 +662,49 @@ class AccessConfig(Section):
                 problems.append(
                     ((index,), f"must be a CIDR such as 203.0.113.0/24 ({error}{hint}); got {_shown(cidr)}")
                 )
+        seen: dict[str, int] = {}
+        for index, cidr in enumerate(cidrs):
+            if any(index == p[0][0] for p in problems):
+                continue
+            network = ipaddress.ip_network(cidr)
+            if network.version == 6:
+                problems.append(((index,), "must be an IPv4 CIDR: the cluster's VPC has no IPv6 (its nodes have IPv4 "
+                                 f"addresses only), so an IPv6 rule would never match; got {_shown(cidr)}"))
+            elif str(network) in seen:
+                problems.append(((index,), f"repeats adminCidrs[{seen[str(network)]}]: list each CIDR once; got "
+                                 f"{_shown(cidr)} twice"))
+            else:
+                seen[str(network)] = index
         if problems:
             raise _Problems(*problems)
         return cidrs
+
+    @field_validator("dashboard")
+    @classmethod
+    def _dashboard_never_to_the_world(cls, dashboard: str, info: ValidationInfo) -> str:
+        # adminCidrs is declared before dashboard, so info.data holds it when it is valid.
+        cidrs = info.data.get("admin_cidrs", [])
+        if dashboard == "admin-cidrs" and covers_the_world(cidrs):
+            raise _problem(
+                f"admin-cidrs would open the Ray dashboard to the whole internet (adminCidrs {_shown(cidrs)} covers "
+                "it): whoever reaches the dashboard can run code on your cluster and read its secrets. Refused even "
+                "with allowWorld; use `tunnel` (the default) or list your own address ranges in adminCidrs; got "
+                '"admin-cidrs"'
+            )
+        return dashboard
 
     @field_validator("allow_world")
     @classmethod
     def _world_needs_opt_in(cls, allow_world: bool, info: ValidationInfo) -> bool:
         # adminCidrs is declared before allowWorld, so info.data holds it when it is valid.
-        world = [c for c in info.data.get("admin_cidrs", []) if ipaddress.ip_network(c).prefixlen == 0]
+        cidrs = info.data.get("admin_cidrs", [])
+        world = [c for c in cidrs if ipaddress.ip_network(c).prefixlen == 0]
+        if not world and covers_the_world(cidrs):
+            world = cidrs
         if world and not allow_world:
             raise _problem(
-                f"{' and '.join(world)} opens SSH and the Ray dashboard (remote code execution) to the whole "
-                "internet; allowed only with allowWorld: true (better: use your own address range); got "
+                f"{' and '.join(world)} opens SSH to the whole internet; allowed only with allowWorld: true "
+                "(better: use your own address range; the dashboard is never opened to the world); got "
                 f"{_shown(world)} without allowWorld",
                 "..", "adminCidrs",
             )

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from infra import image_path, schedule
+from infra.changes import CHANGE_EFFECTS, REBOOT_EFFECTS
 from infra.config import ClusterConfig, ConfigError
 from infra.node import remote, steps
 from infra.offline import CloudRefusal, OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config, unwrap
@@ -38,6 +39,7 @@ def render(run: OfflineRun) -> str:
         lines += _cloud_sections(run)
     lines += _steps_section(run, first_boot=not on_hosts)
     lines += _container_and_ray_sections(run)
+    lines += _changes_section()
     lines += _job_and_outputs_sections(run)
     return "\n".join(lines) + "\n"
 
@@ -164,6 +166,13 @@ def _container_and_ray_sections(run: OfflineRun) -> list[str]:
                      f"{env.get('DASHBOARD_PORT')}")
     return lines
 
+
+def _changes_section() -> list[str]:
+    lines = [section("What a later change or a reboot does")]
+    for what, effect in (*CHANGE_EFFECTS, *REBOOT_EFFECTS):
+        lines.append(f"  {what}:")
+        lines.append(f"      {effect}")
+    return lines
 
 
 def _job_and_outputs_sections(run: OfflineRun) -> list[str]:

@@ -93,6 +93,7 @@ def test_training_container_has_gpus_host_network_ipc_shm_mounts_and_node_env():
     mounts = {(v["hostPath"], v["containerPath"]) for v in container["volumes"]}
     assert {("/data", "/data"), ("/mnt/shared", "/mnt/shared")} <= mounts
     envs = dict(e.split("=", 1) for e in container["envs"])
+    assert envs.pop("ROLL_CLUSTER_NAS").endswith(".nas.aliyuncs.com")  # a new NAS recreates the container
     assert envs == {
         "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "MASTER_ADDR": head_private,
         "MASTER_PORT": "6379", "RANK": "1", "NODE_RANK": "1",

@@ -86,14 +86,15 @@ def test_security_group_allows_members_everything_and_admins_only_ssh_in_tunnel_
     assert all(r["type"] == "ingress" and r["policy"] == "accept" for r in rules(result))
 
 
-def test_dashboard_rule_only_from_admin_cidrs_and_nothing_world_open_by_default():
-    result = run("multi", config={"roll-cluster:access": {"adminCidrs": ["203.0.113.0/24", "2001:db8::/48"]}})
+def test_dashboard_rule_only_from_admin_cidrs_when_opted_in():
+    access = {"adminCidrs": ["203.0.113.0/24", "198.51.100.0/24"], "dashboard": "admin-cidrs"}
+    result = run("multi", config={"roll-cluster:access": access})
     found = {
         (r["portRange"], r.get("cidrIp") or r.get("ipv6CidrIp")) for r in rules(result) if r["portRange"] != "1/65535"
     }
     assert found == {
         ("22/22", "203.0.113.0/24"), ("8265/8265", "203.0.113.0/24"),
-        ("22/22", "2001:db8::/48"), ("8265/8265", "2001:db8::/48"),
+        ("22/22", "198.51.100.0/24"), ("8265/8265", "198.51.100.0/24"),
     }
     for stack in ("dev", "multi", "large", "verl", "openrlhf"):
         for rule in rules(run(stack)):
@@ -108,7 +109,8 @@ def test_world_is_open_only_with_allow_world():
 
 
 def test_custom_dashboard_port_is_the_one_opened():
-    result = run("multi", config={"roll-cluster:ray": {"gcsPort": 8100, "dashboardPort": 8101, "clientPort": 8102}})
+    result = run("multi", config={"roll-cluster:ray": {"gcsPort": 8100, "dashboardPort": 8101, "clientPort": 8102},
+                                  "roll-cluster:access": {"dashboard": "admin-cidrs"}})
     assert "8101/8101" in {r["portRange"] for r in rules(result)}
     assert "8265/8265" not in {r["portRange"] for r in rules(result)}
 

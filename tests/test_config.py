@@ -131,7 +131,7 @@ def test_minimal_stack_is_valid_and_has_the_contract_defaults() -> None:
     assert nodes.os_image.startswith("^aliyun_3_x64_")
     access = config.access
     assert (access.allow_world, access.dashboard, access.ssh_private_key_path) == (
-        False, "admin-cidrs", "~/.ssh/id_ed25519"
+        False, "tunnel", "~/.ssh/id_ed25519"
     )
     assert config.container.image == DEFAULT_ROLL_IMAGE
     assert "nvcr-24.05-py3-torch260-vllm084" in config.container.image
@@ -164,7 +164,7 @@ def test_every_section_and_field_can_be_set_with_its_contract_name() -> None:
             "cudnnVersion": "9.2.0.82", "internetBandwidthMbps": 50,
         },
         access={
-            "adminCidrs": ["203.0.113.0/24", "2001:db8::/32"], "allowWorld": False, "dashboard": "tunnel",
+            "adminCidrs": ["203.0.113.0/24", "198.51.100.0/24"], "allowWorld": False, "dashboard": "admin-cidrs",
             "sshPrivateKeyPath": "~/.ssh/roll", "sshPublicKey": RSA_KEY,
         },
         container={"image": "registry.cn-wulanchabu.aliyuncs.com/me/roll:v1", "shmSize": "64g",
@@ -316,7 +316,7 @@ GOOD_EDGE_VALUES: list[tuple[dict[str, Any], str, Any]] = [
     (stack(container={"shmSize": "10gb"}), "container.shm_size_mb", 10 * 1024),
     (stack(ray={"gcsPort": 1, "dashboardPort": 65535}), "ray.dashboard_port", 65535),
     (stack(access={"adminCidrs": ["198.51.100.7"]}), "access.admin_cidrs", ["198.51.100.7"]),  # one address
-    (stack(access={"adminCidrs": ["2001:db8::/32"]}), "access.admin_cidrs", ["2001:db8::/32"]),
+    (stack(access={"adminCidrs": ["0.0.0.0/1"]}), "access.admin_cidrs", ["0.0.0.0/1"]),  # half is not the world
     (stack(access={"sshPublicKey": ED25519_KEY + "\n"}), "access.ssh_public_key", ED25519_KEY),
     (stack(training={"roll": {"baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yml"}}),
      "training.roll.base_config", "qwen2.5-7B-rlvr_megatron/rlvr_config.yml"),
@@ -566,17 +566,50 @@ def test_ssh_port_and_a_clash_are_reported_together() -> None:
 
 
 # ------------------------------------------------------------------------------------------ admin CIDRs
-@pytest.mark.parametrize("world", ["0.0.0.0/0", "::/0"])
-def test_the_whole_internet_needs_allow_world(world: str) -> None:
-    path, message = only_problem(stack(access={"adminCidrs": ["203.0.113.0/24", world]}))
+def test_the_whole_internet_needs_allow_world() -> None:
+    path, message = only_problem(stack(access={"adminCidrs": ["203.0.113.0/24", "0.0.0.0/0"]}))
     assert path == f"{PROJECT}:access.adminCidrs"
-    assert_words(message, world, "whole internet", "allowWorld: true", f'got ["{world}"] without allowWorld')
+    assert_words(message, "0.0.0.0/0", "whole internet", "allowWorld: true", 'got ["0.0.0.0/0"] without allowWorld')
 
 
-@pytest.mark.parametrize("world", ["0.0.0.0/0", "::/0"])
-def test_the_whole_internet_is_accepted_with_allow_world(world: str) -> None:
-    config = parse(stack(access={"adminCidrs": [world], "allowWorld": True}))
-    assert config.access.admin_cidrs == [world]
+def test_cidrs_whose_union_is_the_whole_internet_need_allow_world_too() -> None:
+    path, message = only_problem(stack(access={"adminCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}))
+    assert path == f"{PROJECT}:access.adminCidrs"
+    assert_words(message, "whole internet", "allowWorld: true")
+
+
+@pytest.mark.parametrize("world", [["0.0.0.0/0"], ["0.0.0.0/1", "128.0.0.0/1"]])
+def test_the_whole_internet_is_accepted_with_allow_world_for_ssh_through_the_tunnel(world: list[str]) -> None:
+    config = parse(stack(access={"adminCidrs": world, "allowWorld": True}))
+    assert (config.access.admin_cidrs, config.access.dashboard) == (world, "tunnel")
+
+
+@pytest.mark.parametrize(
+    "world", [["0.0.0.0/0"], ["0.0.0.0/1", "128.0.0.0/1"], ["0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/1"]]
+)
+def test_the_dashboard_is_never_opened_to_the_world_even_with_allow_world(world: list[str]) -> None:
+    path, message = only_problem(stack(access={"adminCidrs": world, "allowWorld": True, "dashboard": "admin-cidrs"}))
+    assert path == f"{PROJECT}:access.dashboard"
+    assert_words(message, "whole internet", "run code on your cluster and read its secrets", "even with allowWorld",
+                 "tunnel", 'got "admin-cidrs"')
+
+
+def test_the_dashboard_defaults_to_the_tunnel_and_admin_cidrs_is_an_opt_in() -> None:
+    assert parse(stack()).access.dashboard == "tunnel"
+    assert parse(stack(access={"dashboard": "admin-cidrs"})).access.dashboard == "admin-cidrs"
+
+
+def test_a_cidr_listed_twice_is_refused() -> None:
+    path, message = only_problem(stack(access={"adminCidrs": ["203.0.113.0/24", "10.0.0.0/8", "203.0.113.0/24"]}))
+    assert path == f"{PROJECT}:access.adminCidrs[2]"
+    assert_words(message, "repeats adminCidrs[0]", "list each CIDR once", 'got "203.0.113.0/24" twice')
+
+
+@pytest.mark.parametrize("cidr", ["2001:db8::/32", "::/0"])
+def test_ipv6_cidrs_are_refused_while_the_vpc_has_no_ipv6(cidr: str) -> None:
+    path, message = only_problem(stack(access={"adminCidrs": ["203.0.113.0/24", cidr], "allowWorld": True}))
+    assert path == f"{PROJECT}:access.adminCidrs[1]"
+    assert_words(message, "must be an IPv4 CIDR", "VPC has no IPv6", f'got "{cidr}"')
 
 
 def test_allow_world_false_explicitly_still_refuses_the_world() -> None:
@@ -595,7 +628,7 @@ def test_the_world_rule_is_reported_even_when_the_key_is_wrong_too() -> None:
 
 @pytest.mark.parametrize(
     ("cidr", "suggestion"),
-    [("10.0.0.1/8", "10.0.0.0/8"), ("203.0.113.7/24", "203.0.113.0/24"), ("2001:db8::1/32", "2001:db8::/32")],
+    [("10.0.0.1/8", "10.0.0.0/8"), ("203.0.113.7/24", "203.0.113.0/24")],
 )
 def test_a_cidr_with_host_bits_is_rejected_with_the_network_it_probably_meant(cidr: str, suggestion: str) -> None:
     path, message = only_problem(stack(access={"adminCidrs": [cidr]}))

@@ -111,3 +111,14 @@ def test_plan_refuses_a_roll_config_that_would_fail_on_the_head_before_any_resou
     assert key in err, err
     assert steps.RECORDED == []
     assert "job_spec" not in steps.NOTES
+
+
+@pytest.mark.parametrize("stack", ["multi", "large", "verl"])
+def test_plan_shows_the_dashboard_reached_through_the_tunnel_by_default(stack, capsys):
+    assert plan.main([stack]) == 0
+    text = capsys.readouterr().out
+    assert "dashboardTunnel" in text and "-N -L 8265:127.0.0.1:8265" in text
+    assert "dashboardUrl" not in text and "8265/8265" not in text  # no output and no security group rule
+    result = run(stack)
+    head = next(r for r in result.cloud.resources if r.name == "node-0-ray-head")
+    assert "export DASHBOARD_HOST=127.0.0.1" in str(head.inputs["create"])

@@ -115,7 +115,9 @@ def test_custom_ports_reach_every_step_output_and_rule():
 
 def test_dashboard_listens_on_loopback_in_tunnel_mode_and_on_all_addresses_for_admin_cidrs():
     assert env_of(step_command(run("dev"), "node-0-ray-head"))["DASHBOARD_HOST"] == "127.0.0.1"
-    assert env_of(step_command(run("multi"), "node-0-ray-head"))["DASHBOARD_HOST"] == "0.0.0.0"
+    assert env_of(step_command(run("multi"), "node-0-ray-head"))["DASHBOARD_HOST"] == "127.0.0.1"
+    opted_in = run("multi", config={"roll-cluster:access": {"dashboard": "admin-cidrs"}})
+    assert env_of(step_command(opted_in, "node-0-ray-head"))["DASHBOARD_HOST"] == "0.0.0.0"
     assert "dashboardUrl" not in run("dev").outputs
 
 
@@ -152,21 +154,30 @@ def test_a_training_override_changes_only_the_job():
     tuned = run("dev", config={"roll-cluster:training": {"overrides": {"max_steps": 50}}})
     before = {r.name: unwrap(r.inputs) for r in base.cloud.resources}
     after = {r.name: unwrap(r.inputs) for r in tuned.cloud.resources}
-    assert [name for name in before if before[name] != after.get(name)] == ["training-job"]
+    assert [name for name in before if before[name] != after.get(name)] == ["training-job-teardown", "training-job"]
     assert base.outputs["jobId"] != tuned.outputs["jobId"]
     job = tuned.cloud.named("training-job")
     assert job.inputs["triggers"][0] == tuned.outputs["jobId"]
     # The second trigger is the whole ROLL YAML, readable in `pulumi preview --diff`.
     assert "max_steps: 50\n" in job.inputs["triggers"][1]
-    assert tuned.cloud.options["training-job"].delete_before_replace is True
+    for name in ("training-job", "training-job-teardown"):  # replaced together: the old job is stopped first
+        assert tuned.cloud.named(name).inputs["triggers"][0] == tuned.outputs["jobId"]
+        assert tuned.cloud.options[name].delete_before_replace is True
 
 
 def test_teardown_stops_the_job_and_ray_before_the_nodes_go():
     result = run("multi")
-    job = result.cloud.named("training-job").inputs
-    assert "job_stop.sh" in reveal(job["delete"]) and result.outputs["jobId"] in reveal(job["delete"])
+    job = result.cloud.named("training-job-teardown").inputs
+    stop_job = reveal(job["environment"]["REMOTE_COMMAND"])
+    assert "job_stop.sh" in stop_job and result.outputs["jobId"] in stop_job
+    assert job["delete"] == "bash infra/scripts/local/teardown.sh" and "create" not in job
+    for name in ("node-0-ray-head", "node-1-ray-worker", "training-job"):
+        # The step itself has no delete over pulumi-command's connection; it depends on its local teardown.
+        assert "delete" not in result.cloud.named(name).inputs
+        depends_on = result.cloud.options[name].depends_on or []
+        assert f"{name}-teardown" in {d._name for d in depends_on}  # type: ignore[union-attr]
     for name in ("node-0-ray-head", "node-1-ray-worker"):
-        assert "ray_stop.sh" in reveal(result.cloud.named(name).inputs["delete"])
+        assert "ray_stop.sh" in reveal(result.cloud.named(f"{name}-teardown").inputs["environment"]["REMOTE_COMMAND"])
     # Deletion runs in reverse dependency order: job -> gate -> Ray steps -> containers -> instances.
     deps = {r.key: set(r.depends_on) for r in result.steps}
     assert "node-0/ray-ready" in deps["node-0/job"]
@@ -260,8 +271,10 @@ def test_the_reward_server_gets_hf_token_as_a_secret_and_is_stopped_when_removed
     assert is_secret(server["create"])
     env = env_of(reveal(server["create"]))
     assert env["HF_TOKEN"] == "hf_reward_token" and "HF_TOKEN" in env["RAY_EXTRA_ENV_NAMES"]
-    delete = env_of(reveal(server["delete"]))
-    assert delete["REWARD_ACTION"] == "stop" and "reward_server.sh" in reveal(server["delete"])
+    # Removed, it is stopped by its teardown (a local command that reaches the head briefly; infra/node/steps.py).
+    teardown = result.cloud.named("reward-server-teardown").inputs["environment"]
+    stop = reveal(teardown["REMOTE_COMMAND"])
+    assert env_of(stop)["REWARD_ACTION"] == "stop" and "reward_server.sh" in stop and "hf_reward_token" not in stop
     # Its stop ends every reward server in the container: the old one goes before a changed one starts.
     assert result.cloud.options["reward-server"].delete_before_replace is True
 

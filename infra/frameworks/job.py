@@ -52,7 +52,8 @@ class TrainingJob(pulumi.ComponentResource):
             # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output).
             self.spec = pulumi.Output.from_input(adapter.job(shape))
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
-        ctx = steps.context_for(args.head.machine, args.private_key, self)
+        ctx = steps.context_for(args.head.machine, args.private_key, self, running=True,
+                                key_path=config.access.ssh_private_key_path)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
         submission = self.spec.apply(to_submission)
@@ -84,8 +85,11 @@ class TrainingJob(pulumi.ComponentResource):
                 # The reward server is its own step above, so the plain submit scripts.
                 ray_commands.SUBMIT_STEP.scripts,
                 args.secret_env,
-                dynamic_env=submission.apply(
-                    lambda job: ray_commands.submit_env(settings, job, extra_env_names=sorted(args.secret_env))
+                # RAY_GENERATION: when Ray restarts on the head (a changed Ray setting, secret or container) the
+                # job ended with it; the step then runs again and submits it again (job_submit.sh finds no job).
+                dynamic_env=pulumi.Output.all(submission, args.ray.generation).apply(
+                    lambda v: {**ray_commands.submit_env(settings, v[0], extra_env_names=sorted(args.secret_env)),
+                               "RAY_GENERATION": v[1]}
                 ),
                 after=after,
                 delete_scripts=ray_commands.JOB_STOP_STEP.scripts,

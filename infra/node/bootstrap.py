@@ -3,7 +3,7 @@ installation, GPU readiness that survives the installer's reboot, the training c
 
 Order on a node (nothing here waits for another node):
 
-    prepare-host -> docker -> pull-image -> gpu-ready | npu-ready -> container -> code
+    prepare-host -> docker -> pull-image -> gpu-ready | npu-ready -> image, container -> code
                                   (driver installs since first boot, in parallel with all of the above)
 
 With nodes.bake the head takes a detour before its container: bake-prep (the framework's requirements committed
@@ -21,8 +21,13 @@ is still working. gpu-ready comes after the pull because it is the step that reb
 installer asks for it: so no step is ever running while the node reboots. It is a local command that polls the
 node over ssh and reconnects across the reboot (a remote command would fail with the dropped connection).
 The container is created by pulumi-docker over SSH, through a provider that is only used once Docker is
-installed. Values that depend on the cluster's size (WORLD_SIZE, device mappings) are not in the container:
-they belong to the job, so growing the cluster never recreates a running node's container.
+installed, and only after gpu-ready: nothing talks to the node while it may reboot. Values that depend on the
+cluster's size (WORLD_SIZE, device mappings) are not in the container: they belong to the job, so growing the
+cluster never recreates a running node's container.
+
+After a reboot the node rejoins by itself: the docker step orders docker.service after the data disk and NAS
+mounts (docker_mount_order.sh), Docker restarts the container (unless-stopped), and the container's main process
+(container_main.sh) starts Ray from the settings the Ray steps recorded in it.
 """
 
 from __future__ import annotations
@@ -35,12 +40,19 @@ import pulumi_docker as docker
 
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
-from infra.node import accelerators, ssh_access, steps
+from infra.node import accelerators, remote, ssh_access, steps
 from infra.node import known_hosts as known_hosts_module
 from infra.sources.base import Machine
 
 GPU_READY_TIMEOUT_S = 2400
 BAKE_CONTAINER = "roll-cluster-bake"  # the throw-away container bake-prep installs the requirements in
+CONTAINER_MAIN_SCRIPT = "container_main.sh"
+
+
+def container_command() -> list[str]:
+    """The training container's command: container_main.sh (keeps the container up and Ray running as recorded).
+    The same text for every setting, so a changed setting never recreates the container."""
+    return ["bash", "-c", remote.script_path(CONTAINER_MAIN_SCRIPT).read_text(), "container-main"]
 
 
 @dataclass(frozen=True)
@@ -100,14 +112,18 @@ class NodeBootstrap(pulumi.ComponentResource):
                 **nfs_env,
             },
         )
+        # What Docker must wait for at boot (docker_mount_order.sh): the data disk, the NFS share mounted here.
+        nfs_mounted = config.storage.shared and not args.shared_host_dir
+        mounts = [m for m, used in ((DATA_MOUNT, has_data_disk), (SHARED_MOUNT, nfs_mounted)) if used]
         install_docker = steps.remote_step(
             ctx,
             "docker",
-            ["install_docker.sh"],
+            ["install_docker.sh", "docker_mount_order.sh"],
             {
                 "DOCKER_DATA_ROOT": f"{DATA_MOUNT}/docker" if has_data_disk else "",
                 "NVIDIA_RUNTIME": "1" if kind.nvidia_runtime else "0",
                 "KEEP_EXISTING_DOCKER": "1" if machine.existing else "0",
+                "MOUNTS": " ".join(mounts),
             },
             after=[(f"{node_name}/prepare-host", prepare)],
         )
@@ -161,6 +177,7 @@ class NodeBootstrap(pulumi.ComponentResource):
                 },
                 # Reruns when the node is replaced (new instance id), not on every up.
                 triggers=[machine.identity],
+                add_previous_output_in_env=False,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[pull, args.known_hosts.written]),
             )
             steps.record(node_name, kind.ready_step, "local", ["local/gpu_ready.sh", "gpu_check.sh"],
@@ -206,16 +223,20 @@ class NodeBootstrap(pulumi.ComponentResource):
             # The daemon exists only after the docker step; the provider must not probe it at configure time.
             disable_docker_daemon_check=True,
             registry_auth=registry_auth,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[install_docker, args.known_hosts.written]),
+            # gpu-ready may reboot the node: nothing that talks to it may run beside it.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[install_docker, accelerators_ready, args.known_hosts.written]
+            ),
         )
         on_node = pulumi.ResourceOptions(parent=self, provider=provider)
         image = docker.RemoteImage(
             f"{node_name}-image",
             name=config.container.pull_image,
             keep_locally=True,
-            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[pull])),
+            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[pull, accelerators_ready])),
         )
-        steps.record(node_name, "image", "docker", [], [f"{node_name}/pull-image"], f"{node_name}-image")
+        steps.record(node_name, "image", "docker", [], [f"{node_name}/pull-image", f"{node_name}/gpu-ready"],
+                     f"{node_name}-image")
         self.container_name = config.container.name
         volumes = [
             docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
@@ -238,7 +259,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             f"{node_name}-container",
             name=config.container.name,
             image=image.image_id,
-            command=["sleep", "infinity"],
+            command=container_command(),
             gpus=kind.docker_gpus,
             devices=[docker.ContainerDeviceArgs(host_path=device, container_path=device, permissions="rwm")
                      for device in kind.devices(args.gpus_per_node)] or None,
@@ -255,10 +276,14 @@ class NodeBootstrap(pulumi.ComponentResource):
                 f"MASTER_PORT={config.ray.gcs_port}",
                 f"RANK={machine.rank}",
                 f"NODE_RANK={machine.rank}",
+                # A changed NAS recreates the container (env, like command and shm_size, is ForceNew in
+                # terraform-provider-docker's resource_docker_container.go, which pulumi-docker wraps): its bind
+                # mount of SHARED_MOUNT would otherwise keep the old file system after prepare-host remounts it.
+                pulumi.Output.concat("ROLL_CLUSTER_NAS=", args.nas_server or ""),
             ],
             labels=labels,
             restart="unless-stopped",
-            # An init process reaps Ray's exited children: without it they linger as zombies of `sleep infinity`
+            # An init process reaps Ray's exited children: without it they linger as zombies of the main process
             # and every `ray stop` waits out its grace period.
             init=True,
             must_run=True,
@@ -276,7 +301,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         self.ready_key = f"{node_name}/container"
         if args.code_env is not None:
             self.ready = steps.remote_step(
-                ctx,
+                steps.context_for(machine, args.private_key, self, running=True),
                 "code",
                 list(args.code_scripts),
                 args.code_env,

@@ -63,6 +63,7 @@ def host_key(name: str, parent: pulumi.Resource | None = None) -> HostKey:
         environment={"NODE_NAME": name},
         # The private key must never reach the console or the logs; the output is a secret in the state.
         logging=command.local.Logging.NONE,
+        add_previous_output_in_env=False,
         opts=pulumi.ResourceOptions(parent=parent, additional_secret_outputs=["stdout"]),
     )
     parts = generated.stdout.apply(split_host_key)
@@ -102,6 +103,7 @@ def register(stack: str, machines: Sequence[Machine]) -> KnownHosts:
         environment={"KNOWN_HOSTS_FILE": path, "KNOWN_HOSTS": content},
         # A changed node address or key changes KNOWN_HOSTS: the update runs `create` again (rewrites the file).
         triggers=[content],
+        add_previous_output_in_env=False,
     )
     return KnownHosts(path=path, written=written)
 

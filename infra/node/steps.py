@@ -17,12 +17,24 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
+from infra.layout import PROJECT_DIR
 from infra.node import known_hosts, remote, ssh_access
 from infra.sources.base import Machine
 
-# Generous dial limits: nodes are new (sshd may not be up yet) and the GPU driver installer reboots them.
+# Generous dial limits for the first steps of a node: it is new (sshd may not be up yet). pulumi-command's
+# connection is one per resource, shared by create and delete (ConnectionArgs: dial_error_limit, per_dial_timeout).
 DIAL_ERROR_LIMIT = 120
 PER_DIAL_TIMEOUT_S = 15
+# Steps that run once the node is known to be up (after gpu-ready: the container, Ray, the job): a few minutes at
+# most, so an `up` against a node that went away fails in minutes, not half an hour per step.
+RUNNING_NODE_DIAL_ERROR_LIMIT = 10
+# Delete commands do not use pulumi-command's SSH connection at all: a local command (teardown.sh) probes the node
+# with these bounds and treats a node that does not answer as gone, so `pulumi destroy` of a cluster whose nodes
+# are stopped, reclaimed or unreachable finishes in about TEARDOWN_REACH_ATTEMPTS x TEARDOWN_REACH_TIMEOUT_S per step.
+TEARDOWN_REACH_ATTEMPTS = 2
+TEARDOWN_REACH_TIMEOUT_S = 20
+TEARDOWN_TIMEOUT_S = 300
+TEARDOWN_SCRIPT = "local/teardown.sh"
 OFFLINE_PRIVATE_KEY = "offline-plan-placeholder: no private key is read offline"
 
 
@@ -70,6 +82,7 @@ def connection(
     user: str = "root",
     port: int = 22,
     host_key: pulumi.Input[str] | None = None,
+    dial_error_limit: int = DIAL_ERROR_LIMIT,
 ) -> command.remote.ConnectionArgs:
     # key None: pulumi-command signs with the keys of the agent at $SSH_AUTH_SOCK (its default when no private key
     # is given). host_key None: pulumi-command cannot verify the host (it ignores the key then).
@@ -79,7 +92,7 @@ def connection(
         port=port,
         private_key=key,
         host_key=host_key,
-        dial_error_limit=DIAL_ERROR_LIMIT,
+        dial_error_limit=dial_error_limit,
         per_dial_timeout=PER_DIAL_TIMEOUT_S,
     )
 
@@ -97,15 +110,24 @@ class StepContext:
     port: int = 22
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first step (the machine)
     host_key: pulumi.Input[str] | None = None  # the host key the connection verifies
+    key_path: str = ""  # the private key file on this machine, for the local teardown commands ("": ssh's default)
+    known_hosts_file: str = ""  # the stack's known-hosts file, for the local teardown commands
+    host_key_checking: str = "yes"  # StrictHostKeyChecking of those: `accept-new` where the key is not known
+    dial_error_limit: int = DIAL_ERROR_LIMIT
 
 
 def context_for(
-    machine: Machine, key: pulumi.Output[str] | None, parent: pulumi.Resource, *, first: bool = False
+    machine: Machine, key: pulumi.Output[str] | None, parent: pulumi.Resource, *, first: bool = False,
+    key_path: str = "", running: bool = False,
 ) -> StepContext:
-    """The step context of one machine. `first`: the machine's first steps also wait for the machine itself."""
+    """The step context of one machine. `first`: the machine's first steps also wait for the machine itself.
+    `running`: the steps run on a node known to be up (after gpu-ready), with short dial limits."""
     return StepContext(node=machine.name, host=machine.ssh_host, key=key, parent=parent, user=machine.ssh_user,
                        port=machine.ssh_port, depends_on=machine.depends_on if first else (),
-                       host_key=machine.host_key)
+                       host_key=machine.host_key, key_path=key_path,
+                       known_hosts_file=known_hosts.known_hosts_path(pulumi.get_stack()),
+                       host_key_checking=known_hosts.host_key_checking(machine),
+                       dial_error_limit=RUNNING_NODE_DIAL_ERROR_LIMIT if running else DIAL_ERROR_LIMIT)
 
 
 def remote_step(
@@ -134,25 +156,68 @@ def remote_step(
         full_env = pulumi.Output.all(pulumi.Output.from_input(static_env), dynamic_env).apply(
             lambda parts: {**parts[0], **parts[1]}
         )
-    delete = None
+    depends_on: list[pulumi.Resource] = [*ctx.depends_on, *(r for _, r in after)]
     if delete_scripts:
-        node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
-        delete_values = pulumi.Output.all(
-            pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {})
-        )
-        delete = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
-                               sudo=ctx.user != "root")
+        # The step depends on its teardown, so Pulumi deletes the step first and then runs the teardown; a job's
+        # teardown (stop the job) thus runs before Ray's (stop Ray), which runs before the container goes. The
+        # same triggers replace both, so a replaced step is stopped (teardown's delete) before it starts again.
+        depends_on = [*depends_on, teardown_step(ctx, step, delete_scripts, delete_env, triggers, depends_on,
+                                                 f"{resource_name}-teardown")]
     resource = command.remote.Command(
         resource_name,
-        connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key),
+        connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key, ctx.dial_error_limit),
         create=remote.render(step, scripts, full_env, sudo=ctx.user != "root"),
-        delete=delete,
         triggers=list(triggers) if triggers is not None else None,
+        # Without this pulumi-command sends PULUMI_COMMAND_STDOUT/STDERR as SSH env requests, which a stock sshd
+        # refuses with a warning per step (AcceptEnv); the scripts never read them.
+        add_previous_output_in_env=False,
         opts=pulumi.ResourceOptions(
             parent=ctx.parent,
-            depends_on=[*ctx.depends_on, *(r for _, r in after)],
+            depends_on=depends_on,
             delete_before_replace=delete_before_replace,
         ),
     )
     record(ctx.node, step, "remote", scripts, [k for k, _ in after], resource_name)
+    return resource
+
+
+def teardown_step(
+    ctx: StepContext,
+    step: str,
+    delete_scripts: Sequence[str],
+    delete_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] | None,
+    triggers: Sequence[pulumi.Input[str]] | None,
+    depends_on: Sequence[pulumi.Resource],
+    resource_name: str,
+) -> command.local.Command:
+    """A local command whose delete runs `delete_scripts` on the node over ssh (infra/scripts/local/teardown.sh):
+    it probes the node with short bounds first and treats a node that does not answer as gone (done), so a
+    destroy never waits out pulumi-command's dial limits. Its create does nothing. The delete environment holds
+    no secrets (a container name, a job id): it is a plain environment variable of a local process."""
+    node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
+    delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {}))
+    remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
+                                   sudo=ctx.user != "root")
+    resource = command.local.Command(
+        resource_name,
+        delete=f"bash infra/scripts/{TEARDOWN_SCRIPT}",
+        dir=str(PROJECT_DIR),
+        environment={
+            "HOST": ctx.host,
+            "SSH_USER": ctx.user,
+            "SSH_PORT": str(ctx.port),
+            "SSH_KEY_PATH": ctx.key_path,
+            "KNOWN_HOSTS_FILE": ctx.known_hosts_file,
+            "HOST_KEY_CHECKING": ctx.host_key_checking,
+            "NODE_NAME": ctx.node,
+            "ROLL_STEP": f"{step}-delete",
+            "REMOTE_COMMAND": remote_command,
+            "REACH_ATTEMPTS": str(TEARDOWN_REACH_ATTEMPTS),
+            "REACH_TIMEOUT_S": str(TEARDOWN_REACH_TIMEOUT_S),
+            "TEARDOWN_TIMEOUT_S": str(TEARDOWN_TIMEOUT_S),
+        },
+        triggers=list(triggers) if triggers is not None else None,
+        add_previous_output_in_env=False,
+        opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(depends_on), delete_before_replace=True),
+    )
     return resource

@@ -67,6 +67,7 @@ def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[
 
 class RayCluster(pulumi.ComponentResource):
     head_private_ip: pulumi.Output[str]
+    generation: pulumi.Output[str]  # ray_commands.ray_generation: changes when Ray restarts on the head
     ready: pulumi.Resource
     settings: ray_commands.RaySettings
 
@@ -93,8 +94,13 @@ class RayCluster(pulumi.ComponentResource):
             delete_before_replace=True,
         )
         started.append((f"{head.name}/ray-head", head_start))
+        secret_names = sorted(args.secret_env)
+        # A secret Output when there are secrets (the digest is computed from them).
+        self.generation = pulumi.Output.all(
+            head.private_ip, head.bootstrap.container.id, *[args.secret_env[n] for n in secret_names]
+        ).apply(lambda v: ray_commands.ray_generation(node_settings, v[0], v[1], v[2:]))
         for rank, worker in enumerate(args.nodes[1:], start=1):
-            env = pulumi.Output.all(worker.private_ip, head.private_ip).apply(
+            env = pulumi.Output.all(worker.private_ip, head.private_ip, self.generation).apply(
                 functools.partial(_worker_env, node_settings, rank)
             )
             join = steps.remote_step(
@@ -113,11 +119,13 @@ class RayCluster(pulumi.ComponentResource):
         all_ips = pulumi.Output.all(*[n.private_ip for n in args.nodes])
         # A cluster-level step (it runs on the head): it reruns when nodes come or go, the head's own steps don't.
         self.ready = steps.remote_step(
-            steps.context_for(head.machine, args.private_key, self),
+            steps.context_for(head.machine, args.private_key, self, running=True),
             ray_commands.READY_STEP.step,
             ray_commands.READY_STEP.scripts,
             {},
-            dynamic_env=all_ips.apply(lambda ips: ray_commands.ready_env(node_settings, ips[0], ips)),
+            dynamic_env=pulumi.Output.all(all_ips, self.generation).apply(
+                lambda v: {**ray_commands.ready_env(node_settings, v[0][0], v[0]), "RAY_GENERATION": v[1]}
+            ),
             after=started,
             resource_name="ray-ready",
         )
@@ -125,10 +133,11 @@ class RayCluster(pulumi.ComponentResource):
 
     @staticmethod
     def _context(ray_node: RayNode, args: RayClusterArgs) -> steps.StepContext:
-        return steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap)
+        return steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap, running=True,
+                                 key_path=args.config.access.ssh_private_key_path)
 
 
 
-def _worker_env(settings: ray_commands.RaySettings, rank: int, ips: list[str]) -> dict[str, str]:
-    worker_ip, head_ip = ips
-    return ray_commands.worker_env(settings, worker_ip, head_ip, rank)
+def _worker_env(settings: ray_commands.RaySettings, rank: int, values: list[str]) -> dict[str, str]:
+    worker_ip, head_ip, generation = values
+    return ray_commands.worker_env(settings, worker_ip, head_ip, rank, generation)

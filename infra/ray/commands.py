@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import io
 import ipaddress
 import json
@@ -257,8 +258,11 @@ def head_env(settings: RaySettings, head_ip: str) -> dict[str, str]:
     }
 
 
-def worker_env(settings: RaySettings, node_ip: str, head_ip: str, node_rank: int) -> dict[str, str]:
-    """Environment of WORKER_STEP on node `node_rank` (1 and up); IPs are private."""
+def worker_env(
+    settings: RaySettings, node_ip: str, head_ip: str, node_rank: int, generation: str = ""
+) -> dict[str, str]:
+    """Environment of WORKER_STEP on node `node_rank` (1 and up); IPs are private. `generation`: the cluster's Ray
+    generation (ray_generation): when it changes the head restarted, and the worker rejoins."""
     if node_rank < 1:
         raise ValueError(f"a worker's node rank is 1 or more (0 is the head), not {node_rank}")
     return {
@@ -267,7 +271,19 @@ def worker_env(settings: RaySettings, node_ip: str, head_ip: str, node_rank: int
         "HEAD_IP": _ip(head_ip),
         "NODE_RANK": str(node_rank),
         "HEAD_WAIT_TIMEOUT_S": str(settings.head_wait_timeout_s),
+        "RAY_GENERATION": generation,
     }
+
+
+def ray_generation(settings: RaySettings, head_ip: str, head_container: str, secret_values: Sequence[str]) -> str:
+    """The cluster's Ray generation: a digest of everything the head's Ray runs with (its settings, its container,
+    the secrets in its environment). Ray restarts on the head when it changes, so the workers rejoin, the
+    readiness gate checks again and the job is submitted again: these steps carry it in their environment.
+    The secrets enter only through a digest of their own."""
+    secrets = hashlib.sha256("\0".join(secret_values).encode()).hexdigest()
+    document = json.dumps({"head": head_env(settings, head_ip), "container": head_container, "secrets": secrets},
+                          sort_keys=True)
+    return hashlib.sha256(document.encode()).hexdigest()[:32]
 
 
 def ready_env(settings: RaySettings, head_ip: str, node_ips: Sequence[str]) -> dict[str, str]:

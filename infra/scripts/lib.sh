@@ -85,13 +85,74 @@ retry() {
   done
 }
 
+# PROBE_TIMEOUT_S [30]: the bound on one probe of poll_until / wait_for (a `docker info`, `ray status`, Jobs API
+# call or ssh that hangs is cut there), so a wait never exceeds its own bound by more than one probe timeout.
+: "${PROBE_TIMEOUT_S:=30}"
+
+# bounded LIMIT_S CMD...: run CMD (a command or a shell function; its stdin, stdout and stderr are the caller's); cut
+# it, with everything it started, after LIMIT_S seconds (SIGTERM, then SIGKILL 5 s later) and return 124 then, else
+# CMD's status. `timeout` cannot run shell functions (and macOS has none), so CMD runs as a background job and a
+# watchdog job kills its whole process tree: a hung `docker exec` or `ssh` inside a probe function goes with it.
+bounded() {
+  local limit=$1 status=0 pid watchdog marker
+  shift
+  marker=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-bounded.XXXXXX")
+  # <&0: a background job's stdin would otherwise be /dev/null (the caller may feed CMD, e.g. a script to ssh).
+  "$@" <&0 &
+  pid=$!
+  {
+    sleep "$limit"
+    printf 'cut\n' >"$marker"
+    kill_tree TERM "$pid"
+    sleep 5
+    kill_tree KILL "$pid"
+  } </dev/null >/dev/null 2>&1 &
+  watchdog=$!
+  wait "$pid" || status=$?
+  kill_tree TERM "$watchdog"
+  wait "$watchdog" 2>/dev/null || :
+  if [[ -s "$marker" ]]; then
+    status=124
+  fi
+  rm -f "$marker"
+  return "$status"
+}
+
+# kill_tree SIGNAL PID: signal PID and all its descendants. The tree is listed first and signalled from the top:
+# a parent whose child died first would go on to its next command (the watchdog: to report a cut).
+kill_tree() {
+  local signal=$1 pid
+  for pid in $(process_tree "$2"); do
+    kill "-$signal" "$pid" 2>/dev/null || :
+  done
+}
+
+# process_tree PID: PID and its descendants, parents before their children.
+process_tree() {
+  local child
+  printf '%s\n' "$1"
+  for child in $(pgrep -P "$1" 2>/dev/null || :); do
+    process_tree "$child"
+  done
+}
+
 # poll_until TIMEOUT_S INTERVAL_S CMD...: poll CMD until it succeeds; return 1 after TIMEOUT_S, for callers whose
 # failure message and log tail are their own. POLL_WHAT (optional) names what is awaited in the progress banners.
+# Each probe is bounded by PROBE_TIMEOUT_S (a probe that hangs counts as a failed one, and is named in a banner).
 poll_until() {
-  local timeout=$1 interval=$2 what=${POLL_WHAT:-}
+  local timeout=$1 interval=$2 what=${POLL_WHAT:-} status limit
   shift 2
   local deadline=$((SECONDS + timeout)) next_report=$((SECONDS + 30))
-  until "$@" >/dev/null 2>&1; do
+  while true; do
+    # No probe runs past the deadline by more than a second (nor longer than PROBE_TIMEOUT_S).
+    limit=$((deadline - SECONDS < PROBE_TIMEOUT_S ? deadline - SECONDS : PROBE_TIMEOUT_S))
+    limit=$((limit < 1 ? 1 : limit))
+    status=0
+    bounded "$limit" "$@" >/dev/null 2>&1 || status=$?
+    ((status != 0)) || break
+    if ((status == 124)); then
+      banner "probe '$*' did not answer within ${limit}s: cut off"
+    fi
     if ((SECONDS >= deadline)); then
       return 1
     fi
@@ -99,7 +160,7 @@ poll_until() {
       banner "still waiting${what:+ for $what} ($((deadline - SECONDS))s left)"
       next_report=$((SECONDS + 30))
     fi
-    sleep "$interval"
+    sleep "$((interval < deadline - SECONDS ? interval : deadline - SECONDS))"
   done
 }
 

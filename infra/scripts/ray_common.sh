@@ -126,7 +126,8 @@ print("\n".join(sorted(found)))
 '
 
 ray_local_gcs_addresses() {
-  docker exec "$CONTAINER_NAME" python3 -c "$RAY_PROCESSES_PY" gcs 2>>"$ROLL_STEP_LOG" ||
+  timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" python3 -c "$RAY_PROCESSES_PY" gcs \
+    2>>"$ROLL_STEP_LOG" ||
     fail "could not list the Ray processes in container $CONTAINER_NAME (is python3 there?)"
 }
 
@@ -168,11 +169,13 @@ else:
 
 # job_client ACTION [DOCKER_EXEC_OPTION...]: run the Jobs API client for JOB_ID in the head container.
 # shellcheck disable=SC2153 # DASHBOARD_PORT is required by the job steps, from their environment
+# A Jobs API that accepts the connection and never answers would hang the step: every call is bounded by
+# JOB_CLIENT_TIMEOUT_S [120] (exit 124 when cut).
 job_client() {
   local action=$1
   shift
-  RAY_JOB_API="http://127.0.0.1:$DASHBOARD_PORT" docker exec -e RAY_JOB_API "$@" "$CONTAINER_NAME" \
-    python3 -c "$RAY_JOB_CLIENT_PY" "$action" "$JOB_ID"
+  RAY_JOB_API="http://127.0.0.1:$DASHBOARD_PORT" timeout -k 10 "${JOB_CLIENT_TIMEOUT_S:-120}" \
+    docker exec -e RAY_JOB_API "$@" "$CONTAINER_NAME" python3 -c "$RAY_JOB_CLIENT_PY" "$action" "$JOB_ID"
 }
 
 # job_state: prints the job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) or NOT_FOUND.
@@ -190,4 +193,106 @@ job_log_tail() {
     printf -- '--- last 40 lines of the log of Ray job %s ---\n' "$JOB_ID"
     tail -n 40 <<<"$log"
   } >>"$ROLL_STEP_LOG"
+}
+
+# ---- the recorded Ray settings (issue 11: changes applied, reboots survived) ----
+# Each Ray step records, inside the container, how it started Ray:
+#   $RAY_RECORD_DIR/settings   what Ray runs with, one setting a line, secrets only as a hash of their values
+#                              (computed here, from the step's environment, never on a command line)
+#   $RAY_RECORD_DIR/start      (mode 0600) the `ray start` arguments and the variables it needs, secrets included:
+#                              the container's main process (container_main.sh) starts Ray from it after a
+#                              reboot or a container restart, and rejoins a worker whenever its Ray is gone
+# A step that finds Ray running compares the recorded settings with its own: equal, Ray is left alone; different,
+# it names what differs, stops Ray and starts it with the new settings. While a step works on Ray it pauses the
+# main process's supervision ($RAY_PAUSE_FILE, on the container's /dev/shm: a restart clears it).
+RAY_RECORD_DIR=/var/lib/roll-cluster/ray
+RAY_PAUSE_FILE=/dev/shm/roll-cluster-ray.pause
+
+# ray_settings_text ARG...: the settings record for `ray start ARG...` with this step's RAY_EXTRA_ENV_NAMES,
+# NODE_RANK and RAY_GENERATION (the cluster's Ray generation: a worker restarts when the head's settings change).
+ray_settings_text() {
+  local name digest
+  printf '%s\n' "$@"
+  printf 'NODE_RANK=%s\n' "${NODE_RANK:-}"
+  printf 'RAY_GENERATION=%s\n' "${RAY_GENERATION:-}"
+  printf 'RAY_EXTRA_ENV_NAMES=%s\n' "${RAY_EXTRA_ENV_NAMES:-}"
+  if [[ -n "${RAY_EXTRA_ENV_NAMES:-}" ]]; then
+    # printf is a shell builtin: the values go through a pipe, not through any process's arguments.
+    digest=$(for name in $RAY_EXTRA_ENV_NAMES; do printf '%s=%s\0' "$name" "${!name:-}"; done | sha256sum)
+    printf 'sha256 of the values of %s=%s\n' "$RAY_EXTRA_ENV_NAMES" "${digest%% *}"
+  fi
+}
+
+# recorded_ray_settings: the settings record in the container (empty when there is none).
+recorded_ray_settings() {
+  timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" cat "$RAY_RECORD_DIR/settings" 2>/dev/null || :
+}
+
+# settings_differences OLD NEW: the names of the settings that differ ("--object-store-memory", "RAY_GENERATION",
+# "the values of WANDB_API_KEY", ...), comma-separated; "no record" when OLD is empty.
+settings_differences() {
+  local old=$1 new=$2 line key
+  local -a keys=()
+  if [[ -z "$old" ]]; then
+    printf 'no record of the settings it runs with'
+    return 0
+  fi
+  while IFS= read -r line; do
+    [[ -n "$line" ]] || continue
+    key=${line%%=*}
+    key=${key#sha256 of }
+    if ! grep -qxF -- "$line" <<<"$old" || ! grep -qxF -- "$line" <<<"$new"; then
+      [[ " ${keys[*]} " == *" $key "* ]] || keys+=("$key")
+    fi
+  done < <(printf '%s\n%s\n' "$old" "$new")
+  local IFS=,
+  printf '%s' "${keys[*]}" | sed 's/,/, /g'
+}
+
+# write_in_container PATH: write stdin to PATH in the container (mode 0600, through a temp file renamed over it).
+write_in_container() {
+  # shellcheck disable=SC2016 # $1 expands in the container's shell
+  docker exec -i "$CONTAINER_NAME" sh -c 'umask 077 && mkdir -p "$(dirname "$1")" && cat >"$1.tmp" && mv -f "$1.tmp" "$1"' \
+    write_in_container "$1"
+}
+
+# record_ray_start ROLE HEAD_ADDRESS ARG...: record the settings and the start command of `ray start ARG...`.
+record_ray_start() {
+  local role=$1 head=$2 name
+  shift 2
+  ray_settings_text "$@" | write_in_container "$RAY_RECORD_DIR/settings"
+  {
+    printf 'RAY_ROLE=%q\nRAY_HEAD_ADDRESS=%q\n' "$role" "$head"
+    printf 'export NODE_RANK=%q\n' "${NODE_RANK:-0}"
+    for name in ${RAY_EXTRA_ENV_NAMES:-}; do
+      printf 'export %s=%q\n' "$name" "${!name:-}"
+    done
+    printf 'RAY_START_ARGS=('
+    printf ' %q' "$@"
+    printf ' )\n'
+  } | write_in_container "$RAY_RECORD_DIR/start"
+}
+
+# forget_ray_start: remove the start record, so that nothing starts Ray again in this container (ray-stop).
+forget_ray_start() {
+  docker exec "$CONTAINER_NAME" rm -f "$RAY_RECORD_DIR/start" "$RAY_RECORD_DIR/settings"
+}
+
+# pause_ray_supervision: write the pause file, then wait (bounded) for a start the main process has under way.
+pause_ray_supervision() {
+  # shellcheck disable=SC2016 # $1 and $2 expand in the container's shell
+  timeout -k 5 360 docker exec "$CONTAINER_NAME" sh -c \
+    ': >"$1" && mkdir -p "$(dirname "$2")" && if command -v flock >/dev/null 2>&1; then flock "$2" true; fi' \
+    pause "$RAY_PAUSE_FILE" "$RAY_RECORD_DIR/supervisor.lock" >>"$ROLL_STEP_LOG" 2>&1 ||
+    fail "could not pause the supervision of Ray in container $CONTAINER_NAME"
+}
+
+resume_ray_supervision() {
+  docker exec "$CONTAINER_NAME" rm -f "$RAY_PAUSE_FILE" 2>/dev/null || :
+}
+
+# stop_local_ray: stop Ray in the container (`ray stop`, bounded) and wait until its processes are gone.
+stop_local_ray() {
+  logged timeout -k 10 "${RAY_STOP_TIMEOUT_S:-60}" docker exec "$CONTAINER_NAME" ray stop
+  wait_for "the old Ray processes in $CONTAINER_NAME to exit" "${RAY_STOP_TIMEOUT_S:-60}" 1 no_ray_process
 }

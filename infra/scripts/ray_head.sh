@@ -20,6 +20,10 @@
 #   RAY_EXTRA_ENV_NAMES      names of exported variables passed into `ray start` (secrets such as
 #                            WANDB_API_KEY, HF_TOKEN): the raylet and every job inherit them           empty
 #   RAY_START_TIMEOUT_S      bound on waiting for the GCS and `ray status` after the start             180
+#   RAY_GENERATION           the cluster's Ray generation (a hash of the head's settings): recorded    empty
+#
+# Ray already running as this head is left alone when the settings it was started with (recorded in the container,
+# see ray_common.sh) are the ones asked for; otherwise the step names what differs and restarts Ray with them.
 
 require_env CONTAINER_NAME NODE_IP GCS_PORT DASHBOARD_PORT CLIENT_PORT NUM_GPUS
 DASHBOARD_HOST=${DASHBOARD_HOST:-127.0.0.1}
@@ -36,13 +40,46 @@ require_int GCS_PORT DASHBOARD_PORT CLIENT_PORT NUM_GPUS NODE_RANK RAY_START_TIM
 export NODE_RANK
 
 head_already_running=false
+declare -a head_args=()
+
+# shellcheck disable=SC2153 # DASHBOARD_PORT is required above, from the step's environment
+build_head_args() {
+  head_args=(ray start --head --disable-usage-stats
+    "--node-ip-address=$NODE_IP" "--port=$GCS_PORT"
+    "--dashboard-host=$DASHBOARD_HOST" "--dashboard-port=$DASHBOARD_PORT"
+    "--ray-client-server-port=$CLIENT_PORT" "--num-gpus=$NUM_GPUS")
+  [[ -z "$RAY_TEMP_DIR" ]] || head_args+=("--temp-dir=$RAY_TEMP_DIR")
+  [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || head_args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
+  [[ -z "$RAY_NUM_CPUS" ]] || head_args+=("--num-cpus=$RAY_NUM_CPUS")
+  [[ -z "$RAY_RESOURCES" ]] || head_args+=("--resources=$RAY_RESOURCES")
+  if [[ -n "$RAY_SPILL_DIR" ]]; then
+    [[ "$RAY_SPILL_DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "RAY_SPILL_DIR must be an absolute plain path: $RAY_SPILL_DIR"
+    # Ray parses object_spilling_config as a JSON document held in a string of the JSON system config (a
+    # nested object, as in some guides, makes `ray start` fail). The newer --object-spilling-directory flag
+    # exists only from Ray 2.45 on; this form works with every Ray the frameworks use. Workers get it from the
+    # head, so every node spills to the same path.
+    local spilling='{"type":"filesystem","params":{"directory_path":"'"$RAY_SPILL_DIR"'"}}'
+    head_args+=("--system-config={\"object_spilling_config\":\"${spilling//\"/\\\"}\"}")
+  fi
+}
 
 check_existing_ray() {
-  local addresses
+  local addresses wanted recorded differences
   addresses=$(ray_local_gcs_addresses)
-  if [[ "$addresses" == "$NODE_IP:$GCS_PORT" ]]; then
-    head_already_running=true
-    banner "the Ray head already runs in $CONTAINER_NAME at $NODE_IP:$GCS_PORT; leaving it as it is"
+  # This node's own head on another port (gcsPort changed) is this cluster's head with a changed setting.
+  if [[ "$addresses" == "$NODE_IP:$GCS_PORT" || ( "$addresses" == "$NODE_IP:"* && "$addresses" != *$'\n'* ) ]]; then
+    wanted=$(ray_settings_text "${head_args[@]}")
+    recorded=$(recorded_ray_settings)
+    if [[ "$recorded" == "$wanted" ]]; then
+      head_already_running=true
+      banner "the Ray head already runs in $CONTAINER_NAME at $NODE_IP:$GCS_PORT; leaving it as it is (it runs with\
+ the settings asked for)"
+      return 0
+    fi
+    differences=$(settings_differences "$recorded" "$wanted")
+    banner "the Ray head in $CONTAINER_NAME: its settings changed ($differences): restarting it with the new\
+ ones (a running job ends)"
+    stop_local_ray
   elif [[ -n "$addresses" ]]; then
     fail "Ray already runs in container $CONTAINER_NAME as part of the cluster at ${addresses//$'\n'/, },\
  not as the head $NODE_IP:$GCS_PORT; stop it first (ray stop in the container, or the ray-stop step)"
@@ -52,29 +89,15 @@ check_existing_ray() {
   fi
 }
 
-# shellcheck disable=SC2153 # DASHBOARD_PORT is required above, from the step's environment
 start_head() {
-  local -a args=(ray start --head --disable-usage-stats
-    "--node-ip-address=$NODE_IP" "--port=$GCS_PORT"
-    "--dashboard-host=$DASHBOARD_HOST" "--dashboard-port=$DASHBOARD_PORT"
-    "--ray-client-server-port=$CLIENT_PORT" "--num-gpus=$NUM_GPUS")
-  [[ -z "$RAY_TEMP_DIR" ]] || args+=("--temp-dir=$RAY_TEMP_DIR")
-  [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
-  [[ -z "$RAY_NUM_CPUS" ]] || args+=("--num-cpus=$RAY_NUM_CPUS")
-  [[ -z "$RAY_RESOURCES" ]] || args+=("--resources=$RAY_RESOURCES")
   if [[ -n "$RAY_SPILL_DIR" ]]; then
-    [[ "$RAY_SPILL_DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "RAY_SPILL_DIR must be an absolute plain path: $RAY_SPILL_DIR"
     logged docker exec "$CONTAINER_NAME" mkdir -p "$RAY_SPILL_DIR"
-    # Ray parses object_spilling_config as a JSON document held in a string of the JSON system config (a
-    # nested object, as in some guides, makes `ray start` fail). The newer --object-spilling-directory flag
-    # exists only from Ray 2.45 on; this form works with every Ray the frameworks use. Workers get it from the
-    # head, so every node spills to the same path.
-    local spilling='{"type":"filesystem","params":{"directory_path":"'"$RAY_SPILL_DIR"'"}}'
-    args+=("--system-config={\"object_spilling_config\":\"${spilling//\"/\\\"}\"}")
   fi
   collect_container_env
   add_jemalloc_preload
-  logged exec_with_env -e NODE_RANK -- "${args[@]}"
+  # Recorded before the start: the container's main process starts Ray from it after a reboot.
+  record_ray_start head "$NODE_IP:$GCS_PORT" "${head_args[@]}"
+  logged exec_with_env -e NODE_RANK -- "${head_args[@]}"
 }
 
 gcs_answers() {
@@ -92,6 +115,10 @@ wait_head_ready() {
 }
 
 run_step require_container "check that container $CONTAINER_NAME runs"
+build_head_args
+# The container's main process must not start Ray from an old record while this step works on it.
+pause_ray_supervision
+trap resume_ray_supervision EXIT
 run_step check_existing_ray "look for Ray already running in $CONTAINER_NAME"
 if [[ "$head_already_running" == false ]]; then
   run_step start_head "start the Ray head ($NUM_GPUS GPUs, GCS port $GCS_PORT, node rank $NODE_RANK)"

@@ -21,13 +21,15 @@ stop_ray() {
     banner "container $CONTAINER_NAME is not running: Ray is not running there"
     return 0
   fi
+  # First forget how Ray was started: the container's main process must not start it again.
+  logged forget_ray_start
   addresses=$(ray_local_gcs_addresses)
   if [[ -z "$addresses" ]]; then
     banner "Ray is not running in $CONTAINER_NAME"
     return 0
   fi
   banner "stopping Ray in $CONTAINER_NAME (cluster ${addresses//$'\n'/, })"
-  logged docker exec "$CONTAINER_NAME" ray stop
+  logged timeout -k 10 "$RAY_STOP_TIMEOUT_S" docker exec "$CONTAINER_NAME" ray stop
   wait_for "Ray's processes in $CONTAINER_NAME to exit" "$RAY_STOP_TIMEOUT_S" 1 no_ray_process
 }
 

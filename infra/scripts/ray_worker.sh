@@ -19,6 +19,11 @@
 #   RAY_PRELOAD_JEMALLOC     1: Ray starts with the container's jemalloc preloaded (ray_common.sh)     0
 #   RAY_EXTRA_ENV_NAMES      names of exported variables passed into `ray start` (see ray_head.sh)     empty
 #   RAY_START_ATTEMPTS       attempts of `ray start` (a head that just came up may refuse briefly)     3
+#   RAY_GENERATION           the cluster's Ray generation (a hash of the head's settings): when it
+#                            changes the head restarted, and so does this worker                       empty
+#
+# Ray already joined to the head is left alone when the recorded settings (ray_common.sh) are the ones asked for;
+# otherwise the step names what differs and rejoins with the new ones.
 
 require_env CONTAINER_NAME NODE_IP HEAD_IP GCS_PORT NUM_GPUS NODE_RANK
 HEAD_WAIT_TIMEOUT_S=${HEAD_WAIT_TIMEOUT_S:-900}
@@ -35,17 +40,34 @@ export NODE_RANK
 
 head_address="$HEAD_IP:$GCS_PORT"
 already_joined=false
+declare -a join_args=()
+
+build_join_args() {
+  join_args=(ray start --disable-usage-stats "--address=$head_address"
+    "--node-ip-address=$NODE_IP" "--num-gpus=$NUM_GPUS")
+  [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || join_args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
+  [[ -z "$RAY_NUM_CPUS" ]] || join_args+=("--num-cpus=$RAY_NUM_CPUS")
+  [[ -z "$RAY_RESOURCES" ]] || join_args+=("--resources=$RAY_RESOURCES")
+}
 
 check_existing_ray() {
-  local addresses
+  local addresses wanted recorded
   addresses=$(ray_local_gcs_addresses)
   if [[ "$addresses" == "$head_address" ]]; then
-    already_joined=true
-    banner "Ray in $CONTAINER_NAME has already joined the head $head_address; leaving it as it is"
+    wanted=$(ray_settings_text "${join_args[@]}")
+    recorded=$(recorded_ray_settings)
+    if [[ "$recorded" == "$wanted" ]]; then
+      already_joined=true
+      banner "Ray in $CONTAINER_NAME has already joined the head $head_address; leaving it as it is (it runs with\
+ the settings asked for)"
+      return 0
+    fi
+    banner "Ray in $CONTAINER_NAME: its settings changed ($(settings_differences "$recorded" "$wanted")):\
+ stopping it to rejoin with the new ones"
+    stop_local_ray
   elif [[ -n "$addresses" ]]; then
     banner "Ray in $CONTAINER_NAME belongs to ${addresses//$'\n'/, }, not $head_address: stopping it to rejoin"
-    logged docker exec "$CONTAINER_NAME" ray stop
-    wait_for "the old Ray processes in $CONTAINER_NAME to exit" 60 1 no_ray_process
+    stop_local_ray
   fi
 }
 
@@ -64,21 +86,23 @@ wait_for_head() {
 }
 
 join_head() {
-  local -a args=(ray start --disable-usage-stats "--address=$head_address"
-    "--node-ip-address=$NODE_IP" "--num-gpus=$NUM_GPUS")
-  [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || args+=("--object-store-memory=$RAY_OBJECT_STORE_MEMORY")
-  [[ -z "$RAY_NUM_CPUS" ]] || args+=("--num-cpus=$RAY_NUM_CPUS")
-  [[ -z "$RAY_RESOURCES" ]] || args+=("--resources=$RAY_RESOURCES")
   if [[ -n "$RAY_TEMP_DIR" ]]; then
     logged docker exec "$CONTAINER_NAME" mkdir -p "$RAY_TEMP_DIR"
   fi
   collect_container_env
   add_jemalloc_preload
-  retry "$RAY_START_ATTEMPTS" 5 log_cmd exec_with_env -e NODE_RANK -- "${args[@]}" ||
+  # Recorded before the join: the container's main process rejoins from it whenever this worker's Ray is gone
+  # (a reboot of this node, or of the head).
+  record_ray_start worker "$head_address" "${join_args[@]}"
+  retry "$RAY_START_ATTEMPTS" 5 log_cmd exec_with_env -e NODE_RANK -- "${join_args[@]}" ||
     fail "ray start --address=$head_address failed $RAY_START_ATTEMPTS times"
 }
 
 run_step require_container "check that container $CONTAINER_NAME runs"
+build_join_args
+# The container's main process must not rejoin from an old record while this step works on Ray.
+pause_ray_supervision
+trap resume_ray_supervision EXIT
 run_step check_existing_ray "look for Ray already running in $CONTAINER_NAME"
 if [[ "$already_joined" == false ]]; then
   run_step wait_for_head "wait for the head $head_address"

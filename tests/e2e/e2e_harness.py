@@ -140,11 +140,14 @@ class CommandResult:
 class RunningCommand:
     """A command started in the background (say a worker that waits for a head not started yet)."""
 
-    def __init__(self, where: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, where: str, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> None:
         self.where = where
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            cwd=cwd,
         )
 
     def running(self) -> bool:
@@ -175,6 +178,8 @@ class TestNetwork:
         self.ssh_config = STATE_ROOT / "client" / "ssh_config"
         self.client_bin = STATE_ROOT / "client" / "bin"
         self._inits: list[subprocess.Popen[bytes]] = []
+        self._init_of: dict[str, subprocess.Popen[bytes]] = {}
+        self._init_argv: dict[str, tuple[list[str], dict[str, str]]] = {}
 
     # ---- life cycle ----
 
@@ -283,12 +288,35 @@ class TestNetwork:
         }
         argv = ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--uts"]
         argv += ["--", "bash", str(SUPPORT_DIR / "host_init.sh")]
+        self._init_argv[host.name] = (argv, env)
+        self._launch_init(host)
+
+    def _launch_init(self, host: TestHost) -> None:
+        argv, env = self._init_argv[host.name]
         with open(host.root / "init.log", "ab") as log:
-            self._inits.append(
-                subprocess.Popen(
-                    argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-                )
+            init = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
+        self._inits.append(init)
+        self._init_of[host.name] = init
+
+    # ---- a host going away, or rebooting ----
+
+    def power_off(self, host: TestHost) -> None:
+        """Kill every process of the host (sshd, containers, Ray) at once, as a power loss would; the address stays
+        on the bridge and refuses connections."""
+        _kill_namespace_processes(host.netns)
+        init = self._init_of.get(host.name)
+        if init is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                init.wait(timeout=10)
+
+    def reboot(self, host: TestHost) -> None:
+        """power_off, then start the host's init again (which starts, like dockerd at boot, the containers whose
+        restart policy says so, then sshd); returns once sshd answers."""
+        self.power_off(host)
+        self._launch_init(host)
+        self._wait_for_ssh(host)
 
     def _wait_for_ssh(self, host: TestHost, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -307,14 +335,19 @@ class TestNetwork:
 
     # ---- containers (the docker stand-in's) ----
 
-    def create_container(self, host: TestHost, name: str, env: Mapping[str, str] | None = None) -> None:
-        """`docker run -d --init --name NAME --network host IMAGE sleep infinity`, unless it runs already."""
+    def create_container(
+        self, host: TestHost, name: str, env: Mapping[str, str] | None = None, command: Sequence[str] = ()
+    ) -> None:
+        """`docker run -d --init --restart unless-stopped --name NAME --network host IMAGE CMD` (CMD: the given
+        command, by default `sleep infinity`), unless it runs already."""
         options = " ".join(f"-e {shlex.quote(f'{key}={value}')}" for key, value in (env or {}).items())
-        command = (
+        argv = " ".join(shlex.quote(word) for word in (command or ["sleep", "infinity"]))
+        script = (
             f"docker inspect --format '{{{{.State.Running}}}}' {name} >/dev/null 2>&1 || "
-            f"docker run -d --init --name {name} --network host {options} e2e-training-image sleep infinity"
+            f"docker run -d --init --restart unless-stopped --name {name} --network host {options} "
+            f"e2e-training-image {argv}"
         )
-        self.run(host, command, timeout=30).check()
+        self.run(host, script, timeout=30).check()
 
     def remove_container(self, host: TestHost, name: str) -> None:
         self.run(host, f"docker rm -f {name}", timeout=30).check()

@@ -15,11 +15,17 @@
 #     reports the runtimes of /etc/docker/daemon.json (the host's own copy, see host_init.sh)
 #   docker pull IMAGE, docker image inspect [--format '{{.Id}}' | '{{.Architecture}}'] IMAGE: images are names
 #     recorded under images/, built for this machine's CPU
+#   docker run ... --restart POLICY: like a container's own filesystem, /var/lib/roll-cluster is private to the
+#       container (a bind mount of <name>.lib in its mount namespace) and survives its restarts; its argv is kept
+#       in <name>.argv for a restart at "boot".
+#   docker _boot   (the stand-in's own: what dockerd does at boot) start again every container whose restart policy
+#       is unless-stopped or always and whose processes are gone (a "rebooted" host, see host_init.sh)
 #   docker exec [-i] [-t] [-d] [-e NAME[=VALUE]]... [-w DIR] CONTAINER CMD [ARG...]
 #   docker inspect --format '{{.State.Running}}' CONTAINER
 #   docker rm -f CONTAINER
 # State: $E2E_DOCKER_STATE/containers/<name> holds the PID of the container's init (as the host sees it),
-# <name>.env its environment (NAME=VALUE lines).
+# <name>.env its environment (NAME=VALUE lines), <name>.run the `docker run` arguments (NUL-separated) and
+# <name>.restart its restart policy.
 #
 # Environment (set by the per-host wrapper): E2E_DOCKER_STATE, E2E_RAY_VENV.
 set -euo pipefail
@@ -48,8 +54,8 @@ sys.exit(0 if "nvidia" in json.load(open("/etc/docker/daemon.json")).get("runtim
 }
 
 docker_run() {
-  local name='' launcher pid='' attempt spec
-  local -a env_args=() init=() recorded=()
+  local name='' launcher pid='' attempt spec restart=no
+  local -a env_args=() init=() recorded=() argv=("$@")
   while (($#)); do
     case "$1" in
       -d | --detach) ;;
@@ -75,7 +81,8 @@ docker_run() {
       --ipc) shift && recorded+=("ipc $1") ;;
       --shm-size) shift && recorded+=("shm-size $1") ;;
       --ulimit) shift && recorded+=("ulimit $1") ;;
-      --restart) shift && recorded+=("restart $1") ;;
+      --restart) shift && restart=$1 && recorded+=("restart $1") ;;
+      --restart=*) restart=${1#--restart=} && recorded+=("restart $restart") ;;
       # Docker's --init puts a reaper (tini) in front of CMD as PID 1; bash reaps orphans the same way. Without
       # it, daemons started by `docker exec` (Ray's) become zombies of CMD when they exit, as in real Docker.
       --init) init=(bash -c '"$@" & wait "$!"' init) ;;
@@ -93,14 +100,19 @@ docker_run() {
   shift # the image: there are no images here
   (($#)) || set -- sleep infinity
   [[ ! -e "$containers/$name" ]] || die "docker: Error response from daemon: Conflict. The container name \"/$name\" is already in use."
-  mkdir -p "$containers"
+  mkdir -p "$containers" "$containers/$name.lib" /var/lib/roll-cluster
   printf '%s\n' "${recorded[@]}" >"$containers/$name.run"
   : >"$containers/$name.env"
   if ((${#env_args[@]})); then
     printf '%s\n' "${env_args[@]}" >"$containers/$name.env"
   fi
-  setsid unshare --pid --fork --mount-proc -- env -i "${base_env[@]}" "${env_args[@]}" "${init[@]}" "$@" \
-    </dev/null >/dev/null 2>&1 &
+  printf '%s\0' "${argv[@]}" >"$containers/$name.argv"
+  printf '%s\n' "$restart" >"$containers/$name.restart"
+  # shellcheck disable=SC2016 # $1 expands in the container's first shell
+  setsid unshare --pid --fork --mount-proc -- \
+    bash -c 'mount --bind "$1" /var/lib/roll-cluster && shift && exec "$@"' container "$containers/$name.lib" \
+    env -i "${base_env[@]}" "${env_args[@]}" "${init[@]}" "$@" \
+    </dev/null >>"$containers/$name.log" 2>&1 &
   launcher=$!
   # The container's init is the child unshare forks into the new PID namespace.
   for attempt in $(seq 100); do
@@ -120,7 +132,7 @@ docker_rm() {
     kill -KILL "$pid" # the kernel ends every process of the container's PID namespace with it
   fi
   [[ -e "$containers/$2" ]] || die "Error response from daemon: No such container: $2"
-  rm -f "$containers/$2" "$containers/$2.env"
+  rm -rf "$containers/$2" "$containers/$2.env" "$containers/$2.run" "$containers/$2.argv" "$containers/$2.restart" "$containers/$2.lib"
   printf '%s\n' "$2"
 }
 
@@ -169,6 +181,11 @@ docker_exec() {
   (($# >= 2)) || die "fake docker: exec needs a container and a command"
   name=$1
   shift
+  # A daemon that hangs, for the tests of bounded probes: $E2E_DOCKER_STATE/hang-exec holds a text; an exec whose
+  # command contains it never returns (its process is named e2e-hung-exec).
+  if [[ -s "$E2E_DOCKER_STATE/hang-exec" && "$*" == *"$(<"$E2E_DOCKER_STATE/hang-exec")"* ]]; then
+    exec -a e2e-hung-exec sleep 3600
+  fi
   pid=$(init_pid "$name") || die "Error response from daemon: No such container: $name"
   local -a container_env=()
   mapfile -t container_env <"$containers/$name.env"
@@ -231,6 +248,20 @@ docker_pull() {
   mkdir -p "$E2E_DOCKER_STATE/images"
   echo "sha256:$(printf '%s' "$image" | sha256sum | cut -c 1-64)" >"$E2E_DOCKER_STATE/images/${image//\//_}"
   echo "Status: Downloaded newer image for $image"
+
+docker_boot() {
+  local state name policy
+  local -a argv
+  for state in "$containers"/*.restart; do
+    [[ -e "$state" ]] || continue
+    name=$(basename "$state" .restart)
+    policy=$(<"$state")
+    [[ "$policy" == unless-stopped || "$policy" == always ]] || continue
+    ! init_pid "$name" >/dev/null || continue
+    mapfile -d '' -t argv <"$containers/$name.argv"
+    rm -f "$containers/$name"
+    docker_run "${argv[@]}" >/dev/null
+  done
 }
 
 (($#)) || die "fake docker: no command"
@@ -245,5 +276,6 @@ case "$subcommand" in
   version) echo 27.3.1-e2e ;;
   image) docker_image "$@" ;;
   pull) docker_pull "$@" ;;
+  _boot) docker_boot ;;
   *) die "fake docker: unsupported command: $subcommand" ;;
 esac

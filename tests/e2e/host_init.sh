@@ -38,6 +38,9 @@ mount -t tmpfs -o size=1g,mode=1777 e2e-shm /dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666 e2e-pts /dev/pts || true
 mkdir -p /run/sshd
 
+# As dockerd does at boot: start the containers whose restart policy says so (after a simulated reboot).
+"$E2E_HOST_DIR/bin/docker" _boot >>"$E2E_HOST_DIR/init.log" 2>&1 || echo "docker _boot failed" >&2
+
 /usr/sbin/sshd -D -e -f "$E2E_SSHD_CONFIG" 2>>"$E2E_HOST_DIR/sshd.log" &
 # As PID 1, bash also reaps the daemons `ray start` leaves behind; the host lives as long as its sshd.
 wait "$!"

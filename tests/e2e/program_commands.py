@@ -28,11 +28,14 @@ class ProgramCommands:
     workers: list[str]  # rank 1.. in order
     ready: str
     submit: str | None  # None with training.autoStart false
-    job_stop: str | None  # the job's delete command (pulumi destroy, or a replaced job)
-    ray_stop: list[str]  # every node's Ray delete command, rank 0 first
+    job_stop: str | None  # the job's delete command (pulumi destroy, or a replaced job), as it runs on the head
+    ray_stop: list[str]  # every node's Ray delete command, rank 0 first, as it runs on the node
     outputs: dict[str, Any]
     rendered_config: str | None  # the training configuration the job step ships (ROLL's YAML)
     known_hosts: str  # the stack's known-hosts local command (create, in its directory, with its environment)
+    container_command: list[str]  # the training container's command (its main process)
+    # The local teardown commands `pulumi destroy` runs (job first, then Ray, rank 0 first): their environments.
+    teardowns: list[dict[str, str]]
 
 
 def render_cluster(
@@ -48,6 +51,7 @@ def render_cluster(
     secrets: Mapping[str, str] | None = None,
     training: Mapping[str, Any] | None = None,
     host_key_files: Sequence[Path] = (),
+    container: str = "roll",
 ) -> ProgramCommands:
     """Run the program on len(ips) nodes whose public and private addresses are `ips`, for a `custom` job of
     `entrypoint` or, given `training`, that training section (e.g. a ROLL job).
@@ -76,6 +80,7 @@ def render_cluster(
             "roll-cluster:training": training or {"framework": "custom",
                                                   "custom": {"entrypoint": entrypoint, "workingDir": working_dir}},
             "roll-cluster:storage": {"nas": False},
+            "roll-cluster:container": {"name": container},
         },
         secrets={f"roll-cluster:{key}": value for key, value in (secrets or {}).items()},
     )
@@ -86,16 +91,21 @@ def render_cluster(
     names = {r.name for r in cloud.resources}
     workers = [f"node-{rank}-ray-worker" for rank in range(1, len(ips))]
     job = inputs("training-job") if "training-job" in names else None
+    ray_steps = ["node-0-ray-head", *workers]
+    teardowns = [inputs(f"{name}-teardown")["environment"] for name in ["training-job", *ray_steps]
+                 if f"{name}-teardown" in names]
     return ProgramCommands(
         head=inputs("node-0-ray-head")["create"],
         workers=[inputs(name)["create"] for name in workers],
         ready=inputs("ray-ready")["create"],
         submit=job["create"] if job else None,
-        job_stop=job["delete"] if job else None,
-        ray_stop=[inputs(name)["delete"] for name in ["node-0-ray-head", *workers]],
+        job_stop=inputs("training-job-teardown")["environment"]["REMOTE_COMMAND"] if job else None,
+        ray_stop=[inputs(f"{name}-teardown")["environment"]["REMOTE_COMMAND"] for name in ray_steps],
         outputs=result.outputs,
         rendered_config=steps.NOTES["job_spec"].rendered_config if "job_spec" in steps.NOTES else None,
         known_hosts=_local_command(inputs("known-hosts")),
+        container_command=list(inputs("node-0-container")["command"]),
+        teardowns=[dict(env) for env in teardowns],
     )
 
 

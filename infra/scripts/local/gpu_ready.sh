@@ -20,6 +20,7 @@
 #   TIMEOUT_S [2400]          overall deadline
 #   INTERVAL_S [10]           pause between probes (fractions allowed)
 #   GPUS_MISSING_GRACE_S [120]  how long fewer GPUs than expected are tolerated once the driver is up
+#   SSH_PROBE_TIMEOUT_S [60]  bound on one ssh probe (a hung session is cut and counts as an ssh failure)
 #   NODE_NAME [HOST]          shown in every line
 #   ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]   local log of probes and ssh errors
 #   Node-side overrides, forwarded to gpu_check.sh when set (tests point them into a temp dir):
@@ -44,12 +45,13 @@ source "$SCRIPTS_DIR/lib.sh"
 : "${TIMEOUT_S:=2400}"
 : "${INTERVAL_S:=10}"
 : "${GPUS_MISSING_GRACE_S:=120}"
+: "${SSH_PROBE_TIMEOUT_S:=60}"
 # Several nodes are polled in parallel from the same machine: one log per node.
 ROLL_STEP_LOG="$ROLL_LOG_DIR/gpu-ready-${NODE_NAME//\//_}.log"
 
 check_settings() {
   require_env HOST EXPECTED_GPUS KNOWN_HOSTS_FILE
-  require_int EXPECTED_GPUS SSH_PORT TIMEOUT_S GPUS_MISSING_GRACE_S
+  require_int EXPECTED_GPUS SSH_PORT TIMEOUT_S GPUS_MISSING_GRACE_S SSH_PROBE_TIMEOUT_S
   [[ "$INTERVAL_S" =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "INTERVAL_S must be a number of seconds, got '$INTERVAL_S'"
   case $HOST_KEY_CHECKING in
     yes | accept-new) ;;
@@ -103,8 +105,14 @@ run_check() {
   errors=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-ssh-errors.XXXXXX")
   CHECK_STATUS=0
   # shellcheck disable=SC2029  # SUDO is meant to expand here: it selects the remote command
-  CHECK_OUTPUT=$(ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" "${SUDO}bash -s" <"$CHECK_SCRIPT" 2>"$errors") \
-    || CHECK_STATUS=$?
+  # bounded: an ssh session that hangs (a node that accepts the connection and then freezes) counts as an ssh
+  # failure after SSH_PROBE_TIMEOUT_S, so the deadline holds.
+  CHECK_OUTPUT=$(bounded "$SSH_PROBE_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" "${SUDO}bash -s" \
+    <"$CHECK_SCRIPT" 2>"$errors") || CHECK_STATUS=$?
+  if ((CHECK_STATUS == 124)); then
+    printf 'ssh probe cut off after %ss\n' "$SSH_PROBE_TIMEOUT_S" >>"$errors"
+    CHECK_STATUS=255
+  fi
   SSH_ERROR=$(tail -n 1 "$errors")
   {
     printf '[%s] exit %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$CHECK_STATUS" "${CHECK_OUTPUT%%$'\n'*}"
@@ -121,8 +129,9 @@ request_reboot() {
   local status=0
   banner "driver installed; rebooting $HOST once to load it (${CHECK_OUTPUT%%$'\n'*})"
   # shellcheck disable=SC2029  # SUDO is meant to expand here: it selects the remote command
-  ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" "${SUDO}systemctl reboot" </dev/null >>"$ROLL_STEP_LOG" 2>&1 \
-    || status=$?
+  bounded "$SSH_PROBE_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" "${SUDO}systemctl reboot" </dev/null \
+    >>"$ROLL_STEP_LOG" 2>&1 || status=$?
+  ((status != 124)) || status=255
   # 255: the connection dropped because the node went down, which is what was asked for.
   if ((status != 0 && status != 255)); then
     fail "'systemctl reboot' on $HOST exited $status"

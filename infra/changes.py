@@ -1,0 +1,39 @@
+"""What a changed setting does to a running cluster, and what a reboot does: the offline plan and the README show
+this table, and tests hold the program to it (tests/test_runtime_reliability.py).
+
+How each effect comes about: a Ray step's command carries its settings (and the secrets, as secrets), so a change
+reruns the step; the step compares the settings Ray was started with (recorded in the container, see
+infra/scripts/ray_common.sh) and restarts Ray when they differ. The workers, the readiness gate and the job carry
+the cluster's Ray generation (infra.ray.commands.ray_generation), so they rerun when the head's Ray restarts.
+The container is replaced when its image, shm size or NAS changes (pulumi-docker replaces a container whose
+inputs change), and the Ray steps with it (their triggers hold the container id).
+"""
+
+from __future__ import annotations
+
+# (what changes, what happens)
+CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
+    ("ray.gcsPort, ray.dashboardPort, ray.clientPort, ray.objectStoreMemoryGb, access.dashboard (the dashboard host)",
+     "Ray restarts on every node with the new settings (the step names what differs); the job is submitted again"),
+    ("wandbApiKey, hfToken (a rotated secret)",
+     "Ray restarts on every node so the raylet and jobs get the new value; the job is submitted again"),
+    ("container.image, container.shmSize, storage.nas (the NAS)",
+     "the training containers are recreated (Ray stopped first), Ray starts in the new ones; the job is submitted "
+     "again"),
+    ("training.* (the job's configuration)",
+     "only the job: the old one is stopped, the new one submitted under a new submission id; Ray keeps running"),
+    ("nodes.count",
+     "Ray keeps running on the nodes that stay; new nodes join, removed ones leave (`ray stop`), the readiness gate "
+     "checks again; a job whose configuration depends on the node count is replaced as for training.*"),
+)
+
+REBOOT_EFFECTS: tuple[tuple[str, str], ...] = (
+    ("a worker reboots",
+     "Docker starts after the data disk and NAS mounts, restarts the container, and its main process rejoins Ray "
+     "with the recorded settings; the job loses that node's tasks (whether it survives is the framework's call)"),
+    ("the head reboots",
+     "the head's Ray comes back by itself with the recorded settings and the workers rejoin it; the running job "
+     "ends with the head (Ray keeps no job across a restart): `jobStatus` then reports it missing, and "
+     "`pulumi up --replace <the training-job URN>` submits it again (ROLL/verl/OpenRLHF resume from their "
+     "checkpoints on the NAS when configured to)"),
+)

@@ -1,0 +1,181 @@
+"""A cluster that stays right (issue 11), on real hosts with the program's own commands (program_commands.py): a
+changed object-store size restarts Ray and shows in `ray status`; a rebooted node (every process of the host
+killed, its init started again) rejoins without `pulumi up`; a hung probe is cut at its bound; `pulumi destroy`'s
+teardown commands finish with one host gone.
+
+Two of the session's hosts: e2e-h0 the head, e2e-h1 a worker. The containers run the program's own container
+command (container_main.sh) with restart policy unless-stopped, which the docker stand-in honours at "boot".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from e2e_harness import REPO, CommandResult, TestHost, TestNetwork
+from program_commands import ProgramCommands, render_cluster
+
+pytestmark = pytest.mark.e2e
+
+CONTAINER = "life"
+SECRET = "e2e-wandb-lifecycle-4f2a"
+GIB = 1024**3
+
+
+def commands_for(network: TestNetwork, object_store_gb: float) -> ProgramCommands:
+    hosts = network.hosts[:2]
+    return render_cluster(
+        [h.ip for h in hosts], str(network.client_key), container=CONTAINER,
+        ray={"objectStoreMemoryGb": object_store_gb, "readyTimeoutSeconds": 90, "headWaitTimeoutSeconds": 120},
+        secrets={"wandbApiKey": SECRET},
+    )
+
+
+def ray_status(network: TestNetwork, head: TestHost) -> CommandResult:
+    return network.run(head, f"docker exec {CONTAINER} ray status --address {head.ip}:6379", timeout=60)
+
+
+def alive_nodes(status: str) -> int:
+    active = status.split("Active:", 1)[-1].split("Pending:", 1)[0]
+    return len(re.findall(r"^\s*\d+ node_", active, flags=re.MULTILINE))
+
+
+def wait_for_nodes(network: TestNetwork, head: TestHost, count: int, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = ray_status(network, head)
+        if status.returncode == 0 and alive_nodes(status.stdout) == count:
+            return status.stdout
+        assert time.monotonic() < deadline, f"not {count} nodes after {timeout}s:\n{status.output}"
+        time.sleep(2)
+
+
+def object_store_mib(status: str) -> float:
+    """The cluster's total object store in MiB from `ray status` (`0B/190.73MiB object_store_memory`)."""
+    match = re.search(r"/([\d.]+)(GiB|MiB|KiB) object_store_memory", status)
+    assert match, status
+    scale = {"GiB": 1024.0, "MiB": 1.0, "KiB": 1 / 1024}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def secret_on_a_command_line(host: TestHost) -> list[str]:
+    pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+    found = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if SECRET.encode() in cmdline:
+            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace")[:200])
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramCommands]]:
+    head, worker = network.hosts[:2]
+    commands = commands_for(network, 0.1)
+    for host in (head, worker):
+        # Ray left running by another module in its own container would share this host's ports and GPUs.
+        others = [p.name for p in (host.root / "docker" / "containers").glob("*.env") if p.stem != CONTAINER]
+        for other in others:
+            network.run(host, f"docker exec {other.removesuffix('.env')} ray stop --force || true", timeout=120)
+        network.create_container(host, CONTAINER, command=commands.container_command)
+    network.run(head, commands.head).check()
+    network.run(worker, commands.workers[0]).check()
+    network.run(head, commands.ready).check()
+    yield head, worker, commands
+    for host in (head, worker):
+        network.run(host, f"docker rm -f {CONTAINER}", timeout=60)
+
+
+def test_a_changed_object_store_size_restarts_ray_and_shows_in_ray_status(network, cluster):
+    head, worker, _ = cluster
+    small = object_store_mib(ray_status(network, head).check().stdout)
+    after = commands_for(network, 0.2)
+    restarted = network.run(head, after.head).check()
+    assert "settings changed (--object-store-memory" in restarted.output, restarted.output
+    # The worker's raylet left with the old head; the worker step joins again with the new size (or, had its
+    # container's main process rejoined it first with the old record, names the difference and restarts it).
+    rejoined = network.run(worker, after.workers[0]).check()
+    assert "join 198.18.0.11:6379" in rejoined.output or "settings changed" in rejoined.output, rejoined.output
+    network.run(head, after.ready).check()
+    assert abs(small - 2 * 0.1 * 1024) < 2, small
+    deadline = time.monotonic() + 60
+    while True:
+        big = object_store_mib(wait_for_nodes(network, head, 2, timeout=60))
+        if abs(big - 2 * 0.2 * 1024) < 2:
+            break
+        assert time.monotonic() < deadline, (small, big)
+        time.sleep(2)
+    # The same settings again: Ray is left as it is.
+    again = network.run(head, after.head).check()
+    assert "leaving it as it is (it runs with the settings asked for)" in again.output
+    for result in (restarted, rejoined, again):
+        assert SECRET not in result.output
+
+
+def test_a_rebooted_worker_rejoins_without_pulumi_up(network, cluster):
+    head, worker, _ = cluster
+    wait_for_nodes(network, head, 2, timeout=30)
+    network.reboot(worker)
+    # The stand-in dockerd restarted the container; its main process rejoins from the recorded settings.
+    wait_for_nodes(network, head, 2, timeout=120)
+    log = network.run(worker, f"docker exec {CONTAINER} cat /var/lib/roll-cluster/ray/supervisor.log").check()
+    assert "starting Ray (worker" in log.stdout and SECRET not in log.stdout
+    for host in (head, worker):
+        assert secret_on_a_command_line(host) == [], host.name
+
+
+def test_a_hung_probe_is_cut_at_its_bound(network, cluster):
+    head, _, _ = cluster
+    commands = commands_for(network, 0.2)
+    hang = head.root / "docker" / "hang-exec"
+    hang.write_text("ray status\n")  # every `docker exec ... ray status` on the head hangs from now on
+    try:
+        bound, probe = 6, 3
+        started = time.monotonic()
+        result = network.run(head, f"export RAY_START_TIMEOUT_S={bound} PROBE_TIMEOUT_S={probe}\n{commands.head}",
+                             timeout=120)
+        seconds = time.monotonic() - started
+    finally:
+        hang.unlink()
+    assert result.returncode != 0 and f"timed out after {bound}s waiting for ray status" in result.output, result.output
+    assert "did not answer within" in result.output
+    assert seconds < bound + probe + 15, seconds  # the rest: ssh and the step's own checks before the wait
+    leftover = network.run(head, "pgrep -f '[e]2e-hung-exec' || true").stdout.strip()
+    assert leftover == "", leftover
+
+
+def run_teardown(network: TestNetwork, env: Mapping[str, str]) -> CommandResult:
+    from e2e_harness import RunningCommand
+
+    local_env = {**os.environ, **env, "PATH": f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                 "ROLL_LOG_DIR": str(network.client_bin.parent / "teardown-logs")}
+    return RunningCommand("the admin machine", ["bash", "infra/scripts/local/teardown.sh"],
+                          env=local_env, cwd=str(REPO)).wait(300)
+
+
+def test_destroy_with_one_host_gone_finishes(network, cluster):
+    head, worker, _ = cluster
+    commands = commands_for(network, 0.2)
+    network.power_off(worker)
+    try:
+        started = time.monotonic()
+        results = [run_teardown(network, env) for env in commands.teardowns]
+        seconds = time.monotonic() - started
+        for result in results:
+            assert result.returncode == 0, result.output
+        assert seconds < 120, seconds
+        gone = [r for r in results if "is gone" in r.output]
+        assert len(gone) == 1 and worker.ip in gone[0].output
+        assert ray_status(network, head).returncode != 0  # the head's Ray is stopped
+        record = network.run(head, f"docker exec {CONTAINER} ls /var/lib/roll-cluster/ray").check()
+        assert "start" not in record.stdout.split()  # nothing restarts Ray there any more
+    finally:
+        network.reboot(worker)
