@@ -248,6 +248,7 @@ docker_pull() {
   mkdir -p "$E2E_DOCKER_STATE/images"
   echo "sha256:$(printf '%s' "$image" | sha256sum | cut -c 1-64)" >"$E2E_DOCKER_STATE/images/${image//\//_}"
   echo "Status: Downloaded newer image for $image"
+}
 
 docker_boot() {
   local state name policy
