@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from script_harness import FakeNode
 
 from infra.offline import ROLL_SNAPSHOT
 
@@ -28,3 +30,9 @@ def _no_network_for_roll_configs(monkeypatch: pytest.MonkeyPatch) -> Iterator[No
 
     monkeypatch.setattr(urllib.request, "urlopen", local_only)
     yield
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> FakeNode:
+    """A node for the node scripts: a directory tree with the project's stand-ins (tests/script_harness.py)."""
+    return FakeNode(tmp_path)

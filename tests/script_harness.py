@@ -248,3 +248,13 @@ def start_background(argv: list[str], env: dict[str, str] | None = None) -> subp
     )
     threading.Thread(target=process.wait, daemon=True).start()
     return process
+
+
+def assert_ok(result: Result) -> None:
+    assert result.returncode == 0, str(result)
+
+
+def assert_failed(result: Result, *fragments: str) -> None:
+    assert result.returncode != 0, str(result)
+    for fragment in fragments:
+        assert fragment in result.output, f"{fragment!r} not in:\n{result}"

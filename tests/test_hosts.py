@@ -186,11 +186,6 @@ NPU_ROW = """\
 """
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> FakeNode:
-    return FakeNode(tmp_path)
-
-
 def install_npu_smi(node: FakeNode, npus: int) -> None:
     (node.state / "npu-smi-info.txt").write_text(NPU_SMI_INFO.format(rows="".join(NPU_ROW.format(i=i)
                                                                                     for i in range(npus))))

@@ -7,28 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from script_harness import FakeNode, Result, wait_until
+from script_harness import FakeNode, assert_failed, assert_ok, wait_until
 
 DRIVER = {"DRIVER_VERSION": "550.127.08", "CUDA_VERSION": "12.4.1", "CUDNN_VERSION": "9.2.0.82"}
 HOST_PUB = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDIKVIo8CcWgYjuIcYfPrgOgGbII roll-cluster-node-0-host"
 HOST_PRIVATE = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
 LOGIN = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"
 SERIAL = "2ze6szkj0e6s0hsl6w5d"  # ECS disk d-2ze6szkj0e6s0hsl6w5d
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> FakeNode:
-    return FakeNode(tmp_path)
-
-
-def assert_ok(result: Result) -> None:
-    assert result.returncode == 0, str(result)
-
-
-def assert_failed(result: Result, *fragments: str) -> None:
-    assert result.returncode != 0, str(result)
-    for fragment in fragments:
-        assert fragment in result.output, f"{fragment!r} not in:\n{result}"
 
 
 # ---------------------------------------------------------------------------------------------------- first boot

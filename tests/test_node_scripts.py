@@ -16,23 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from script_harness import FakeNode, Result, start_background, wait_until
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> FakeNode:
-    return FakeNode(tmp_path)
-
-
-def assert_ok(result: Result) -> None:
-    assert result.returncode == 0, str(result)
-
-
-def assert_failed(result: Result, *fragments: str) -> None:
-    assert result.returncode != 0, str(result)
-    for fragment in fragments:
-        assert fragment in result.output, f"{fragment!r} not in:\n{result}"
-
+from script_harness import FakeNode, Result, assert_failed, assert_ok, start_background, wait_until
 
 # ---------------------------------------------------------------------------------------------------------------
 # prepare-host

@@ -30,11 +30,6 @@ from infra.offline import is_secret, reveal, unwrap
 LIB = SCRIPTS_DIR / "lib.sh"
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> FakeNode:
-    return FakeNode(tmp_path)
-
-
 def run_lib(
     snippet: str, tmp_path: Path, timeout: float = 60, **env: str
 ) -> tuple[subprocess.CompletedProcess[str], float]:
