@@ -204,10 +204,17 @@ def render_hosts_program(
     job = dict(unwrap(cloud.named("training-job").inputs)) if "training-job" in names else None
     return HostsProgram(
         steps=steps,
-        ray_stop=[dict(unwrap(cloud.named(n).inputs))["delete"] for n in ray_names],
-        job_stop=job["delete"] if job else None,
+        # The delete steps run through each step's local teardown (infra/node/steps.py): their remote command.
+        ray_stop=[_teardown_command(cloud, n) for n in ray_names],
+        job_stop=_teardown_command(cloud, "training-job") if job else None,
         outputs=result.outputs,
     )
+
+
+def _teardown_command(cloud: OfflineCloud, step_resource: str) -> str:
+    """The command a step's teardown runs on the node when the step is deleted (its REMOTE_COMMAND)."""
+    environment = dict(unwrap(cloud.named(f"{step_resource}-teardown").inputs)["environment"])
+    return str(environment["REMOTE_COMMAND"])
 
 
 def docker_run_command(inputs: Mapping[str, Any]) -> str:

@@ -33,6 +33,8 @@ def commands_for(network: TestNetwork, object_store_gb: float) -> ProgramCommand
         [h.ip for h in hosts], str(network.client_key), container=CONTAINER,
         ray={"objectStoreMemoryGb": object_store_gb, "readyTimeoutSeconds": 90, "headWaitTimeoutSeconds": 120},
         secrets={"wandbApiKey": SECRET},
+        # The hosts' real host keys, as if the program had generated them: its teardowns verify them.
+        host_key_files=[h.root / "ssh_host_ed25519_key" for h in hosts],
     )
 
 
@@ -80,6 +82,8 @@ def secret_on_a_command_line(host: TestHost) -> list[str]:
 def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramCommands]]:
     head, worker = network.hosts[:2]
     commands = commands_for(network, 0.1)
+    # The stack's known-hosts file, written by the program's own local command (as `pulumi up` would).
+    network.run_user_command(commands.known_hosts, timeout=30).check()
     for host in (head, worker):
         # Ray left running by another module in its own container would share this host's ports and GPUs.
         others = [p.name for p in (host.root / "docker" / "containers").glob("*.env") if p.stem != CONTAINER]
@@ -153,9 +157,11 @@ def test_a_hung_probe_is_cut_at_its_bound(network, cluster):
 
 
 def run_teardown(network: TestNetwork, env: Mapping[str, str]) -> CommandResult:
-    from e2e_harness import RunningCommand
+    from e2e_harness import ADMIN_HOME, RunningCommand
 
+    # As `pulumi destroy` runs it on the admin's machine, whose home holds the stack's known-hosts file.
     local_env = {**os.environ, **env, "PATH": f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                 "HOME": str(ADMIN_HOME),
                  "ROLL_LOG_DIR": str(network.client_bin.parent / "teardown-logs")}
     return RunningCommand("the admin machine", ["bash", "infra/scripts/local/teardown.sh"],
                           env=local_env, cwd=str(REPO)).wait(300)
