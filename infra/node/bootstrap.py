@@ -235,7 +235,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             keep_locally=True,
             opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[pull, accelerators_ready])),
         )
-        steps.record(node_name, "image", "docker", [], [f"{node_name}/pull-image", f"{node_name}/gpu-ready"],
+        steps.record(node_name, "image", "docker", [], [f"{node_name}/pull-image", f"{node_name}/{kind.ready_step}"],
                      f"{node_name}-image")
         self.container_name = config.container.name
         volumes = [
