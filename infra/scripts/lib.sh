@@ -104,7 +104,7 @@ bounded() {
     sleep "$limit"
     printf 'cut\n' >"$marker"
     kill_tree TERM "$pid"
-    sleep 5
+    sleep 5  # the grace period between TERM and KILL of a probe already cut at its bound
     kill_tree KILL "$pid"
   } </dev/null >/dev/null 2>&1 &
   watchdog=$!
