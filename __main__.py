@@ -18,10 +18,10 @@ from infra.sources import source_for
 
 config, secrets = stack_config.load()
 stack = pulumi.get_stack()
-source = source_for(config, stack)
+login = steps.login_key(config.access.ssh_private_key_path, config.access.ssh_public_key, stack)
+source = source_for(config, stack, login)
 facts = source.facts()
 stack_config.check_framework(config, stack, facts.accelerators_per_node, facts.bf16)
-login = steps.login_key(config.access.ssh_private_key_path, config.access.ssh_public_key, stack)
 private_key = steps.private_key(login)
 code = adapter_for(config.training, config.container).code()
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import annotated_types
+from pulumi.errors import RunError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -70,8 +71,11 @@ ASCEND_FRAMEWORKS = ("mindspeed-rl", "custom")
 KeyPath = tuple[int | str, ...]
 
 
-class ConfigError(ValueError):
-    """Invalid stack configuration; every line names a key path."""
+class ConfigError(RunError, ValueError):
+    """Invalid stack configuration; every line names a key path.
+
+    A pulumi RunError: the Pulumi CLI shows its message and no traceback (pulumi/errors.py, RunError: "a clean
+    exit rather than the usual verbose unhandled error logic")."""
 
     def __init__(self, problems: list[str]):
         self.problems = problems

@@ -32,6 +32,7 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
+from infra import runmode
 from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
 
@@ -707,7 +708,7 @@ def run_program(
     values.update(secrets or {})
     flat = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in values.items()}
 
-    os.environ["ROLL_CLUSTER_OFFLINE"] = "1"
+    os.environ[runmode.OFFLINE_ENV] = "1"
     # ROLL's base configs come from the snapshot of the pinned ref shipped with the tests, never from the network
     # (infra/frameworks/roll_sources.py); a ROLL_CHECKOUT the user set wins.
     os.environ.setdefault("ROLL_CHECKOUT", str(ROLL_SNAPSHOT))

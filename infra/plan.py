@@ -48,6 +48,7 @@ def _hosts_section(run: OfflineRun) -> list[str]:
     out = run.outputs
     lines = [section("Hosts (nodes.source hosts: existing machines, no cloud resource is created)")]
     lines.append(f"  accelerators  {out.get('gpus')} x {out.get('gpuModel')} in {len(out.get('nodes') or [])} hosts")
+    lines.append(f"  first look    {steps.NOTES.get('host_look')}")
     for host in steps.NOTES.get("hosts") or []:
         lines.append(f"  {host['name']:8} ssh {host['ssh']:28} private {host['private']:16} NIC {host['interface']}")
     shared = steps.NOTES.get("shared_storage")

@@ -200,7 +200,7 @@ def npu_ready(node: FakeNode, tmp_path: Path, **overrides: str) -> Any:
     settings = {"EXPECTED_NPUS": "2", "COUNT_KEY": "roll-cluster:nodes.acceleratorsPerNode",
                 "DEVICES": "/dev/null /dev/zero", "DRIVER_PATHS": str(driver), "NPU_SMI_PATHS": "",
                 "INSTALL_HINT": "install the Ascend NPU driver", "RETRY_ATTEMPTS": "1", **overrides}
-    return node.run_step("npu-ready", ["npu_ready.sh"], **settings)
+    return node.run_step("npu-ready", ["npu_lib.sh", "npu_ready.sh"], **settings)
 
 
 def test_npu_ready_counts_the_npus_npu_smi_lists(node: FakeNode, tmp_path: Path) -> None:

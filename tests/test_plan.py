@@ -58,7 +58,7 @@ def test_plan_of_own_hosts_shows_no_cloud_resource_and_every_node_container_ray_
         assert f"== {heading} " in text, heading
     assert "submission id" in text
     if stack == "ascend":
-        assert "npu-ready      npu_ready.sh" in text
+        assert "npu-ready      npu_lib.sh, npu_ready.sh" in text
         for device in ("/dev/davinci0", "/dev/davinci7", "/dev/davinci_manager", "/dev/hisi_hdc", "/dev/devmm_svm"):
             assert f"device      {device}\n" in text
         assert "/dev/davinci8" not in text

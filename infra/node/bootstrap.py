@@ -145,7 +145,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             accelerators_ready = steps.remote_step(
                 ctx,
                 kind.ready_step,
-                ["npu_ready.sh"],
+                ["npu_lib.sh", "npu_ready.sh"],
                 {
                     "EXPECTED_NPUS": str(args.gpus_per_node),
                     "COUNT_KEY": count_key,

@@ -8,7 +8,6 @@ because Pulumi's mocks do not expose resource options.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
+from infra import runmode
 from infra.layout import PROJECT_DIR
 from infra.node import known_hosts, remote, ssh_access
 from infra.sources.base import Machine
@@ -64,7 +64,7 @@ def record(node: str, step: str, kind: str, scripts: Sequence[str], depends_on: 
 def login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_access.LoginKey:
     """How every SSH client logs in (infra/node/ssh_access.py); raises ConfigError before any resource.
     Offline runs (plan, tests) never read a key or ask an agent."""
-    if os.environ.get("ROLL_CLUSTER_OFFLINE") == "1":
+    if runmode.offline():
         return ssh_access.LoginKey(private_key=OFFLINE_PRIVATE_KEY, identity_file=private_key_path, via_agent=False)
     return ssh_access.login_key(
         private_key_path, public_key, Path(known_hosts.agent_public_key_path(stack)).expanduser()

@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import pulumi
+from pulumi.errors import RunError
 
 Accelerator = Literal["nvidia", "ascend"]
 
 
-class SourceError(RuntimeError):
-    """A configuration the source cannot serve, found before any resource exists (message names the key)."""
+class SourceError(RunError):
+    """A configuration the source cannot serve, found before any resource exists (message names the key).
+    A pulumi RunError: the CLI shows the message without a traceback."""
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,32 @@ def wait_for(network: TestNetwork, command: str, wanted: str, timeout: float = 1
         time.sleep(1)
 
 
+def test_the_first_look_counts_each_hosts_accelerators_over_real_ssh_and_records_its_key(
+    network, own_hosts, tmp_path, monkeypatch
+):
+    """What `pulumi preview` does first on your own hosts (infra/sources/hosts/probe.py), before any step: the
+    count each host's driver tool lists, over real sshd, and a count other than the configuration refused."""
+    from infra.node import accelerators
+    from infra.sources.hosts import probe
+
+    accelerator, hosts, _ = own_hosts
+    monkeypatch.setenv("PATH", f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    kind = accelerators.accelerator(accelerator)
+    access = probe.HostAccess(str(network.client_key), str(tmp_path / "ssh" / "stack.known_hosts"))
+    targets = [probe.HostTarget(f"node-{rank}", f"roll-cluster:nodes.hosts[{rank}]", host.ip, "root", 22)
+               for rank, host in enumerate(hosts)]
+    looks = probe.look_at_all(targets, kind, access)
+    assert [(look.problem, look.accelerators) for look in looks] == [(None, PER_NODE)] * len(hosts)
+    assert all(look.host_key and look.host_key.startswith(("ssh-", "ecdsa-")) for look in looks)
+    # The second look verifies the recorded keys (StrictHostKeyChecking=yes) and finds the same.
+    again = probe.look_at_all(targets, kind, access)
+    assert [look.host_key for look in again] == [look.host_key for look in looks]
+    refused = probe.problems(again, PER_NODE + 1, "roll-cluster:nodes.acceleratorsPerNode", kind)
+    noun = "GPUs" if accelerator == "nvidia" else "NPUs"
+    assert len(refused) == len(hosts)
+    assert f"is {PER_NODE + 1}, but" in refused[0] and f"({hosts[0].ip}) lists {PER_NODE} {noun}" in refused[0]
+
+
 def test_every_program_step_runs_on_the_hosts_and_the_job_uses_every_accelerator(network, own_hosts):
     accelerator, hosts, program = own_hosts
     by_node = {f"node-{rank}": host for rank, host in enumerate(hosts)}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi_alicloud as alicloud
+from pulumi.errors import RunError
 
 from infra.config import ClusterConfig
 from infra.sources.alibaba import catalog
@@ -25,8 +26,8 @@ GENERATION_TAG = "roll-cluster-placement-generation"
 STACK_TAG = "roll-cluster-stack"
 
 
-class PlacementError(RuntimeError):
-    pass
+class PlacementError(RunError):
+    """No zone or type can serve the configuration (a pulumi RunError: shown without a traceback)."""
 
 
 @dataclass(frozen=True)

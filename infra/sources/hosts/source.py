@@ -1,10 +1,12 @@
 """The `hosts` node source: machines that already exist (on-premises, another cloud, ECS instances made by hand).
 
 Nothing is created: provision() registers no resource and hands on one Machine per entry of `nodes.hosts`, rank 0
-(the Ray head) first. What the hosts have is known from the configuration at plan time (`nodes.accelerator`,
-`acceleratorsPerNode`, `acceleratorModel`, `bf16`) and checked on each host by the readiness step
-(infra/node/accelerators.py). The host list itself (addresses, one private network, the count) is checked by the
-configuration model (infra/config.py, NodesConfig) before anything runs.
+(the Ray head) first. What the hosts have comes from the configuration (`nodes.accelerator`, `acceleratorsPerNode`,
+`acceleratorModel`, `bf16`); facts() looks at every host over SSH (probe.py) and refuses the update, before any
+resource or step, when a host's driver lists another count or the host cannot be reached. The look also records
+each host's SSH key, which provision() hands on so that every client pins it. The readiness step
+(infra/node/accelerators.py) checks again before the container. The host list itself (addresses, one private
+network, the count) is checked by the configuration model (infra/config.py, NodesConfig) before anything runs.
 
 Shared storage is the user's: an existing NFS export mounted at /mnt/shared by prepare-host (`storage.nfsServer`),
 or a directory the user says is already shared (`storage.sharedHostPath`), bind-mounted into the container.
@@ -12,8 +14,10 @@ or a directory the user says is already shared (`storage.sharedHostPath`), bind-
 
 from __future__ import annotations
 
-from infra.config import ClusterConfig, HostConfig
-from infra.sources.base import ClusterFacts, Machine, ProvisionedCluster
+from infra.config import PROJECT, ClusterConfig, HostConfig
+from infra.node.accelerators import accelerator
+from infra.sources.base import ClusterFacts, Machine, ProvisionedCluster, SourceError
+from infra.sources.hosts import probe
 
 # Generic NFS options: the kernel negotiates the version; `hard` with a long timeout rides out a server restart.
 NFS_MOUNT_OPTIONS = "proto=tcp,hard,timeo=600,retrans=2"
@@ -22,9 +26,12 @@ NFS_MOUNT_OPTIONS = "proto=tcp,hard,timeo=600,retrans=2"
 class HostsSource:
     name = "hosts"
 
-    def __init__(self, config: ClusterConfig, stack: str) -> None:
+    def __init__(self, config: ClusterConfig, stack: str, access: probe.HostAccess | None) -> None:
+        """access: how to look at the hosts before anything is registered; None: no look (the offline plan)."""
         self.config = config
         self.stack = stack
+        self.access = access
+        self.host_keys: dict[str, str] = {}  # address -> the key the look found, pinned for every client
 
     @property
     def hosts(self) -> list[HostConfig]:
@@ -35,6 +42,8 @@ class HostsSource:
         count = nodes.accelerators_per_node
         if count is None:  # the configuration model requires it with `hosts`; kept for the type checker
             raise ValueError("roll-cluster:nodes.acceleratorsPerNode: required with nodes.source hosts")
+        if self.access is not None:
+            self._look_at_hosts(count)
         return ClusterFacts(
             accelerator=nodes.accelerator,
             accelerators_per_node=count,
@@ -43,6 +52,24 @@ class HostsSource:
             machine_type=f"{len(self.hosts)} existing host{'s' if len(self.hosts) != 1 else ''}",
             location="existing hosts",
         )
+
+    def targets(self) -> list[probe.HostTarget]:
+        defaults = self.config.nodes.host_defaults
+        return [
+            probe.HostTarget(f"node-{rank}", f"{PROJECT}:nodes.hosts[{rank}]", host.address, host.user or defaults.user,
+                             host.port or defaults.port)
+            for rank, host in enumerate(self.hosts)
+        ]
+
+    def _look_at_hosts(self, expected: int) -> None:
+        assert self.access is not None
+        kind = accelerator(self.config.nodes.accelerator)
+        looks = probe.look_at_all(self.targets(), kind, self.access)
+        found = probe.problems(looks, expected, f"{PROJECT}:nodes.acceleratorsPerNode", kind)
+        if found:
+            raise SourceError("your hosts do not match the configuration (nothing was changed on them):\n  "
+                              + "\n  ".join(found))
+        self.host_keys = {look.target.address: look.host_key for look in looks if look.host_key}
 
     def provision(self) -> ProvisionedCluster:
         defaults = self.config.nodes.host_defaults
@@ -58,6 +85,7 @@ class HostsSource:
                 ssh_user=host.user or defaults.user,
                 ssh_port=host.port or defaults.port,
                 network_interface=host.network_interface or defaults.network_interface,
+                host_key=self.host_keys.get(host.address),
                 existing=True,
             )
             for rank, host in enumerate(self.hosts)
@@ -70,6 +98,12 @@ class HostsSource:
             shared_host_dir=storage.shared_host_path,
             outputs={"hosts": [h.address for h in self.hosts]},
             notes={
+                "host_look": (
+                    f"`pulumi preview` and `up` first count each host's accelerators over SSH "
+                    f"({'nvidia-smi -L' if self.config.nodes.accelerator == 'nvidia' else 'npu-smi info'}) and "
+                    "record its SSH key; a count other than nodes.acceleratorsPerNode or an unreachable host stops "
+                    "the update before anything runs (not done in this offline plan)"
+                ),
                 "hosts": [
                     {"name": m.name, "ssh": f"{m.ssh_user}@{m.ssh_host}:{m.ssh_port}", "private": m.private_ip,
                      "interface": m.network_interface or "auto"}
