@@ -348,8 +348,10 @@ class NodesConfig(Section):
     )
     accelerators_per_node: int | None = Field(
         None, ge=1, le=16,
-        description="With `hosts`: GPUs or NPUs on every host (required; the readiness step fails on a host whose "
-        "`nvidia-smi` / `npu-smi info` lists another number). With `alibaba` the instance type decides.",
+        description="With `hosts`: GPUs or NPUs on every host (required). `pulumi preview` and `up` first count them "
+        "on each host over SSH (`nvidia-smi -L` / `npu-smi info`) and stop, before anything runs, on a host that "
+        "lists another number; the readiness step checks again before the container. With `alibaba` the instance "
+        "type decides.",
     )
     accelerator_model: str | None = Field(
         None,
@@ -583,7 +585,7 @@ class NodesConfig(Section):
     def _count_needed(cls, count: int | None, info: ValidationInfo) -> int | None:
         if count is None and info.data.get("source") == "hosts":
             raise _problem("required with nodes.source hosts: the GPUs or NPUs every host has (e.g. 8); the "
-                           "readiness step checks it on each host; got nothing", "..", "acceleratorsPerNode")
+                           "count is checked on each host before anything runs; got nothing", "..", "acceleratorsPerNode")
         return count
 
     @property

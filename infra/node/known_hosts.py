@@ -14,8 +14,11 @@ Public IPs are recycled: a user's ~/.ssh/known_hosts may hold another machine's 
    provider, gpu_ready.sh and the commands in the stack outputs run the system ssh with
    `UserKnownHostsFile=<file> StrictHostKeyChecking=yes`.
 
-A machine whose key the program could not know (a source that does not generate one) gets no line; its clients
-use `accept-new` on the stack's own file, which at least starts empty instead of trusting a stale entry.
+Your own hosts (infra/sources/hosts): the program cannot generate their keys, so the source's first look
+(infra/sources/hosts/probe.py, at preview) records the key each host answers with in the stack's file, once, and
+hands it on as `Machine.host_key`: from then on they are verified like the program's own nodes. A machine whose key
+is still unknown (the offline plan, which looks at nothing) gets no line; its clients use `accept-new` on the
+stack's own file, which at least starts empty instead of trusting a stale entry.
 """
 
 from __future__ import annotations
