@@ -151,7 +151,7 @@ probe_node() {
       rm -f "$errors"
       refuse_teardown "$kind" "$error"
     fi
-    banner "$HOST does not answer over ssh (attempt $attempt/$REACH_ATTEMPTS, exit $status: $error)"
+    banner "ssh to $HOST failed (attempt $attempt/$REACH_ATTEMPTS, exit $status: $error)"
     ((attempt == REACH_ATTEMPTS)) || sleep 2
   done
   rm -f "$errors"
