@@ -65,6 +65,7 @@ ray = RayCluster(
         nodes=ray_nodes,
         gpus_per_node=facts.accelerators_per_node,
         private_key=private_key,
+        login=login,
         secret_env=secret_env,
     ),
 )
@@ -78,6 +79,7 @@ job = TrainingJob(
         gpus_per_node=facts.accelerators_per_node,
         bf16=facts.bf16,
         private_key=private_key,
+        login=login,
         secret_env=secret_env,
     ),
 )

@@ -321,6 +321,74 @@ def test_teardown_fails_loudly_when_the_delete_step_hangs_past_its_bound(node: F
     assert seconds < 15
 
 
+TEARDOWN_KNOWN_HOSTS = "/home/admin/.ssh/roll-cluster/dev.known_hosts"
+
+
+def test_teardown_of_a_node_whose_host_key_changed_fails_naming_the_known_hosts_file(node: FakeNode) -> None:
+    # Another machine answers at the node's address: it is not gone, and what the step stops may still run.
+    node.set_state("ssh-host-key-changed", "")
+    result, seconds = run_teardown(node, REMOTE_COMMAND="touch should-not-run", REACH_TIMEOUT_S="5",
+                                   KNOWN_HOSTS_FILE=TEARDOWN_KNOWN_HOSTS, TEARDOWN_RESOURCE="node-1-ray-head-teardown")
+    assert result.returncode == 1, result
+    assert "is gone" not in result.stdout and "done" not in result.stdout.splitlines()[-1]
+    assert "ray-head-delete: FAILED: the host key of 10.0.0.9 does not match" in result.stderr
+    assert TEARDOWN_KNOWN_HOSTS in result.stderr and "does NOT count as gone" in result.stderr
+    assert "pulumi state delete" in result.stderr and "node-1-ray-head-teardown" in result.stderr
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.stderr  # the log tail shows ssh's own words
+    assert len(node.calls("ssh")) == 1 and seconds < 5  # a refusal is not retried
+    assert not (node.root / "home" / "should-not-run").exists()
+
+
+def test_teardown_of_an_own_host_whose_host_key_changed_says_how_to_forget_the_old_key(node: FakeNode) -> None:
+    node.set_state("ssh-host-key-changed", "")
+    result, _ = run_teardown(node, REMOTE_COMMAND="true", KNOWN_HOSTS_FILE=TEARDOWN_KNOWN_HOSTS, SSH_PORT="2222",
+                             HOST_KEY_CHECKING="accept-new")
+    assert result.returncode == 1, result
+    assert f"ssh-keygen -R '[10.0.0.9]:2222' -f {TEARDOWN_KNOWN_HOSTS}" in result.stderr
+
+
+def test_teardown_refused_by_the_node_fails_naming_the_key_and_the_user(node: FakeNode) -> None:
+    node.set_state("ssh-error", "admin@10.0.0.9: Permission denied (publickey).\n")
+    result, _ = run_teardown(node, REMOTE_COMMAND="true", SSH_USER="admin",
+                             SSH_KEY_PATH="/home/admin/.ssh/roll-cluster/dev.agent-key.pub")
+    assert result.returncode == 1, result
+    assert "is gone" not in result.stdout
+    assert "admin@10.0.0.9 refused the login key /home/admin/.ssh/roll-cluster/dev.agent-key.pub for user admin" in (
+        result.stderr)
+    assert "Permission denied (publickey)" in result.stderr and "ssh-add" in result.stderr
+
+
+def test_teardown_with_no_recorded_host_key_fails_instead_of_counting_the_node_gone(node: FakeNode) -> None:
+    # The destroy runs where the stack's known-hosts file is missing: strict checking refuses a node that answers.
+    node.set_state("ssh-error", "No ED25519 host key is known for 10.0.0.9 and you have requested strict checking.\n"
+                                "Host key verification failed.\n")
+    result, _ = run_teardown(node, REMOTE_COMMAND="true", KNOWN_HOSTS_FILE=TEARDOWN_KNOWN_HOSTS)
+    assert result.returncode == 1, result
+    assert f"no host key of 10.0.0.9 is recorded for node node-1 in {TEARDOWN_KNOWN_HOSTS}" in result.stderr
+
+
+@pytest.mark.parametrize("error", [
+    "ssh: connect to host 10.0.0.9 port 22: Connection timed out",
+    "ssh: connect to host 10.0.0.9 port 22: No route to host",
+    "ssh: Could not resolve hostname node-1.example: Name or service not known",
+    "kex_exchange_identification: read: Connection reset by peer",
+    "Connection closed by 10.0.0.9 port 22",
+])
+def test_teardown_of_an_unreachable_node_counts_it_as_gone_and_says_why(node: FakeNode, error: str) -> None:
+    node.set_state("ssh-error", error + "\n")
+    result, _ = run_teardown(node, REMOTE_COMMAND="touch should-not-run", REACH_TIMEOUT_S="5")
+    assert result.returncode == 0, result
+    assert "is gone" in result.stdout and error in result.stdout  # each attempt names ssh's error
+    assert len(node.calls("ssh")) == 2
+
+
+def test_teardown_fails_on_an_ssh_error_it_cannot_read_as_unreachable(node: FakeNode) -> None:
+    node.set_state("ssh-error", "Bad owner or permissions on /home/admin/.ssh/config\n")
+    result, _ = run_teardown(node, REMOTE_COMMAND="true", REACH_TIMEOUT_S="5")
+    assert result.returncode == 1 and "is gone" not in result.stdout, result
+    assert "does not say the node is unreachable (Bad owner or permissions" in result.stderr
+
+
 @pytest.mark.parametrize("stack", ["multi", "openrlhf"])
 def test_every_delete_is_a_local_teardown_and_steps_on_running_nodes_dial_briefly(stack: str) -> None:
     result = run(stack)

@@ -219,3 +219,22 @@ def test_pulumi_command_signs_through_the_agent_when_there_is_no_key_text() -> N
     # No private key: pulumi-command falls back to the agent at $SSH_AUTH_SOCK (provider connection.go, SSHConfig).
     through_agent = steps.connection("47.1.2.3", None, host_key="ssh-ed25519 AAAA")
     assert through_agent.private_key is None and through_agent.host_key == "ssh-ed25519 AAAA"
+
+
+@pytest.mark.parametrize("stack", ["multi", "openrlhf", "hosts"])
+def test_teardowns_log_in_with_the_same_identity_as_every_other_local_client(
+    stack: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A key held only in ssh-agent: every system ssh gets the .pub file naming it, `pulumi destroy` as `up`.
+    agent_pub = f"/home/alice/.ssh/roll-cluster/{stack}.agent-key.pub"
+    through_agent = ssh_access.LoginKey(private_key=None, identity_file=agent_pub, via_agent=True)
+    monkeypatch.setattr(steps, "login_key", lambda *_: through_agent)
+    cloud = run(stack).cloud
+    teardowns = [r for r in cloud.of_type(LOCAL) if r.name.endswith("-teardown")]
+    assert {"node-0-ray-head-teardown", "training-job-teardown"} <= {r.name for r in teardowns}
+    for teardown in teardowns:
+        env = unwrap(teardown.inputs["environment"])
+        assert env["SSH_KEY_PATH"] == agent_pub, teardown.name
+        assert env["TEARDOWN_RESOURCE"] == teardown.name
+    gpu_ready = [r for r in cloud.of_type(LOCAL) if r.name.endswith("-gpu-ready")]
+    assert gpu_ready and all(unwrap(r.inputs["environment"])["SSH_KEY_PATH"] == agent_pub for r in gpu_ready)

@@ -14,7 +14,7 @@ import pulumi
 
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec, adapter_for
-from infra.node import steps
+from infra.node import ssh_access, steps
 from infra.ray import commands as ray_commands
 from infra.ray.cluster import RayCluster, RayNode
 from infra.stack_config import cluster_shape
@@ -29,6 +29,7 @@ class TrainingJobArgs:
     gpus_per_node: int
     bf16: bool
     private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
+    login: ssh_access.LoginKey  # the identity the local teardowns (job stop, reward-server stop) give the system ssh
     secret_env: dict[str, pulumi.Output[str]]  # the job's prepare step (e.g. a dataset download) may need them
 
 
@@ -52,8 +53,7 @@ class TrainingJob(pulumi.ComponentResource):
             # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output).
             self.spec = pulumi.Output.from_input(adapter.job(shape))
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
-        ctx = steps.context_for(args.head.machine, args.private_key, self, running=True,
-                                key_path=config.access.ssh_private_key_path)
+        ctx = steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
         submission = self.spec.apply(to_submission)

@@ -87,7 +87,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         config = args.config
         machine = args.machine
         node_name = machine.name
-        ctx = steps.context_for(machine, args.private_key, self, first=True)
+        ctx = steps.context_for(machine, args.private_key, self, login=args.login, first=True)
         has_data_disk = machine.data_disk is not None or machine.data_disk_serial is not None
         checking = known_hosts_module.host_key_checking(machine)
         kind = args.accelerator
@@ -301,7 +301,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         self.ready_key = f"{node_name}/container"
         if args.code_env is not None:
             self.ready = steps.remote_step(
-                steps.context_for(machine, args.private_key, self, running=True),
+                steps.context_for(machine, args.private_key, self, login=args.login, running=True),
                 "code",
                 list(args.code_scripts),
                 args.code_env,

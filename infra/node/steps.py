@@ -29,8 +29,9 @@ PER_DIAL_TIMEOUT_S = 15
 # most, so an `up` against a node that went away fails in minutes, not half an hour per step.
 RUNNING_NODE_DIAL_ERROR_LIMIT = 10
 # Delete commands do not use pulumi-command's SSH connection at all: a local command (teardown.sh) probes the node
-# with these bounds and treats a node that does not answer as gone, so `pulumi destroy` of a cluster whose nodes
+# with these bounds and treats a node that cannot be reached as gone, so `pulumi destroy` of a cluster whose nodes
 # are stopped, reclaimed or unreachable finishes in about TEARDOWN_REACH_ATTEMPTS x TEARDOWN_REACH_TIMEOUT_S per step.
+# A node that answers but refuses the login or shows another host key is not gone: the step fails.
 TEARDOWN_REACH_ATTEMPTS = 2
 TEARDOWN_REACH_TIMEOUT_S = 20
 TEARDOWN_TIMEOUT_S = 300
@@ -110,21 +111,24 @@ class StepContext:
     port: int = 22
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first step (the machine)
     host_key: pulumi.Input[str] | None = None  # the host key the connection verifies
-    key_path: str = ""  # the private key file on this machine, for the local teardown commands ("": ssh's default)
+    # What the local teardown commands give the system ssh as -i: the login key's identity file (a private key file,
+    # or the .pub file naming the key in ssh-agent), as for every other local client; "": ssh's default keys.
+    identity_file: str = ""
     known_hosts_file: str = ""  # the stack's known-hosts file, for the local teardown commands
     host_key_checking: str = "yes"  # StrictHostKeyChecking of those: `accept-new` where the key is not known
     dial_error_limit: int = DIAL_ERROR_LIMIT
 
 
 def context_for(
-    machine: Machine, key: pulumi.Output[str] | None, parent: pulumi.Resource, *, first: bool = False,
-    key_path: str = "", running: bool = False,
+    machine: Machine, key: pulumi.Output[str] | None, parent: pulumi.Resource, *, login: ssh_access.LoginKey,
+    first: bool = False, running: bool = False,
 ) -> StepContext:
-    """The step context of one machine. `first`: the machine's first steps also wait for the machine itself.
-    `running`: the steps run on a node known to be up (after gpu-ready), with short dial limits."""
+    """The step context of one machine. `login`: how the system ssh of the local teardowns logs in (the same
+    identity as gpu-ready and the docker provider). `first`: the machine's first steps also wait for the machine
+    itself. `running`: the steps run on a node known to be up (after gpu-ready), with short dial limits."""
     return StepContext(node=machine.name, host=machine.ssh_host, key=key, parent=parent, user=machine.ssh_user,
                        port=machine.ssh_port, depends_on=machine.depends_on if first else (),
-                       host_key=machine.host_key, key_path=key_path,
+                       host_key=machine.host_key, identity_file=login.identity_file,
                        known_hosts_file=known_hosts.known_hosts_path(pulumi.get_stack()),
                        host_key_checking=known_hosts.host_key_checking(machine),
                        dial_error_limit=RUNNING_NODE_DIAL_ERROR_LIMIT if running else DIAL_ERROR_LIMIT)
@@ -191,9 +195,11 @@ def teardown_step(
     resource_name: str,
 ) -> command.local.Command:
     """A local command whose delete runs `delete_scripts` on the node over ssh (infra/scripts/local/teardown.sh):
-    it probes the node with short bounds first and treats a node that does not answer as gone (done), so a
-    destroy never waits out pulumi-command's dial limits. Its create does nothing. The delete environment holds
-    no secrets (a container name, a job id): it is a plain environment variable of a local process."""
+    it probes the node with short bounds first and treats a node that cannot be reached as gone (done), so a
+    destroy never waits out pulumi-command's dial limits; a node that answers but refuses the login or shows
+    another host key fails the step. It logs in with the login key's identity file, like every local client. Its
+    create does nothing. The delete environment holds no secrets (a container name, a job id): it is a plain
+    environment variable of a local process."""
     node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
     delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {}))
     remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
@@ -206,7 +212,7 @@ def teardown_step(
             "HOST": ctx.host,
             "SSH_USER": ctx.user,
             "SSH_PORT": str(ctx.port),
-            "SSH_KEY_PATH": ctx.key_path,
+            "SSH_KEY_PATH": ctx.identity_file,
             "KNOWN_HOSTS_FILE": ctx.known_hosts_file,
             "HOST_KEY_CHECKING": ctx.host_key_checking,
             "NODE_NAME": ctx.node,
@@ -215,6 +221,8 @@ def teardown_step(
             "REACH_ATTEMPTS": str(TEARDOWN_REACH_ATTEMPTS),
             "REACH_TIMEOUT_S": str(TEARDOWN_REACH_TIMEOUT_S),
             "TEARDOWN_TIMEOUT_S": str(TEARDOWN_TIMEOUT_S),
+            # Named in the advice of a refused teardown (`pulumi state delete` of this resource).
+            "TEARDOWN_RESOURCE": resource_name,
         },
         triggers=list(triggers) if triggers is not None else None,
         add_previous_output_in_env=False,

@@ -16,7 +16,7 @@ import pulumi
 
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT
-from infra.node import accelerators, steps
+from infra.node import accelerators, ssh_access, steps
 from infra.node.bootstrap import NodeBootstrap
 from infra.ray import commands as ray_commands
 from infra.sources.base import Machine
@@ -39,6 +39,7 @@ class RayClusterArgs:
     nodes: Sequence[RayNode]
     gpus_per_node: int
     private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
+    login: ssh_access.LoginKey  # the identity the local teardowns (ray stop) give the system ssh
     secret_env: dict[str, pulumi.Output[str]]  # WANDB_API_KEY, HF_TOKEN: reach jobs via the raylet's environment
 
 
@@ -119,7 +120,7 @@ class RayCluster(pulumi.ComponentResource):
         all_ips = pulumi.Output.all(*[n.private_ip for n in args.nodes])
         # A cluster-level step (it runs on the head): it reruns when nodes come or go, the head's own steps don't.
         self.ready = steps.remote_step(
-            steps.context_for(head.machine, args.private_key, self, running=True),
+            steps.context_for(head.machine, args.private_key, self, login=args.login, running=True),
             ray_commands.READY_STEP.step,
             ray_commands.READY_STEP.scripts,
             {},
@@ -133,8 +134,8 @@ class RayCluster(pulumi.ComponentResource):
 
     @staticmethod
     def _context(ray_node: RayNode, args: RayClusterArgs) -> steps.StepContext:
-        return steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap, running=True,
-                                 key_path=args.config.access.ssh_private_key_path)
+        return steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap, login=args.login,
+                                 running=True)
 
 
 

@@ -1,7 +1,7 @@
 """A cluster that stays right (issue 11), on real hosts with the program's own commands (program_commands.py): a
 changed object-store size restarts Ray and shows in `ray status`; a rebooted node (every process of the host
-killed, its init started again) rejoins without `pulumi up`; a hung probe is cut at its bound; `pulumi destroy`'s
-teardown commands finish with one host gone.
+killed, its init started again) rejoins without `pulumi up`; a hung probe is cut at its bound; a teardown against a
+host whose key changed fails and stops nothing; `pulumi destroy`'s teardown commands finish with one host gone.
 
 Two of the session's hosts: e2e-h0 the head, e2e-h1 a worker. The containers run the program's own container
 command (container_main.sh) with restart policy unless-stopped, which the docker stand-in honours at "boot".
@@ -165,6 +165,32 @@ def run_teardown(network: TestNetwork, env: Mapping[str, str]) -> CommandResult:
                  "ROLL_LOG_DIR": str(network.client_bin.parent / "teardown-logs")}
     return RunningCommand("the admin machine", ["bash", "infra/scripts/local/teardown.sh"],
                           env=local_env, cwd=str(REPO)).wait(300)
+
+
+def test_destroy_against_a_host_whose_key_changed_fails_and_stops_nothing(network, cluster, tmp_path):
+    # Another machine answers at the worker's address (as after a replacement outside the program): the real ssh
+    # refuses it, and the teardown must fail naming the known-hosts file, not count the node as gone.
+    from e2e_harness import ADMIN_HOME
+
+    _, worker, commands = cluster
+    (worker_teardown,) = [env for env in commands.teardowns if env["HOST"] == worker.ip]
+    recorded = (ADMIN_HOME / ".ssh" / "roll-cluster" / "multi.known_hosts").read_text().splitlines()
+    other_key = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True)
+    other_public = " ".join(other_key.with_name("other_host_key.pub").read_text().split()[:2])
+    changed = tmp_path / "changed.known_hosts"
+    changed.write_text("".join(f"{worker.ip} {other_public}\n" if line.split()[0] == worker.ip else line + "\n"
+                               for line in recorded))
+    assert other_public in changed.read_text()
+    ray_record = f"docker exec {CONTAINER} ls /var/lib/roll-cluster/ray"
+    assert "start" in network.run(worker, ray_record).check().stdout.split()  # Ray is recorded to run there
+    result = run_teardown(network, {**worker_teardown, "KNOWN_HOSTS_FILE": str(changed)})
+    assert result.returncode == 1, result.output
+    assert "is gone" not in result.output
+    assert f"the host key of {worker.ip} does not match" in result.output and str(changed) in result.output
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.output  # ssh's own words, from the step log
+    # Nothing was stopped: `ray stop` would have removed the record (see the next test).
+    assert "start" in network.run(worker, ray_record).check().stdout.split()
 
 
 def test_destroy_with_one_host_gone_finishes(network, cluster):

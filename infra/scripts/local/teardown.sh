@@ -7,6 +7,9 @@
 # node that is stopped, released or unreachable has nothing left to stop, and waiting for it would only hold
 # `pulumi destroy` up (pulumi-command's own connection would retry for many minutes per step). Such a node counts
 # as done, and the step says so.
+# Only a node that cannot be reached counts as gone (ssh's own words decide, see classify_ssh_failure): one that
+# answers but refuses us (another host key, our key not accepted) may still run the job, on a paid machine or on
+# the user's own server, so the step fails, naming the known-hosts file or the key, and the destroy stops there.
 #
 # Environment (defaults in brackets):
 #   HOST (required), SSH_USER [root], SSH_PORT [22], SSH_KEY_PATH [ssh's default keys]
@@ -16,6 +19,7 @@
 #   REACH_ATTEMPTS [2], REACH_TIMEOUT_S [20]   probes of the node before it counts as gone
 #   TEARDOWN_TIMEOUT_S [300]     bound on the delete step itself
 #   NODE_NAME [HOST], ROLL_STEP [teardown], ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
+#   TEARDOWN_RESOURCE ['']        the name of the local.Command running this, named in the advice of a failure
 # Portable to bash 3.2 (macOS): no `timeout` there, lib.sh's `bounded` cuts what hangs.
 
 TEARDOWN_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -65,18 +69,96 @@ node_answers() {
   ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" true </dev/null
 }
 
+# classify_ssh_failure STATUS ERRORS_FILE: print what a failed probe means, from its exit status and ssh's stderr
+# (LogLevel=ERROR still prints these): `unreachable` (nothing answers: the node is gone as far as a delete goes),
+# `host-key-changed`, `host-key-unknown`, `auth-refused`, or `other`. ssh exits 255 for all of the first four, so
+# only its message tells them apart.
+classify_ssh_failure() {
+  local status=$1 errors=$2
+  if ((status == 124)); then
+    # Cut at REACH_TIMEOUT_S: no answer within the bound, like a connect timeout.
+    echo unreachable
+  elif grep -q -e 'REMOTE HOST IDENTIFICATION HAS CHANGED' -e 'Host key for .* has changed' "$errors"; then
+    echo host-key-changed
+  elif grep -q -e 'host key is known for' -e 'Host key verification failed' "$errors"; then
+    echo host-key-unknown
+  elif grep -q -e 'Permission denied' -e 'Too many authentication failures' \
+    -e 'No more authentication methods' "$errors"; then
+    echo auth-refused
+  elif ((status == 255)) && grep -q -i -e 'connect to host .* port ' -e 'Could not resolve hostname' \
+    -e 'Connection closed by' -e 'Connection reset by' -e 'Connection timed out' -e 'Connection refused' \
+    -e 'kex_exchange_identification' -e 'ssh_exchange_identification' -e 'banner exchange' \
+    -e 'No route to host' -e 'Network is unreachable' -e 'Host is down' -e 'Broken pipe' "$errors"; then
+    # "connect to host X port N: ..." is how ssh reports every failed connect() (refused, timed out, no route);
+    # the others are a name that does not resolve and a connection dropped before any login.
+    echo unreachable
+  else
+    echo other
+  fi
+}
+
+# The known-hosts entry ssh looks up for HOST (infra/node/known_hosts.py host_pattern), for `ssh-keygen -R`.
+known_hosts_pattern() {
+  if [[ "$SSH_PORT" == 22 ]]; then printf '%s' "$HOST"; else printf '[%s]:%s' "$HOST" "$SSH_PORT"; fi
+}
+
+# refuse_teardown KIND ERROR: fail the step for a node that answers but refuses us, saying what to do about it.
+refuse_teardown() {
+  local kind=$1 error=$2 file=$KNOWN_HOSTS_FILE key=$SSH_KEY_PATH resource=${TEARDOWN_RESOURCE:-this teardown}
+  local not_run="the node answers, so it does NOT count as gone: $ROLL_STEP did not run there, and what it stops may still be running"
+  if [[ -z "$file" ]]; then file="ssh's default known-hosts file (~/.ssh/known_hosts)"; fi
+  if [[ -z "$key" ]]; then key="ssh's default keys"; fi
+  case $kind in
+    host-key-changed)
+      if [[ "$HOST_KEY_CHECKING" == accept-new ]]; then
+        # A machine whose key the program could not know (your own host): its key was recorded at first contact.
+        fail "the host key of $HOST does not match the key recorded for node $NODE_NAME in $file ($error); $not_run. If the machine at $HOST was reinstalled or replaced, check that first (with whoever runs it), then remove its line with \`ssh-keygen -R '$(known_hosts_pattern)' -f $file\` and destroy again: the step then runs on the machine that answers. If nothing changed there, someone may be in the middle: do not connect"
+      fi
+      # The program generated this node's host key: another key is another machine at this address.
+      fail "the host key of $HOST does not match the key the program generated for node $NODE_NAME (recorded in $file; $error); $not_run. Another machine answers at this address (the instance was released, reclaimed or replaced outside the program and its address reused), or someone is in the middle: do not connect. If you have checked (the cloud console) that node $NODE_NAME's instance is gone, nothing of ours runs there: remove $resource from the state (\`pulumi stack --show-urns\` lists its URN; \`pulumi state delete <URN>\`) and destroy again. \`ssh-keygen -R '$(known_hosts_pattern)' -f $file\` does not help here: without the line, strict checking refuses the host too"
+      ;;
+    host-key-unknown)
+      fail "no host key of $HOST is recorded for node $NODE_NAME in $file, and host keys are checked strictly ($error); $not_run. Run the destroy on the machine that ran \`pulumi up\` (the stack's known-hosts file is written there), or put the node's key back in $file"
+      ;;
+    auth-refused)
+      fail "$SSH_USER@$HOST refused the login key $key for user $SSH_USER ($error); $not_run. Use the key the stack was deployed with (roll-cluster:access.sshPrivateKeyPath); a key with a passphrase or one held only in ssh-agent must be loaded (\`ssh-add\`) in the shell that runs \`pulumi destroy\`"
+      ;;
+    *)
+      fail "ssh to $SSH_USER@$HOST failed with an error that does not say the node is unreachable ($error); $not_run. Check the node and the error below, then destroy again"
+      ;;
+  esac
+}
+
 NODE_GONE=false
 probe_node() {
-  local attempt status
+  local attempt status errors kind=unreachable error=''
+  errors=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-teardown-ssh.XXXXXX")
   for ((attempt = 1; attempt <= REACH_ATTEMPTS; attempt++)); do
     status=0
-    bounded "$REACH_TIMEOUT_S" node_answers >>"$ROLL_STEP_LOG" 2>&1 || status=$?
+    bounded "$REACH_TIMEOUT_S" node_answers >>"$ROLL_STEP_LOG" 2>"$errors" || status=$?
+    # ssh's words go to the step log too: fail shows its tail.
+    cat "$errors" >>"$ROLL_STEP_LOG"
     if ((status == 0)); then
+      rm -f "$errors"
       return 0
     fi
-    banner "$HOST does not answer over ssh (attempt $attempt/$REACH_ATTEMPTS, exit $status)"
+    kind=$(classify_ssh_failure "$status" "$errors")
+    error=$(grep -v -e '^@' -e '^ *$' "$errors" | tail -n 1 || :)
+    if ((status == 124)); then error="no answer within ${REACH_TIMEOUT_S}s"; fi
+    : "${error:=exit $status}"
+    if [[ "$kind" == host-key-* || "$kind" == auth-refused ]]; then
+      # A refusal is the same on every attempt: no point in waiting for another.
+      rm -f "$errors"
+      refuse_teardown "$kind" "$error"
+    fi
+    banner "ssh to $HOST failed (attempt $attempt/$REACH_ATTEMPTS, exit $status: $error)"
     ((attempt == REACH_ATTEMPTS)) || sleep 2
   done
+  rm -f "$errors"
+  # The last attempt decides: an answer we cannot read as "unreachable" may be a node that still runs.
+  if [[ "$kind" != unreachable ]]; then
+    refuse_teardown "$kind" "$error"
+  fi
   NODE_GONE=true
 }
 
@@ -95,7 +177,7 @@ run_delete() {
 run_step check_settings "check the settings"
 run_step probe_node "check that $HOST answers (${REACH_ATTEMPTS} x ${REACH_TIMEOUT_S}s at most)"
 if [[ "$NODE_GONE" == true ]]; then
-  banner "$HOST is gone (stopped, released or unreachable): nothing left to stop there; done"
+  banner "$HOST is gone (stopped, released or unreachable: nothing answers at its address): nothing left to stop there; done"
   exit 0
 fi
 run_step run_delete "run $ROLL_STEP on $HOST"
