@@ -584,8 +584,8 @@ class NodesConfig(Section):
     @classmethod
     def _count_needed(cls, count: int | None, info: ValidationInfo) -> int | None:
         if count is None and info.data.get("source") == "hosts":
-            raise _problem("required with nodes.source hosts: the GPUs or NPUs every host has (e.g. 8); the "
-                           "count is checked on each host before anything runs; got nothing", "..", "acceleratorsPerNode")
+            raise _problem("required with nodes.source hosts: the GPUs or NPUs every host has (e.g. 8), counted "
+                           "on each host before anything runs; got nothing", "..", "acceleratorsPerNode")
         return count
 
     @property
