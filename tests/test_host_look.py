@@ -173,6 +173,8 @@ def test_matching_hosts_go_on_and_their_recorded_keys_are_pinned_for_every_clien
     assert prepare["connection"]["hostKey"] == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE51920212"
     gpu_ready = dict(unwrap(cloud.named("node-1-gpu-ready").inputs))["environment"]
     assert gpu_ready["HOST_KEY_CHECKING"] == "yes"
+    teardown = dict(unwrap(cloud.named("node-1-ray-worker-teardown").inputs))["environment"]
+    assert (teardown["HOST_KEY_CHECKING"], teardown["HOST_KEY_ORIGIN"]) == ("yes", "recorded")
     written = dict(unwrap(cloud.named("known-hosts").inputs))["environment"]["KNOWN_HOSTS"]
     assert sorted(written.splitlines()) == recorded
 

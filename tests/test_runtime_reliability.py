@@ -341,10 +341,12 @@ def test_teardown_of_a_node_whose_host_key_changed_fails_naming_the_known_hosts_
 
 def test_teardown_of_an_own_host_whose_host_key_changed_says_how_to_forget_the_old_key(node: FakeNode) -> None:
     node.set_state("ssh-host-key-changed", "")
+    # The own host's key was recorded at first contact and is checked strictly since (infra/sources/hosts/probe.py).
     result, _ = run_teardown(node, REMOTE_COMMAND="true", KNOWN_HOSTS_FILE=TEARDOWN_KNOWN_HOSTS, SSH_PORT="2222",
-                             HOST_KEY_CHECKING="accept-new")
+                             HOST_KEY_CHECKING="yes", HOST_KEY_ORIGIN="recorded")
     assert result.returncode == 1, result
     assert f"ssh-keygen -R '[10.0.0.9]:2222' -f {TEARDOWN_KNOWN_HOSTS}" in result.stderr
+    assert "pulumi state delete" not in result.stderr
 
 
 def test_teardown_refused_by_the_node_fails_naming_the_key_and_the_user(node: FakeNode) -> None:

@@ -116,6 +116,9 @@ class StepContext:
     identity_file: str = ""
     known_hosts_file: str = ""  # the stack's known-hosts file, for the local teardown commands
     host_key_checking: str = "yes"  # StrictHostKeyChecking of those: `accept-new` where the key is not known
+    # Where the machine's host key came from: "generated" by the program (its own instances, infra/node/known_hosts.py)
+    # or "recorded" at first contact (your own hosts); the teardown's advice on a changed key depends on it.
+    host_key_origin: str = "generated"
     dial_error_limit: int = DIAL_ERROR_LIMIT
 
 
@@ -131,6 +134,7 @@ def context_for(
                        host_key=machine.host_key, identity_file=login.identity_file,
                        known_hosts_file=known_hosts.known_hosts_path(pulumi.get_stack()),
                        host_key_checking=known_hosts.host_key_checking(machine),
+                       host_key_origin="recorded" if machine.existing else "generated",
                        dial_error_limit=RUNNING_NODE_DIAL_ERROR_LIMIT if running else DIAL_ERROR_LIMIT)
 
 
@@ -215,6 +219,7 @@ def teardown_step(
             "SSH_KEY_PATH": ctx.identity_file,
             "KNOWN_HOSTS_FILE": ctx.known_hosts_file,
             "HOST_KEY_CHECKING": ctx.host_key_checking,
+            "HOST_KEY_ORIGIN": ctx.host_key_origin,
             "NODE_NAME": ctx.node,
             "ROLL_STEP": f"{step}-delete",
             "REMOTE_COMMAND": remote_command,

@@ -15,6 +15,9 @@
 #   HOST (required), SSH_USER [root], SSH_PORT [22], SSH_KEY_PATH [ssh's default keys]
 #   KNOWN_HOSTS_FILE [ssh's default]   the stack's known-hosts file (infra/node/known_hosts.py)
 #   HOST_KEY_CHECKING [yes with KNOWN_HOSTS_FILE, else accept-new]   StrictHostKeyChecking
+#   HOST_KEY_ORIGIN [generated with HOST_KEY_CHECKING=yes, else recorded]   where the node's key in KNOWN_HOSTS_FILE
+#                             came from: `generated` by the program (its own instances), or `recorded` at first
+#                             contact (your own hosts); says what to do when the node answers with another key
 #   REMOTE_COMMAND (required)    the rendered delete step
 #   REACH_ATTEMPTS [2], REACH_TIMEOUT_S [20]   probes of the node before it counts as gone
 #   TEARDOWN_TIMEOUT_S [300]     bound on the delete step itself
@@ -35,6 +38,7 @@ ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}-${NODE_NAME//\//_}.log"
 : "${SSH_KEY_PATH:=}"
 : "${KNOWN_HOSTS_FILE:=}"
 : "${HOST_KEY_CHECKING:=}"
+: "${HOST_KEY_ORIGIN:=}"
 : "${REACH_ATTEMPTS:=2}"
 : "${REACH_TIMEOUT_S:=20}"
 : "${TEARDOWN_TIMEOUT_S:=300}"
@@ -48,6 +52,13 @@ check_settings() {
   case $HOST_KEY_CHECKING in
     yes | accept-new) ;;
     *) fail "HOST_KEY_CHECKING must be yes or accept-new, got '$HOST_KEY_CHECKING'" ;;
+  esac
+  if [[ -z "$HOST_KEY_ORIGIN" ]]; then
+    if [[ "$HOST_KEY_CHECKING" == yes ]]; then HOST_KEY_ORIGIN=generated; else HOST_KEY_ORIGIN=recorded; fi
+  fi
+  case $HOST_KEY_ORIGIN in
+    generated | recorded) ;;
+    *) fail "HOST_KEY_ORIGIN must be generated or recorded, got '$HOST_KEY_ORIGIN'" ;;
   esac
   SSH_OPTIONS=(-o BatchMode=yes -o StrictHostKeyChecking="$HOST_KEY_CHECKING" -o ConnectTimeout="$REACH_TIMEOUT_S"
     -o ServerAliveInterval=10 -o ServerAliveCountMax=3 -o LogLevel=ERROR -p "$SSH_PORT")
@@ -110,7 +121,7 @@ refuse_teardown() {
   if [[ -z "$key" ]]; then key="ssh's default keys"; fi
   case $kind in
     host-key-changed)
-      if [[ "$HOST_KEY_CHECKING" == accept-new ]]; then
+      if [[ "$HOST_KEY_ORIGIN" == recorded ]]; then
         # A machine whose key the program could not know (your own host): its key was recorded at first contact.
         fail "the host key of $HOST does not match the key recorded for node $NODE_NAME in $file ($error); $not_run. If the machine at $HOST was reinstalled or replaced, check that first (with whoever runs it), then remove its line with \`ssh-keygen -R '$(known_hosts_pattern)' -f $file\` and destroy again: the step then runs on the machine that answers. If nothing changed there, someone may be in the middle: do not connect"
       fi
