@@ -3,8 +3,9 @@
 Pure Python on plain values: the Pulumi components call these inside `Output.apply` and hand the result to
 `infra.node.remote.render` together with the scripts named here (each list runs after lib.sh, in order). Secrets are
 not part of these environments: a component adds them to the environment it renders (as Outputs, so they stay
-secret) and lists their names in `RaySettings.extra_env_names`; the scripts pass them into `ray start` with
-`docker exec -e NAME`, so the raylet and every job inherit them and no value appears on a command line.
+secret) and lists their names in `RaySettings.extra_env_names`; the Ray steps write them into the start record in
+the container (mode 0600) and `ray start` gets them from there (ray_launch.sh), so the raylet and every job inherit
+them and no value appears on a command line.
 
     settings = RaySettings(container_name="roll", gpus_per_node=8, ports=RayPorts(8100, 8101, 8102),
                            extra_env_names=("WANDB_API_KEY",))
@@ -37,8 +38,10 @@ class StepScripts:
     scripts: tuple[str, ...]
 
 
-HEAD_STEP = StepScripts("ray-head", (RAY_COMMON_SCRIPT, "ray_head.sh"))
-WORKER_STEP = StepScripts("ray-worker", (RAY_COMMON_SCRIPT, "ray_worker.sh"))
+# ray_launch.sh: the start function the container's main process shares (infra/node/bootstrap.py container_command).
+RAY_LAUNCH_SCRIPT = "ray_launch.sh"
+HEAD_STEP = StepScripts("ray-head", (RAY_COMMON_SCRIPT, RAY_LAUNCH_SCRIPT, "ray_head.sh"))
+WORKER_STEP = StepScripts("ray-worker", (RAY_COMMON_SCRIPT, RAY_LAUNCH_SCRIPT, "ray_worker.sh"))
 READY_STEP = StepScripts("ray-ready", (RAY_COMMON_SCRIPT, "ray_ready.sh"))
 RAY_STOP_STEP = StepScripts("ray-stop", (RAY_COMMON_SCRIPT, "ray_stop.sh"))
 JOB_STOP_STEP = StepScripts("job-stop", (RAY_COMMON_SCRIPT, "job_stop.sh"))
