@@ -32,8 +32,9 @@ REBOOT_EFFECTS: tuple[tuple[str, str], ...] = (
      "Docker starts after the data disk and NAS mounts, restarts the container, and its main process rejoins Ray "
      "with the recorded settings; the job loses that node's tasks (whether it survives is the framework's call)"),
     ("the head reboots",
-     "the head's Ray comes back by itself with the recorded settings and the workers rejoin it; the running job "
-     "ends with the head (Ray keeps no job across a restart): `jobStatus` then reports it missing, and "
-     "`pulumi up --replace <the training-job URN>` submits it again (ROLL/verl/OpenRLHF resume from their "
-     "checkpoints on the NAS when configured to)"),
+     "the head's Ray comes back by itself with the recorded settings and the workers rejoin it (their raylets exit "
+     "once the old head's GCS is gone, and their main processes rejoin); the running job ends with the head (Ray "
+     "keeps no job across a restart) and is not submitted again by itself: `jobStatus` then reports it LOST with "
+     "the command that submits it again, the `jobResubmit` output (`pulumi up --replace <the training-job URN>`; "
+     "ROLL/verl/OpenRLHF resume from their checkpoints on the NAS when configured to)"),
 )

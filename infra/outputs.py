@@ -75,12 +75,16 @@ def export_all(
     if head.bootstrap.baked_image_id is not None:
         pulumi.export("bakedImageId", head.bootstrap.baked_image_id)
     commands: Any = pulumi.Output.all(head_host, job.job_id)
-    if config.training.auto_start:
+    if config.training.auto_start and job.submission is not None:
+        # After a reboot of the head its Ray knows no job: jobStatus says so and names this command.
+        stack = pulumi.get_stack()
+        resubmit = job.submission.urn.apply(lambda urn: ray_commands.job_resubmit_command(stack, urn))
+        pulumi.export("jobResubmit", resubmit)
         pulumi.export(
             "jobStatus",
-            commands.apply(
+            pulumi.Output.all(head_host, job.job_id, resubmit).apply(
                 lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
-                                                          hosts, user, port, pinned)
+                                                          hosts, user, port, pinned, resubmit=v[2])
             ),
         )
         pulumi.export(

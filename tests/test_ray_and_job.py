@@ -290,6 +290,10 @@ def test_the_reward_server_runs_on_explicit_gpus_of_the_head():
 def test_job_stop_and_the_full_job_configuration_are_outputs():
     out = run("verl").outputs
     assert out["jobStop"].endswith(f"'docker exec roll ray job stop {out['jobId']} --address http://127.0.0.1:8265'")
+    # After a reboot of the head: the job step replaced by its URN, and jobStatus names that very command.
+    urn = "urn:pulumi:verl::roll-cluster::roll-cluster:index:TrainingJob$command:remote:Command::training-job"
+    assert out["jobResubmit"] == f"pulumi up --stack verl --replace '{urn}'"
+    assert urn in out["jobStatus"] and "LOST" in out["jobStatus"]
     config = out["jobConfig"]
     assert config["command"] == job_env(run("verl"))["JOB_ENTRYPOINT"]
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in config["command"]
@@ -299,7 +303,7 @@ def test_job_stop_and_the_full_job_configuration_are_outputs():
 
 def test_auto_start_false_gives_the_submit_command_instead_of_status_and_logs():
     out = run("verl", config={"roll-cluster:training": {"autoStart": False}}).outputs
-    assert "jobStatus" not in out and "jobLogs" not in out and "jobStop" not in out
+    assert "jobStatus" not in out and "jobLogs" not in out and "jobStop" not in out and "jobResubmit" not in out
     assert out["jobSubmit"] == (
         "pulumi config set --stack verl --path 'roll-cluster:training.autoStart' true && pulumi up --stack verl"
     )

@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -197,9 +198,9 @@ def test_user_commands_carry_the_custom_ports() -> None:
     assert rc.dashboard_tunnel_command("47.1.2.3", key, 8101) == (
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -N -L 8101:127.0.0.1:8101 root@47.1.2.3"
     )
-    assert rc.job_status_command("47.1.2.3", key, "roll", "job-1", 8101) == (
-        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes root@47.1.2.3 'docker exec roll ray job status job-1 --address http://127.0.0.1:8101'"
-    )
+    status = rc.job_status_command("47.1.2.3", key, "roll", "job-1", 8101)
+    assert status.startswith("ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes root@47.1.2.3 'docker exec roll bash -c ")
+    assert "job-status job-1 http://127.0.0.1:8101 " in status
     assert rc.job_logs_command("47.1.2.3", key, "roll", "job-1", 8101) == (
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes root@47.1.2.3 "
         "'docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101'"
@@ -251,3 +252,51 @@ def test_every_step_renders_to_valid_shellcheck_clean_bash(step: rc.StepScripts)
         text=True,
     )
     assert checked.returncode == 0, checked.stdout
+
+
+URN = "urn:pulumi:dev::roll-cluster::roll-cluster:index:TrainingJob$command:remote:Command::training-job"
+
+
+def run_job_status(tmp_path: Path, ray_says: str, ray_exit: int) -> subprocess.CompletedProcess[str]:
+    """The jobStatus command through a real shell, with stand-ins: `ssh` runs the remote command with sh (as sshd
+    does), `docker exec NAME` runs the rest here, and `ray` prints `ray_says` and exits `ray_exit`."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir(parents=True)
+    scripts = {
+        "ssh": '#!/bin/sh\nfor last in "$@"; do :; done\nexec sh -c "$last"\n',
+        "docker": '#!/bin/sh\nshift 2\nexec "$@"\n',
+        "ray": f'#!/bin/sh\nprintf "%s\\n" {shlex.quote(ray_says)} >&2\nexit {ray_exit}\n',
+    }
+    for name, text in scripts.items():
+        (fake_bin / name).write_text(text)
+        (fake_bin / name).chmod(0o755)
+    resubmit = rc.job_resubmit_command("dev", URN)
+    command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101, resubmit=resubmit)
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=False)
+
+
+def test_job_status_says_a_job_the_rebooted_head_lost_is_lost_and_how_to_submit_it_again(tmp_path: Path) -> None:
+    # What `ray job status` prints for a submission id the Jobs API does not know (HTTP 404 from the job head).
+    not_found = ("Traceback (most recent call last):\n  ...\nRuntimeError: Request failed with status code 404: "
+                 "Job job-1 does not exist.")
+    result = run_job_status(tmp_path, not_found, 1)
+    assert result.returncode == 3, result
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout.startswith("job job-1: LOST. The Ray head does not know it: Ray on the head restarted")
+    assert result.stdout.rstrip().endswith(f"pulumi up --stack dev --replace '{URN}'")
+
+
+def test_job_status_passes_a_known_job_and_other_errors_through(tmp_path: Path) -> None:
+    known = run_job_status(tmp_path / "a", "Job 'job-1': status RUNNING", 0)
+    assert (known.returncode, known.stdout.strip()) == (0, "Job 'job-1': status RUNNING")
+    down = run_job_status(tmp_path / "b", "ConnectionError: Failed to connect to Ray at address", 1)
+    assert down.returncode == 1 and "Failed to connect" in down.stderr and "LOST" not in down.stdout
+
+
+def test_the_resubmit_command_replaces_the_job_step_by_its_urn() -> None:
+    assert rc.job_resubmit_command("org/proj/dev", URN) == f"pulumi up --stack org/proj/dev --replace '{URN}'"
+    with pytest.raises(ValueError):
+        rc.job_resubmit_command("dev", "training-job")
+    with pytest.raises(ValueError):
+        rc.job_resubmit_command("dev; rm -rf /", URN)

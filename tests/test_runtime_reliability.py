@@ -7,6 +7,7 @@ run under the offline cloud.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -26,6 +27,7 @@ from infra.node import steps
 from infra.node.bootstrap import container_command
 from infra.node.remote import SCRIPTS_DIR
 from infra.offline import is_secret, reveal, unwrap
+from infra.ray import commands as rc
 
 LIB = SCRIPTS_DIR / "lib.sh"
 
@@ -186,8 +188,20 @@ def test_ray_stop_never_kills_the_containers_main_process() -> None:
     assert not [k for k in keywords if k in text]
 
 
+# What a fake head's GCS does: accept connections on the port given, until killed.
+GCS_LISTENER_PY = (
+    "import socket, sys, time\n"
+    "s = socket.socket()\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', int(sys.argv[1])))\n"
+    "s.listen()\n"
+    "time.sleep(3600)\n"
+)
+
+
 class FakeRay:
-    """A `ray` on PATH whose `start` records its arguments and starts a process named raylet."""
+    """A `ray` on PATH whose `start` records its arguments and environment and starts a process named raylet
+    (and, given --port, a fake GCS listening there); its other commands (`status`) succeed and do nothing."""
 
     def __init__(self, root: Path) -> None:
         self.bin = root / "bin"
@@ -197,21 +211,28 @@ class FakeRay:
         ray = self.bin / "ray"
         ray.write_text(
             "#!/bin/bash\n"
-            f'printf "%s NODE_RANK=%s SECRET_SET=%s\\n" "$*" "$NODE_RANK" "${{WANDB_API_KEY:+yes}}" >>{self.calls}\n'
+            '[[ "$1" == start ]] || exit 0\n'
+            f'printf "%s NODE_RANK=%s SECRET_SET=%s LD_PRELOAD=%s\\n" "$*" "$NODE_RANK" "${{WANDB_API_KEY:+yes}}" '
+            f'"${{LD_PRELOAD:-}}" >>{self.calls}\n'
             f"setsid {self.bin}/{FAKE_RAYLET} {RAYLET_MARKER} </dev/null >/dev/null 2>&1 &\n"
+            'for arg in "$@"; do\n'
+            '  [[ "$arg" == --port=* ]] || continue\n'
+            f'  setsid {shlex.quote(os.path.realpath(shutil.which("python3") or "/usr/bin/python3"))} -c '
+            f'{shlex.quote(GCS_LISTENER_PY)} "${{arg#--port=}}" {self.bin}/gcs </dev/null >/dev/null 2>&1 &\n'
+            "done\n"
         )
         ray.chmod(0o755)
 
     def starts(self) -> list[str]:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
 
+    def kill(self) -> None:
+        """End this fake's raylets and GCS (their command lines name this fake's directory; no other test's)."""
+        subprocess.run(["pkill", "-f", re.escape(str(self.bin)) + "/"], check=False)
+
 
 RAYLET_MARKER = "31337"
 FAKE_RAYLET = "rc-test-raylet"  # not `raylet`: this machine may run real Ray (the real-host tier)
-
-
-def kill_fake_raylets() -> None:
-    subprocess.run(["pkill", "-f", f"bin/{FAKE_RAYLET} {RAYLET_MARKER}$"], check=False)
 
 
 def wait_until(predicate: Any, timeout: float = 15) -> bool:
@@ -242,7 +263,7 @@ def test_the_container_main_process_restarts_ray_from_the_record_and_a_worker_wa
         port = probe.getsockname()[1]
     write_record(record, "worker", f"127.0.0.1:{port}", ["ray", "start", f"--address=127.0.0.1:{port}"])
     main = subprocess.Popen(
-        ["bash", "-c", (SCRIPTS_DIR / "container_main.sh").read_text(), "container-main"],
+        container_command(),
         env={"PATH": f"{fake.bin}:/usr/local/bin:/usr/bin:/bin", "RAY_RECORD_DIR": str(record),
              "RAY_PAUSE_FILE": str(tmp_path / "pause"), "RAY_SUPERVISE_INTERVAL_S": "0.2",
              "RAY_RAYLET_NAME": FAKE_RAYLET},
@@ -255,14 +276,14 @@ def test_the_container_main_process_restarts_ray_from_the_record_and_a_worker_wa
             head.bind(("127.0.0.1", port))
             head.listen()
             assert wait_until(lambda: len(fake.starts()) == 1), fake.starts()
-        assert fake.starts()[0] == f"start --address=127.0.0.1:{port} NODE_RANK=1 SECRET_SET=yes"
+        assert fake.starts()[0] == f"start --address=127.0.0.1:{port} NODE_RANK=1 SECRET_SET=yes LD_PRELOAD="
         # Ray is running (a raylet exists): nothing more is started.
         time.sleep(1)
         assert len(fake.starts()) == 1
         # While a Ray step works (the pause file), a lost raylet is not restarted; afterwards it is.
         (tmp_path / "pause").touch()
         write_record(record, "head", "127.0.0.1:1", ["ray", "start", "--head"])
-        kill_fake_raylets()
+        fake.kill()
         time.sleep(1)
         assert len(fake.starts()) == 1
         (tmp_path / "pause").unlink()
@@ -272,7 +293,92 @@ def test_the_container_main_process_restarts_ray_from_the_record_and_a_worker_wa
     finally:
         os.killpg(main.pid, signal.SIGKILL)
         main.wait()
-        kill_fake_raylets()
+        fake.kill()
+
+
+def a_loadable_library() -> str:
+    """A shared library this machine really has (libm, as this interpreter maps it), to stand for jemalloc: the
+    preload then loads without the dynamic loader's complaint."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split()[-1]
+        if "/libm.so" in path or "/libm-" in path:
+            return path
+    pytest.skip("no libm mapped in this interpreter")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("role", ["head", "worker"])
+def test_after_a_reboot_ray_starts_exactly_as_the_ray_step_started_it_jemalloc_preload_included(
+    node: FakeNode, tmp_path: Path, role: str
+) -> None:
+    """Ascend: the Ray step preloads the container's jemalloc for Ray (MindSpeed-RL). The restart by the container's
+    main process after a reboot must start Ray the same way: same arguments, NODE_RANK, secrets and LD_PRELOAD."""
+    fake = FakeRay(tmp_path / "fake-ray")
+    (node.bin / "ray").symlink_to(fake.bin / "ray")  # `ray` on the node's PATH, as in the container
+    # The step's look for Ray already running scans /proc: this test machine's, where other tests may run Ray.
+    scan = node.bin / "container" / "python3"
+    scan.write_text('#!/bin/bash\nif [[ "${1:-}" == -c && "${3:-}" =~ ^(gcs|all)$ ]]; then exit 0; fi\n'
+                    'exec "${STANDIN_REAL_PYTHON:?}" "$@"\n')
+    node.set_state("docker/containers/rl", "true")
+    jemalloc = a_loadable_library()
+    record, pause, port = tmp_path / "record", tmp_path / "pause", free_port()
+    env = {"CONTAINER_NAME": "rl", "NODE_IP": "127.0.0.1", "GCS_PORT": str(port), "NUM_GPUS": "0",
+           "RAY_RESOURCES": '{"NPU": 2}', "RAY_PRELOAD_JEMALLOC": "1",
+           "JEMALLOC_CANDIDATES": f"{tmp_path}/absent/libjemalloc.so.2 {jemalloc}",
+           "RAY_EXTRA_ENV_NAMES": "WANDB_API_KEY", "WANDB_API_KEY": "s3cret-value",
+           "RAY_RECORD_DIR": str(record), "RAY_PAUSE_FILE": str(pause), "PROBE_TIMEOUT_S": "10"}
+    head: socket.socket | None = None
+    main: subprocess.Popen[bytes] | None = None
+    try:
+        if role == "head":
+            step = rc.HEAD_STEP
+            env.update(DASHBOARD_PORT=str(free_port()), CLIENT_PORT=str(free_port()), NODE_RANK="0",
+                       RAY_START_TIMEOUT_S="20")
+        else:
+            step = rc.WORKER_STEP
+            env.update(HEAD_IP="127.0.0.1", NODE_RANK="1", HEAD_WAIT_TIMEOUT_S="20", HEAD_POLL_INTERVAL_S="1")
+            head = socket.socket()  # the head's GCS answers
+            head.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            head.bind(("127.0.0.1", port))
+            head.listen()
+        result = node.run_step(step.step, list(step.scripts), **env)
+        assert result.returncode == 0, result
+        assert len(fake.starts()) == 1, fake.starts()
+        by_step = fake.starts()[0]
+        assert f"LD_PRELOAD={jemalloc}" in by_step and "SECRET_SET=yes" in by_step
+        assert f"NODE_RANK={env['NODE_RANK']}" in by_step and "--resources={\"NPU\": 2}" in by_step
+        assert "s3cret-value" not in " ".join(node.calls("docker"))  # read from the record in the container
+        assert not pause.exists()  # the step resumed the supervision
+        # The node reboots: Ray is gone, the container (and the record in it) comes back with its main process.
+        fake.kill()
+        main = subprocess.Popen(
+            container_command(),
+            env={"PATH": f"{fake.bin}:/usr/local/bin:/usr/bin:/bin", "RAY_RECORD_DIR": str(record),
+                 "RAY_PAUSE_FILE": str(pause), "RAY_SUPERVISE_INTERVAL_S": "0.2", "RAY_RAYLET_NAME": FAKE_RAYLET},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        assert wait_until(lambda: len(fake.starts()) == 2), (record / "supervisor.log").read_text()
+        assert fake.starts()[1] == by_step  # the very same start, jemalloc preload included
+    finally:
+        if main is not None:
+            os.killpg(main.pid, signal.SIGKILL)
+            main.wait()
+        if head is not None:
+            head.close()
+        fake.kill()
+
+
+def test_a_changed_jemalloc_preload_is_a_changed_ray_setting(tmp_path: Path) -> None:
+    with_preload = ray_common("ray_settings_text ray start", tmp_path, RAY_PRELOAD_JEMALLOC="1")
+    without = ray_common("ray_settings_text ray start", tmp_path, RAY_PRELOAD_JEMALLOC="0")
+    result = ray_common('settings_differences "$OLD" "$NEW"', tmp_path, OLD=without.stdout, NEW=with_preload.stdout)
+    assert result.stdout == "RAY_PRELOAD_JEMALLOC", result
 
 
 def test_docker_starts_after_the_data_disk_and_the_nas_are_mounted(node: FakeNode) -> None:

@@ -37,6 +37,9 @@ class TrainingJob(pulumi.ComponentResource):
     spec: pulumi.Output[JobSpec]
     job_id: pulumi.Output[str]
     rendered_config: str | None
+    # The job step (None with training.autoStart false): its URN is what `pulumi up --replace` takes to submit the
+    # job again after the head's Ray lost it (a reboot of the head).
+    submission: pulumi.Resource | None
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:TrainingJob", name, None, opts)
@@ -78,8 +81,9 @@ class TrainingJob(pulumi.ComponentResource):
                 resource_name="reward-server",
             )
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
+        self.submission = None
         if config.training.auto_start:
-            steps.remote_step(
+            self.submission = steps.remote_step(
                 ctx,
                 "job",
                 # The reward server is its own step above, so the plain submit scripts.

@@ -42,6 +42,7 @@ from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
 from infra.node import accelerators, remote, ssh_access, steps
 from infra.node import known_hosts as known_hosts_module
+from infra.ray import commands as ray_commands
 from infra.sources.base import Machine
 
 GPU_READY_TIMEOUT_S = 2400
@@ -50,9 +51,18 @@ CONTAINER_MAIN_SCRIPT = "container_main.sh"
 
 
 def container_command() -> list[str]:
-    """The training container's command: container_main.sh (keeps the container up and Ray running as recorded).
-    The same text for every setting, so a changed setting never recreates the container."""
-    return ["bash", "-c", remote.script_path(CONTAINER_MAIN_SCRIPT).read_text(), "container-main"]
+    """The training container's command: container_main.sh (keeps the container up and Ray running as recorded),
+    after ray_launch.sh (the start function it shares with the Ray steps). The same text for every setting, so a
+    changed setting never recreates the container."""
+    parts = []
+    # ray_launch.sh: launch_recorded_ray, the function the Ray steps start Ray with; the main process restarts
+    # Ray through it too.
+    for name in (ray_commands.RAY_LAUNCH_SCRIPT, CONTAINER_MAIN_SCRIPT):
+        lines = remote.script_path(name).read_text().splitlines()
+        if lines and lines[0].startswith("#!"):
+            lines = lines[1:]
+        parts.append(f"# ---- {name} ----\n" + "\n".join(lines) + "\n")
+    return ["bash", "-c", "".join(parts), "container-main"]
 
 
 @dataclass(frozen=True)

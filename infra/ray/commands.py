@@ -3,8 +3,9 @@
 Pure Python on plain values: the Pulumi components call these inside `Output.apply` and hand the result to
 `infra.node.remote.render` together with the scripts named here (each list runs after lib.sh, in order). Secrets are
 not part of these environments: a component adds them to the environment it renders (as Outputs, so they stay
-secret) and lists their names in `RaySettings.extra_env_names`; the scripts pass them into `ray start` with
-`docker exec -e NAME`, so the raylet and every job inherit them and no value appears on a command line.
+secret) and lists their names in `RaySettings.extra_env_names`; the Ray steps write them into the start record in
+the container (mode 0600) and `ray start` gets them from there (ray_launch.sh), so the raylet and every job inherit
+them and no value appears on a command line.
 
     settings = RaySettings(container_name="roll", gpus_per_node=8, ports=RayPorts(8100, 8101, 8102),
                            extra_env_names=("WANDB_API_KEY",))
@@ -37,8 +38,10 @@ class StepScripts:
     scripts: tuple[str, ...]
 
 
-HEAD_STEP = StepScripts("ray-head", (RAY_COMMON_SCRIPT, "ray_head.sh"))
-WORKER_STEP = StepScripts("ray-worker", (RAY_COMMON_SCRIPT, "ray_worker.sh"))
+# ray_launch.sh: the start function the container's main process shares (infra/node/bootstrap.py container_command).
+RAY_LAUNCH_SCRIPT = "ray_launch.sh"
+HEAD_STEP = StepScripts("ray-head", (RAY_COMMON_SCRIPT, RAY_LAUNCH_SCRIPT, "ray_head.sh"))
+WORKER_STEP = StepScripts("ray-worker", (RAY_COMMON_SCRIPT, RAY_LAUNCH_SCRIPT, "ray_worker.sh"))
 READY_STEP = StepScripts("ray-ready", (RAY_COMMON_SCRIPT, "ray_ready.sh"))
 RAY_STOP_STEP = StepScripts("ray-stop", (RAY_COMMON_SCRIPT, "ray_stop.sh"))
 JOB_STOP_STEP = StepScripts("job-stop", (RAY_COMMON_SCRIPT, "job_stop.sh"))
@@ -184,6 +187,11 @@ def _check_job_id(job_id: str) -> None:
 def _check_port(what: str, port: int) -> None:
     if not 1 <= port <= 65535:
         raise ValueError(f"{what} {port} is not a TCP port (1..65535)")
+
+
+def _check_stack(stack: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}", stack):
+        raise ValueError(f"stack name {stack!r} is not a Pulumi stack name")
 
 
 def _check_file_path(path: str) -> None:
@@ -463,15 +471,41 @@ def _in_head_container(
     return f"{ssh_command(head_public_ip, key_path, known_hosts, user, port, pinned)} {shlex.quote(remote)}"
 
 
+# The job status as `ray job status` prints it; a job the head's Ray does not know (it restarted after the
+# submission: Ray keeps no job across a restart, so a reboot of the head ends the job) is said so in plain words,
+# with the command that submits it again, instead of the Jobs API's 404 traceback. Exit 3 then.
+# $1 job id, $2 Jobs API address, $3 the resubmit command.
+_JOB_STATUS_SH = (
+    'if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; exit 0; fi\n'
+    'case $out in *"does not exist"* | *"status code 404"*) ;; *) printf "%s\\n" "$out" >&2; exit 1 ;; esac\n'
+    'printf "%s\\n" "job $1: LOST. The Ray head does not know it: Ray on the head restarted after the job was'
+    " submitted (a reboot of the head, or of its container), Ray keeps no job across a restart, and a job still"
+    " running then ended with it (one that had finished before is simply forgotten). Its checkpoints are kept."
+    ' To submit it again (it resumes from them as training.resume says): $3"\n'
+    "exit 3"
+)
+
+
+def job_resubmit_command(stack: str, job_urn: str) -> str:
+    """`jobResubmit`: submits the unchanged job again through the program's own job step (its files, preparation and
+    checks included), for when the head's Ray lost it (a reboot of the head). `job_urn`: the training-job step's."""
+    _check_stack(stack)
+    if not job_urn.startswith("urn:pulumi:") or "'" in job_urn:
+        raise ValueError(f"{job_urn!r} is not a Pulumi URN")
+    return f"pulumi up --stack {stack} --replace '{job_urn}'"
+
+
 def job_status_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
     known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
-    pinned: bool = True,
+    pinned: bool = True, resubmit: str = "",
 ) -> str:
-    """`jobStatus`: prints the job's status from the head."""
+    """`jobStatus`: prints the job's status from the head, or, when the head's Ray no longer knows the job (it
+    restarted: a reboot of the head), that the job was lost and `resubmit` (job_resubmit_command), exit 3."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
-    words = ["ray", "job", "status", job_id, "--address", f"http://127.0.0.1:{dashboard_port}"]
+    resubmit = resubmit or "pulumi up --replace <the training-job URN> (the jobResubmit output)"
+    words = ["bash", "-c", _JOB_STATUS_SH, "job-status", job_id, f"http://127.0.0.1:{dashboard_port}", resubmit]
     return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 
@@ -503,8 +537,7 @@ def job_stop_command(
 def job_submit_command(stack: str) -> str:
     """`jobSubmit` (training.autoStart: false): turns auto start on and lets `pulumi up` submit the prepared job
     through the program's own job step (its files, preparation and checks included)."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}", stack):
-        raise ValueError(f"stack name {stack!r} is not a Pulumi stack name")
+    _check_stack(stack)
     return (
         f"pulumi config set --stack {stack} --path 'roll-cluster:training.autoStart' true && "
         f"pulumi up --stack {stack}"

@@ -13,6 +13,8 @@
 # this process's command line: it must never name them (tests/test_runtime_reliability.py checks).
 # This text is the same for every cluster and every setting (settings live in the record), so changing a setting
 # never recreates the container. It is deliberately plain bash: no Ray import, whatever Ray version the image has.
+# The container's command is ray_launch.sh (launch_recorded_ray, the start the Ray steps use) followed by this
+# file (infra/node/bootstrap.py container_command).
 set -uo pipefail
 
 # The two paths are ray_common.sh's RAY_RECORD_DIR and RAY_PAUSE_FILE (overridable here for tests only).
@@ -59,7 +61,8 @@ start_from_record() (
     exit 0 # the head is not back yet: look again next round
   fi
   say "no raylet in this container: starting Ray ($RAY_ROLE, head $RAY_HEAD_ADDRESS) with the recorded settings"
-  timeout -k 10 "$START_TIMEOUT_S" "${RAY_START_ARGS[@]}" >>"$RECORD_DIR/supervisor.log" 2>&1 || status=$?
+  # The Ray step started Ray with this same function and record: same arguments, variables and preload.
+  launch_recorded_ray "$RECORD_DIR/start" "$START_TIMEOUT_S" >>"$RECORD_DIR/supervisor.log" 2>&1 || status=$?
   if ((status == 0)); then
     say "Ray started"
   else

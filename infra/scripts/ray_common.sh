@@ -39,17 +39,21 @@ collect_container_env() {
   done
 }
 
-# add_jemalloc_preload: with RAY_PRELOAD_JEMALLOC=1, start Ray with the container's jemalloc in LD_PRELOAD (after
-# collect_container_env). MindSpeed-RL's install guide (docs/zh/install_guide.md:149-165) asks for it so that Ray's
-# processes return memory; its paths: /usr/lib/<arch>-linux-gnu from Ubuntu's libjemalloc2, /usr/local/lib from a
-# source build, /usr/lib64 from openEuler's jemalloc package. Only Ray gets it, not every command on the host.
-JEMALLOC_CANDIDATES='/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2'
+# add_jemalloc_preload: with RAY_PRELOAD_JEMALLOC=1, start Ray with the container's jemalloc in LD_PRELOAD: sets
+# ray_preload, which record_ray_start records (RAY_PRELOAD) and launch_recorded_ray applies, so a restart after a
+# reboot preloads it too. MindSpeed-RL's install guide (docs/zh/install_guide.md:149-165) asks for it so that
+# Ray's processes return memory; its paths: /usr/lib/<arch>-linux-gnu from Ubuntu's libjemalloc2, /usr/local/lib
+# from a source build, /usr/lib64 from openEuler's jemalloc package. Only Ray gets it, not every command on the
+# host. (JEMALLOC_CANDIDATES is overridable for tests only.)
+JEMALLOC_CANDIDATES=${JEMALLOC_CANDIDATES:-'/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2'}
+ray_preload=''
 add_jemalloc_preload() {
   local path
+  ray_preload=''
   [[ "${RAY_PRELOAD_JEMALLOC:-0}" == 1 ]] || return 0
   for path in $JEMALLOC_CANDIDATES; do
     if docker exec "$CONTAINER_NAME" test -f "$path" 2>/dev/null; then
-      container_env_args+=(-e "LD_PRELOAD=$path")
+      ray_preload=$path
       banner "Ray starts with jemalloc preloaded ($path)"
       return 0
     fi
@@ -205,15 +209,18 @@ job_log_tail() {
 # A step that finds Ray running compares the recorded settings with its own: equal, Ray is left alone; different,
 # it names what differs, stops Ray and starts it with the new settings. While a step works on Ray it pauses the
 # main process's supervision ($RAY_PAUSE_FILE, on the container's /dev/shm: a restart clears it).
-RAY_RECORD_DIR=/var/lib/roll-cluster/ray
-RAY_PAUSE_FILE=/dev/shm/roll-cluster-ray.pause
+# Both paths are container_main.sh's defaults (overridable for tests only, like there).
+RAY_RECORD_DIR=${RAY_RECORD_DIR:-/var/lib/roll-cluster/ray}
+RAY_PAUSE_FILE=${RAY_PAUSE_FILE:-/dev/shm/roll-cluster-ray.pause}
 
 # ray_settings_text ARG...: the settings record for `ray start ARG...` with this step's RAY_EXTRA_ENV_NAMES,
-# NODE_RANK and RAY_GENERATION (the cluster's Ray generation: a worker restarts when the head's settings change).
+# NODE_RANK, RAY_PRELOAD_JEMALLOC and RAY_GENERATION (the cluster's Ray generation: a worker restarts when the
+# head's settings change).
 ray_settings_text() {
   local name digest
   printf '%s\n' "$@"
   printf 'NODE_RANK=%s\n' "${NODE_RANK:-}"
+  printf 'RAY_PRELOAD_JEMALLOC=%s\n' "${RAY_PRELOAD_JEMALLOC:-0}"
   printf 'RAY_GENERATION=%s\n' "${RAY_GENERATION:-}"
   printf 'RAY_EXTRA_ENV_NAMES=%s\n' "${RAY_EXTRA_ENV_NAMES:-}"
   if [[ -n "${RAY_EXTRA_ENV_NAMES:-}" ]]; then
@@ -256,13 +263,16 @@ write_in_container() {
     write_in_container "$1"
 }
 
-# record_ray_start ROLE HEAD_ADDRESS ARG...: record the settings and the start command of `ray start ARG...`.
+# record_ray_start ROLE HEAD_ADDRESS ARG...: record the settings and the start command of `ray start ARG...`
+# (after collect_container_env and add_jemalloc_preload): everything launch_recorded_ray (ray_launch.sh) starts
+# Ray with, for the step and for the container's main process alike.
 record_ray_start() {
   local role=$1 head=$2 name
   shift 2
   ray_settings_text "$@" | write_in_container "$RAY_RECORD_DIR/settings"
   {
     printf 'RAY_ROLE=%q\nRAY_HEAD_ADDRESS=%q\n' "$role" "$head"
+    printf 'RAY_PRELOAD=%q\n' "$ray_preload"
     printf 'export NODE_RANK=%q\n' "${NODE_RANK:-0}"
     for name in ${RAY_EXTRA_ENV_NAMES:-}; do
       printf 'export %s=%q\n' "$name" "${!name:-}"
@@ -271,6 +281,15 @@ record_ray_start() {
     printf ' %q' "$@"
     printf ' )\n'
   } | write_in_container "$RAY_RECORD_DIR/start"
+}
+
+# launch_ray_in_container: start Ray in the container from the start record just written, through the same
+# function the container's main process restarts it with (ray_launch.sh, shipped with `declare -f`: its text holds
+# no secret; the secrets are read from the record inside the container). Bounded by RAY_LAUNCH_TIMEOUT_S [300].
+launch_ray_in_container() {
+  # shellcheck disable=SC2016 # "$@" expands in the container's bash
+  docker exec "$CONTAINER_NAME" bash -c "$(declare -f launch_recorded_ray)"$'\n''launch_recorded_ray "$@"' \
+    launch-ray "$RAY_RECORD_DIR/start" "${RAY_LAUNCH_TIMEOUT_S:-300}"
 }
 
 # forget_ray_start: remove the start record, so that nothing starts Ray again in this container (ray-stop).

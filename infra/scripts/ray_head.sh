@@ -95,9 +95,10 @@ start_head() {
   fi
   collect_container_env
   add_jemalloc_preload
-  # Recorded before the start: the container's main process starts Ray from it after a reboot.
+  # Recorded, then started from the record by the function the container's main process restarts Ray with after
+  # a reboot: both starts are the same (arguments, variables, jemalloc preload).
   record_ray_start head "$NODE_IP:$GCS_PORT" "${head_args[@]}"
-  logged exec_with_env -e NODE_RANK -- "${head_args[@]}"
+  logged launch_ray_in_container
 }
 
 gcs_answers() {

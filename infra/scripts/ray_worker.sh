@@ -91,10 +91,10 @@ join_head() {
   fi
   collect_container_env
   add_jemalloc_preload
-  # Recorded before the join: the container's main process rejoins from it whenever this worker's Ray is gone
-  # (a reboot of this node, or of the head).
+  # Recorded, then joined from the record by the function the container's main process rejoins with whenever
+  # this worker's Ray is gone (a reboot of this node, or of the head): both joins are the same.
   record_ray_start worker "$head_address" "${join_args[@]}"
-  retry "$RAY_START_ATTEMPTS" 5 log_cmd exec_with_env -e NODE_RANK -- "${join_args[@]}" ||
+  retry "$RAY_START_ATTEMPTS" 5 log_cmd launch_ray_in_container ||
     fail "ray start --address=$head_address failed $RAY_START_ATTEMPTS times"
 }
 

@@ -1,7 +1,9 @@
 """A cluster that stays right (issue 11), on real hosts with the program's own commands (program_commands.py): a
 changed object-store size restarts Ray and shows in `ray status`; a rebooted node (every process of the host
-killed, its init started again) rejoins without `pulumi up`; a hung probe is cut at its bound; a teardown against a
-host whose key changed fails and stops nothing; `pulumi destroy`'s teardown commands finish with one host gone.
+killed, its init started again) rejoins without `pulumi up`, a rebooted head comes back with its workers and
+`jobStatus` says the job was lost, with the command that submits it again; a hung probe is cut at its bound; a
+teardown against a host whose key changed fails and stops nothing; `pulumi destroy`'s teardown commands finish with
+one host gone.
 
 Two of the session's hosts: e2e-h0 the head, e2e-h1 a worker. The containers run the program's own container
 command (container_main.sh) with restart policy unless-stopped, which the docker stand-in honours at "boot".
@@ -27,10 +29,11 @@ SECRET = "e2e-wandb-lifecycle-4f2a"
 GIB = 1024**3
 
 
-def commands_for(network: TestNetwork, object_store_gb: float) -> ProgramCommands:
+def commands_for(network: TestNetwork, object_store_gb: float, entrypoint: str | None = None) -> ProgramCommands:
     hosts = network.hosts[:2]
     return render_cluster(
         [h.ip for h in hosts], str(network.client_key), container=CONTAINER,
+        **({"entrypoint": entrypoint} if entrypoint else {}),
         ray={"objectStoreMemoryGb": object_store_gb, "readyTimeoutSeconds": 90, "headWaitTimeoutSeconds": 120},
         secrets={"wandbApiKey": SECRET},
         # The hosts' real host keys, as if the program had generated them: its teardowns verify them.
@@ -134,6 +137,46 @@ def test_a_rebooted_worker_rejoins_without_pulumi_up(network, cluster):
     assert "starting Ray (worker" in log.stdout and SECRET not in log.stdout
     for host in (head, worker):
         assert secret_on_a_command_line(host) == [], host.name
+
+
+def supervisor_log(network: TestNetwork, host: TestHost) -> str:
+    return network.run(host, f"docker exec {CONTAINER} cat /var/lib/roll-cluster/ray/supervisor.log").check().stdout
+
+
+def test_a_rebooted_head_comes_back_the_workers_rejoin_and_job_status_says_the_job_was_lost(network, cluster):
+    head, worker, _ = cluster
+    wait_for_nodes(network, head, 2, timeout=60)
+    # A job that runs until stopped, submitted by the program's own job step (as `pulumi up` does).
+    long = commands_for(network, 0.2, entrypoint="sleep 3600")
+    assert long.submit is not None and long.job_stop is not None
+    network.run(head, long.submit, timeout=300).check()
+    running = network.run_user_command(long.outputs["jobStatus"], timeout=60)
+    assert running.returncode == 0 and "RUNNING" in running.stdout, running.output
+    worker_starts = supervisor_log(network, worker).count("starting Ray (worker")
+    try:
+        network.reboot(head)
+        # The head's main process starts the head from its record; each worker's raylet exits once it has lost the
+        # old head's GCS (Ray's reconnect timeout, 60 s by default, or at once on meeting the new GCS), and the
+        # worker's main process rejoins the new head. No `pulumi up`.
+        wait_for_nodes(network, head, 2, timeout=240)
+        assert "starting Ray (head" in supervisor_log(network, head)
+        assert supervisor_log(network, worker).count("starting Ray (worker") > worker_starts
+        # The job did not survive, and jobStatus says so in plain words, with the command that submits it again.
+        lost = network.run_user_command(long.outputs["jobStatus"], timeout=60)
+        assert lost.returncode == 3, lost.output
+        assert f"job {long.outputs['jobId']}: LOST" in lost.stdout and "Traceback" not in lost.output
+        assert long.outputs["jobResubmit"] in lost.stdout
+        # What `pulumi up --replace <job URN>` runs: the job's delete (nothing to stop), then its create, which
+        # finds no job of its id on the new head and submits it.
+        network.run(head, long.job_stop, timeout=180).check()
+        again = network.run(head, long.submit, timeout=300).check()
+        assert "already exists" not in again.output, again.output
+        back = network.run_user_command(long.outputs["jobStatus"], timeout=60)
+        assert back.returncode == 0 and "RUNNING" in back.stdout, back.output
+        for host in (head, worker):
+            assert secret_on_a_command_line(host) == [], host.name
+    finally:
+        network.run(head, long.job_stop, timeout=180)
 
 
 def test_a_hung_probe_is_cut_at_its_bound(network, cluster):
