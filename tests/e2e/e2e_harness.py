@@ -330,7 +330,12 @@ class TestNetwork:
                     return
             if time.monotonic() > deadline:
                 log = (host.root / "sshd.log").read_text() if (host.root / "sshd.log").exists() else ""
-                raise RuntimeError(f"sshd on {host.name} ({host.ip}) did not answer within {timeout}s\n{log}")
+                init = self._init_of.get(host.name)
+                state = "not started" if init is None else (
+                    "still running" if init.poll() is None else f"exited {init.returncode}")
+                init_log = (host.root / "init.log").read_text()[-2000:] if (host.root / "init.log").exists() else ""
+                raise RuntimeError(f"sshd on {host.name} ({host.ip}) did not answer within {timeout}s (the host's "
+                                   f"init: {state})\nsshd.log:\n{log}\ninit.log:\n{init_log}")
             time.sleep(0.2)
 
     # ---- containers (the docker stand-in's) ----
