@@ -165,8 +165,9 @@ def _container_and_ray_sections(run: OfflineRun) -> list[str]:
         lines.append(f"  head        {env.get('NODE_IP')}:{env.get('GCS_PORT')}, dashboard {env.get('DASHBOARD_HOST')}:"
                      f"{env.get('DASHBOARD_PORT')}")
         if "RAY_CUDA_VISIBLE_DEVICES" in env:
-            lines.append(f"  head GPUs   Ray gets GPUs '{env['RAY_CUDA_VISIBLE_DEVICES']}' only (CUDA_VISIBLE_DEVICES of "
-                         "`ray start`); the others are the reward server's")
+            devices = env["RAY_CUDA_VISIBLE_DEVICES"]
+            lines.append(f"  head GPUs   Ray gets GPUs '{devices}' only (CUDA_VISIBLE_DEVICES of `ray start`); the "
+                         "others are the reward server's")
     return lines
 
 
