@@ -22,6 +22,9 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
      "again"),
     ("training.* (the job's configuration)",
      "only the job: the old one is stopped, the new one submitted under a new submission id; Ray keeps running"),
+    ("training.openrlhf.rewardServer (added, removed, its gpus) or train.colocate_all with one",
+     "the GPUs the head's Ray may use change (without colocate_all it leaves the server's out): Ray restarts on "
+     "every node naming --num-gpus and CUDA_VISIBLE_DEVICES; the job is submitted again"),
     ("nodes.count",
      "Ray keeps running on the nodes that stay; new nodes join, removed ones leave (`ray stop`), the readiness gate "
      "checks again; a job whose configuration depends on the node count is replaced as for training.*"),

@@ -1020,14 +1020,20 @@ class RewardServerConfig(Section):
         description="Command that serves the reward model in the container on the head (`{port}` is replaced). "
         "It runs with `CUDA_VISIBLE_DEVICES` set to the head's last `gpus` GPUs."
     )
-    port: int = Field(5000, ge=1024, le=65535, description="Port of the reward server (the job gets its URL).")
+    port: int = Field(
+        5000, ge=1024, le=65535,
+        description="Port of the reward server. The job gets its URL as "
+        "`http://${ROLL_CLUSTER_HEAD_IP}:<port>/get_reward` (the vLLM engines post to it from every node); the job "
+        "step sets `ROLL_CLUSTER_HEAD_IP` to the head's private IP, so the configuration is known before the head "
+        "exists.",
+    )
     gpus: int = Field(
         1, ge=1,
         description="GPUs of the head the server uses (its last ones, given to it as `CUDA_VISIBLE_DEVICES`; "
-        "`serve_rm` spreads the model over all it sees). They count in the GPU check: without "
-        "`train.colocate_all` the roles plus these must fit the cluster; with it they share GPUs with the colocated "
-        "roles, so `vllm.gpu_memory_utilization` defaults to 0.5 (upstream's colocated example) and may not be "
-        "higher.",
+        "`serve_rm` spreads the model over all it sees). Without `train.colocate_all` Ray on the head leaves them "
+        "out (it starts with the other GPUs only), and the roles must fit the GPUs Ray has; with it they share GPUs "
+        "with the colocated roles, so `vllm.gpu_memory_utilization` defaults to 0.5 (upstream's colocated example) "
+        "and may not be higher.",
     )
     health_timeout_seconds: int = Field(
         900, ge=10, le=7200, description="How long to wait for the server to answer before failing."

@@ -165,6 +165,10 @@ def _container_and_ray_sections(run: OfflineRun) -> list[str]:
                      f"jemalloc preloaded: {'yes' if env.get('RAY_PRELOAD_JEMALLOC') == '1' else 'no'}")
         lines.append(f"  head        {env.get('NODE_IP')}:{env.get('GCS_PORT')}, dashboard {env.get('DASHBOARD_HOST')}:"
                      f"{env.get('DASHBOARD_PORT')}")
+        if "RAY_CUDA_VISIBLE_DEVICES" in env:
+            devices = env["RAY_CUDA_VISIBLE_DEVICES"]
+            lines.append(f"  head GPUs   Ray gets GPUs '{devices}' only (CUDA_VISIBLE_DEVICES of `ray start`); the "
+                         "others are the reward server's")
     return lines
 
 

@@ -502,7 +502,7 @@ def test_openrlhf_command_line_for_two_nodes_of_eight_gpus() -> None:
         "--vllm.gpu_memory_utilization",  # colocated: upstream's colocated example, not the parser's 0.95
         "0.5",
         "--reward.remote_url",
-        "http://172.16.0.10:5001/get_reward",
+        "http://${ROLL_CLUSTER_HEAD_IP}:5001/get_reward",  # in double quotes: the job's shell puts the IP in
         "--ckpt.path",
         "/mnt/shared/checkpoints/rlhf/openrlhf-16gpu",
         "--ckpt.output_dir",
@@ -530,7 +530,10 @@ def test_openrlhf_reward_server_gets_its_port_and_the_job_its_url() -> None:
     )
     assert job.reward_server.workdir == "/workspace/OpenRLHF"
     assert (job.reward_server.port, job.reward_server.health_timeout_s) == (5001, 600)
-    assert job.summary["reward_server"]["url"] == "http://172.16.0.10:5001/get_reward"
+    assert job.summary["reward_server"]["url"] == "http://${ROLL_CLUSTER_HEAD_IP}:5001/get_reward"
+    assert '--reward.remote_url "http://${ROLL_CLUSTER_HEAD_IP}:5001/get_reward"' in job.entrypoint
+    # The job does not depend on the head's address: the same before the head exists (a first preview).
+    assert job_of(training(**OPENRLHF), shape(head_ip="")).entrypoint == job.entrypoint
     without = training(framework="openrlhf", openrlhf={"vllmNumEngines": 16}, overrides={"train.colocate_all": True})
     no_server = job_of(without)
     assert no_server.reward_server is None and "--reward.remote_url" not in no_server.entrypoint

@@ -94,9 +94,18 @@ def test_openrlhf_reward_server_is_up_before_the_job_and_the_job_gets_its_url():
     assert server["REWARD_PORT"] == "5001" and "serve_rm" in server["REWARD_COMMAND"]
     job = next(r for r in result.steps if r.step == "job")
     assert "node-0/reward-server" in job.depends_on
-    entry = job_env(result)["JOB_ENTRYPOINT"]
-    assert f"--reward.remote_url http://{head_ip}:5001/get_reward" in entry
+    env = job_env(result)
+    entry = env["JOB_ENTRYPOINT"]
+    # The vLLM engines post to it from any node: the head's private IP, put in by the entrypoint's shell from
+    # ROLL_CLUSTER_HEAD_IP, which the job step exports (ray_common.sh); the configuration itself names no address.
+    assert '--reward.remote_url "http://${ROLL_CLUSTER_HEAD_IP}:5001/get_reward"' in entry
+    assert env["JOB_HEAD_IP"] == head_ip and head_ip not in entry
     assert "--actor.num_nodes 2" in entry and "--vllm.num_engines 8" in entry
+    words = subprocess.run(
+        ["bash", "-c", entry.replace("python3 -m openrlhf.cli.train_ppo_ray", "printf '%s\\n'")],
+        env={"ROLL_CLUSTER_HEAD_IP": head_ip, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    assert words[words.index("--reward.remote_url") + 1] == f"http://{head_ip}:5001/get_reward"
 
 
 def test_custom_ports_reach_every_step_output_and_rule():
@@ -353,8 +362,11 @@ def test_the_reward_servers_gpus_count_when_the_roles_are_not_colocated():
                           "ds.enable_sleep": False, "actor.num_nodes": 1, "ref.num_nodes": 1, "vllm.num_engines": 4,
                           "vllm.gpu_memory_utilization": 0.9}}}
 
-    # actor and ref 8 (colocated) + vLLM 4 x 2 = 16 GPUs: the cluster is full, the reward server's GPU is one more.
-    with pytest.raises(ConfigError, match=re.escape("the roles need 17 GPUs (actor 8, vLLM 8, reward server 1 (on")):
+    # actor and ref 8 (colocated) + vLLM 4 x 2 = 16 GPUs: the cluster's 16, but Ray leaves the reward server's
+    # GPU out, so it has 15. The refusal names the first placement key the user set.
+    with pytest.raises(ConfigError, match=re.escape(
+            "roll-cluster:training.overrides.actor.num_nodes: the roles need 16 GPUs (actor 8, vLLM 8), more than "
+            "the 15 GPUs Ray has: the cluster's 16 GPUs (2 x 8) less the reward server's 1 on the head")):
         run("openrlhf", config=separate(1))
     with pytest.raises(ConfigError, match=re.escape("rewardServer.gpus: the reward server runs on the head, which")):
         run("openrlhf", config=separate(9))

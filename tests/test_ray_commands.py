@@ -109,6 +109,7 @@ def test_ready_env_expects_every_node_with_the_gpus_of_one() -> None:
         "GCS_PORT": "8100",
         "EXPECTED_NODE_IPS": "10.0.0.10 10.0.0.11",
         "GPUS_PER_NODE": "8",
+        "HEAD_GPUS": "8",
         "ACCELERATOR_RESOURCE": "GPU",
         "READY_TIMEOUT_S": "900",
     }

@@ -34,6 +34,7 @@ __all__ = [
     "VerlAdapter",
     "adapter_for",
     "check_before_deploy",
+    "head_reserved_gpus",
 ]
 
 Adapter = RollAdapter | VerlAdapter | OpenRlhfAdapter | MindSpeedRlAdapter | CustomAdapter
@@ -62,3 +63,10 @@ def check_before_deploy(
 ) -> list[str]:
     """Problems detectable before anything is created; each names its `roll-cluster:...` key. Empty: fine."""
     return adapter_for(training, container).problems(shape_without_ip)
+
+
+def head_reserved_gpus(training: TrainingConfig, container: ContainerConfig, gpus_per_node: int) -> list[int]:
+    """GPU ids of the head that the job holds outside Ray (OpenRLHF's reward server, unless the roles are colocated
+    with it): the head's Ray must neither count nor hand them out. Empty for every other framework."""
+    adapter = adapter_for(training, container)
+    return adapter.head_reserved_gpus(gpus_per_node) if isinstance(adapter, OpenRlhfAdapter) else []

@@ -8,7 +8,7 @@ OpenRLHF's reward-model server runs supervised on the head and must answer befor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pulumi
 
@@ -48,13 +48,12 @@ class TrainingJob(pulumi.ComponentResource):
         shape = cluster_shape(config, args.stack, args.gpus_per_node, args.bf16, head_ip="")
         # The ROLL YAML is known before the head exists (it does not depend on its IP), so `pulumi preview` shows
         # it in full as the job step's trigger; a changed configuration replaces the job.
-        self.rendered_config = adapter.job(shape).rendered_config
-        if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
-            # The job names the reward server by the head's private address, known once the head exists.
-            self.spec = args.ray.head_private_ip.apply(lambda ip: adapter.job(replace(shape, head_ip=ip)))
-        else:
-            # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output).
-            self.spec = pulumi.Output.from_input(adapter.job(shape))
+        spec = adapter.job(shape)
+        self.rendered_config = spec.rendered_config
+        # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output). Where
+        # the job must name the head (OpenRLHF's reward URL) it does so as $ROLL_CLUSTER_HEAD_IP, which the job
+        # step below exports to the entrypoint's shell.
+        self.spec = pulumi.Output.from_input(spec)
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
         ctx = steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
@@ -91,8 +90,9 @@ class TrainingJob(pulumi.ComponentResource):
                 args.secret_env,
                 # RAY_GENERATION: when Ray restarts on the head (a changed Ray setting, secret or container) the
                 # job ended with it; the step then runs again and submits it again (job_submit.sh finds no job).
-                dynamic_env=pulumi.Output.all(submission, args.ray.generation).apply(
-                    lambda v: {**ray_commands.submit_env(settings, v[0], extra_env_names=sorted(args.secret_env)),
+                dynamic_env=pulumi.Output.all(submission, args.ray.generation, args.ray.head_private_ip).apply(
+                    lambda v: {**ray_commands.submit_env(settings, v[0], extra_env_names=sorted(args.secret_env),
+                                                         head_ip=v[2]),
                                "RAY_GENERATION": v[1]}
                 ),
                 after=after,

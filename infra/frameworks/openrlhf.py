@@ -26,7 +26,7 @@ from infra.frameworks.base import (
     key,
     resume_of,
 )
-from infra.ray.commands import RewardServer
+from infra.ray.commands import HEAD_IP_VARIABLE, RewardServer
 
 OPENRLHF_DIR = "/workspace/OpenRLHF"
 COLOCATE_ALL = "train.colocate_all"
@@ -60,6 +60,14 @@ FLAG_DEFAULTS: dict[str, Any] = {
 }
 
 
+# The flags that size the roles' placement groups (train_ppo_ray.py), in the order a refusal names them.
+PLACEMENT_FLAGS = (
+    "actor.num_nodes", "actor.num_gpus_per_node", "ref.num_nodes", "ref.num_gpus_per_node", "vllm.num_engines",
+    "vllm.tensor_parallel_size", "critic.num_nodes", "critic.num_gpus_per_node", "reward.num_nodes",
+    "reward.num_gpus_per_node",
+)
+
+
 def flag_arguments(flags: dict[str, Any]) -> list[str]:
     """`key: value` -> `--key value`; true -> `--key`; false or null -> omitted; a list -> `--key a b`."""
     arguments: list[str] = []
@@ -74,6 +82,18 @@ def flag_arguments(flags: dict[str, Any]) -> list[str]:
         else:
             arguments += [flag, _flag_value(value)]
     return arguments
+
+
+_HEAD_IP_WORD = re.compile(r"[A-Za-z0-9:/._-]*\$\{" + HEAD_IP_VARIABLE + r"\}[A-Za-z0-9:/._-]*")
+
+
+def _shell_word(argument: str) -> str:
+    """An argument quoted for the entrypoint's shell: in double quotes where it names the head as
+    ${ROLL_CLUSTER_HEAD_IP} (and holds nothing else the shell would expand), so the shell puts the address in;
+    otherwise quoted as is."""
+    if _HEAD_IP_WORD.fullmatch(argument):
+        return f'"{argument}"'
+    return shlex.quote(argument)
 
 
 def _shown_flag(value: Any) -> str:
@@ -121,11 +141,18 @@ class OpenRlhfAdapter:
         identity = job_name(self.name, shape, self.resume(), self.job_id(shape), per_world_size=True)
         return shape.checkpoint_dir(identity)
 
-    def reward_url(self, shape: ClusterShape) -> str | None:
+    def reward_url(self) -> str | None:
+        """The reward server's URL as the job's entrypoint names it: by the head's private IP, which the job step
+        exports to the entrypoint's shell as $ROLL_CLUSTER_HEAD_IP (infra/scripts/ray_common.sh, submit). Not
+        127.0.0.1: OpenRLHF posts to it from the vLLM engines (RolloutRayActor builds SingleTurnAgentExecutor with
+        remote_rm_url, openrlhf/trainer/ray/vllm_engine.py:59, which posts in openrlhf/utils/agent.py:322-355),
+        Ray actors that a placement group puts on any node (vllm_engine.py:246-262), not in the driver. Not the
+        address itself: it is unknown before the head exists, and the configuration (jobConfig) must be known in
+        a first `pulumi preview`."""
         server = self.openrlhf.reward_server
         if server is None:
             return None
-        return f"http://{shape.head_ip}:{server.port}/get_reward"
+        return f"http://${{{HEAD_IP_VARIABLE}}}:{server.port}/get_reward"
 
     def reward_devices(self, shape: ClusterShape) -> list[int]:
         """The head's last `rewardServer.gpus` GPUs: the reward server's, given as CUDA_VISIBLE_DEVICES."""
@@ -133,6 +160,20 @@ class OpenRlhfAdapter:
         if server is None:
             return []
         return list(range(max(0, shape.gpus_per_node - server.gpus), shape.gpus_per_node))
+
+    def _colocate_all(self) -> bool:
+        return self._user().get(COLOCATE_ALL) is True
+
+    def head_reserved_gpus(self, gpus_per_node: int) -> list[int]:
+        """The reward server's GPUs, which the head's Ray must leave alone (infra/ray/cluster.py ray_settings):
+        without train.colocate_all every role takes whole GPUs of its own from Ray (1-GPU bundles,
+        openrlhf/trainer/ray/launcher.py:244-251, vllm_engine.py:246-250), which must not be the server's. With
+        it the colocated roles share the head's GPUs with the server on purpose (vLLM at 0.5 of their memory), so
+        Ray keeps them all."""
+        server = self.openrlhf.reward_server
+        if server is None or self._colocate_all() or server.gpus > gpus_per_node:
+            return []
+        return list(range(gpus_per_node - server.gpus, gpus_per_node))
 
     def _user(self) -> dict[str, Any]:
         return {bare_key(name): value for name, value in flatten(self.training.overrides).items()}
@@ -151,7 +192,7 @@ class OpenRlhfAdapter:
             # vLLM shares the GPUs with the trained models (and the reward server): upstream's colocated example
             # (examples/scripts/train_ppo_ray_hybrid_engine.sh) runs it at 0.5, not the parser's 0.95.
             flags[GPU_MEMORY] = COLOCATED_GPU_MEMORY
-        url = self.reward_url(shape)
+        url = self.reward_url()
         if url is not None:
             flags["reward.remote_url"] = url
         # OpenRLHF's defaults are relative (./ckpt), i.e. wherever the job's cwd happens to be.
@@ -202,7 +243,7 @@ class OpenRlhfAdapter:
     def job(self, shape: ClusterShape) -> JobSpec:
         arguments = flag_arguments(self.effective_flags(shape))
         module = shlex.quote(self.openrlhf.entrypoint_module)
-        entrypoint = " ".join(["python3", "-m", module, *map(shlex.quote, arguments)])
+        entrypoint = " ".join(["python3", "-m", module, *map(_shell_word, arguments)])
         reward = self.reward_server(shape)
         download = shape.download_env()
         runtime_env = {"env_vars": download} if download else None
@@ -231,15 +272,17 @@ class OpenRlhfAdapter:
                     {
                         "command": reward.command,
                         "port": reward.port,
-                        "url": self.reward_url(shape),
+                        "url": self.reward_url(),
                         "gpus": self.reward_devices(shape),
+                        # Without train.colocate_all the head's Ray leaves these GPUs out (head_reserved_gpus).
+                        "ray_leaves_them_out": bool(self.head_reserved_gpus(shape.gpus_per_node)),
                     }
                     if reward
                     else None
                 ),
                 "checks": [
                     "vLLM engines x tensor parallel size fit the cluster's GPUs",
-                    "placement demand (and the reward server's GPUs) <= GPUs",
+                    "placement demand <= the GPUs Ray has (less the reward server's, unless colocated)",
                 ],
             },
         )
@@ -265,10 +308,21 @@ class OpenRlhfAdapter:
         ref = number("ref.num_nodes") * number("ref.num_gpus_per_node")
         colocate_all = flags.get("train.colocate_all") is True
         asynchronous = flags.get("train.async_enable") is True
-        if vllm_gpus > total:
+        server = self.openrlhf.reward_server
+        reward_gpus = server.gpus if server is not None else 0
+        server_key = key("training.openrlhf.rewardServer.gpus")
+        # What Ray hands out: the head's Ray leaves the reward server's GPUs alone unless the roles are colocated
+        # with it (head_reserved_gpus; infra/ray/cluster.py starts Ray so).
+        reserved = len(self.head_reserved_gpus(shape.gpus_per_node))
+        ray_gpus = total - reserved
+        ray_has = cluster if not reserved else (
+            f"the {ray_gpus} GPUs Ray has: {cluster} less the reward server's {reserved} on the head ({server_key}), "
+            "which Ray leaves to it without train.colocate_all"
+        )
+        if vllm_gpus > ray_gpus:
             problems.append(
                 f"{where('vllm.num_engines', 'training.openrlhf.vllmNumEngines')}: vLLM engines x tensor parallel "
-                f"size must fit {cluster}; got {engines} x {tp} = {vllm_gpus}"
+                f"size must fit {ray_has}; got {engines} x {tp} = {vllm_gpus}"
             )
         if colocate_all and not asynchronous and vllm_gpus != actor:
             problems.append(
@@ -277,22 +331,20 @@ class OpenRlhfAdapter:
                 f"actor.num_gpus_per_node); got {engines} x {tp} = {vllm_gpus} and actor {actor}"
             )
         demand, parts = self._placement_demand(flags, actor, ref, vllm_gpus, number)
-        server = self.openrlhf.reward_server
-        reward_gpus = server.gpus if server is not None else 0
-        server_key = key("training.openrlhf.rewardServer.gpus")
         if reward_gpus > shape.gpus_per_node:
             problems.append(f"{server_key}: the reward server runs on the head, which has {shape.gpus_per_node} "
                             f"GPUs; got {reward_gpus}")
-        elif reward_gpus and not colocate_all:
-            # Ray does not know the server's GPUs: the roles must leave them free.
-            demand += reward_gpus
-            parts.append(f"reward server {reward_gpus} (on the head)")
-        if demand > total and not problems:
+        if demand > ray_gpus and not problems:
+            # Every role's placement group is of 1-GPU bundles (openrlhf/cli/train_ppo_ray.py:48-49,
+            # launcher.py:244-251, vllm_engine.py:246-250): the count decides, not the GPUs per node.
+            user = self._user()
+            named = [flag for flag in PLACEMENT_FLAGS if flag in user]
+            lead = key(f"training.overrides.{named[0]}") if named else key(f"training.overrides.{COLOCATE_ALL}")
             problems.append(
-                f"{key('training.overrides')}: the roles need {demand} GPUs ({', '.join(parts)}) but {cluster} "
-                "exist, so Ray would wait forever or share the reward server's GPUs; colocate them "
-                "(train.colocate_all: true, with vLLM engines x TP = actor GPUs) or shrink them (actor.num_nodes, "
-                f"ref.num_gpus_per_node, ..., {server_key})"
+                f"{lead}: the roles need {demand} GPUs ({', '.join(parts)}), more than {ray_has}; Ray would wait "
+                "forever. Colocate them (train.colocate_all: true, with vLLM engines x TP = actor GPUs) or shrink "
+                f"them ({', '.join(named or PLACEMENT_FLAGS[:2])}, ..., training.openrlhf.vllmNumEngines"
+                f"{', rewardServer.gpus' if reserved else ''})"
             )
         memory = flags.get(GPU_MEMORY)
         if reward_gpus and colocate_all and isinstance(memory, int | float) and memory > COLOCATED_GPU_MEMORY:

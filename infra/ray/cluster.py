@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pulumi
 
 from infra.config import ClusterConfig
+from infra.frameworks import head_reserved_gpus
 from infra.layout import DATA_MOUNT
 from infra.node import accelerators, ssh_access, steps
 from infra.node.bootstrap import NodeBootstrap
@@ -46,6 +47,9 @@ class RayClusterArgs:
 def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[str, ...]) -> ray_commands.RaySettings:
     on_data_disk = config.nodes.data_disk_gb > 0
     kind = accelerators.accelerator(config.nodes.accelerator)
+    # GPUs of the head that something outside Ray holds (OpenRLHF's reward server without train.colocate_all):
+    # the head's Ray neither counts nor hands them out.
+    reserved = head_reserved_gpus(config.training, config.container, gpus_per_node)
     return ray_commands.RaySettings(
         container_name=config.container.name,
         gpus_per_node=gpus_per_node,
@@ -63,6 +67,7 @@ def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[
         head_wait_timeout_s=config.ray.head_wait_timeout_seconds,
         accelerator_resource=kind.ray_resource,
         preload_jemalloc=kind.preload_jemalloc,
+        head_reserved_gpus=tuple(reserved),
     )
 
 

@@ -83,6 +83,8 @@ class RaySettings:
     object_store_memory (bytes) / num_cpus: None for Ray's defaults.
     extra_env_names: exported variables (secrets) passed into `ray start`, so the raylet and every job have them.
     head_wait_timeout_s: how long a worker waits for the head's GCS port; ready_timeout_s: the readiness gate's.
+    head_reserved_gpus: GPU ids of the head that Ray must not hand out (OpenRLHF's reward server runs on them
+    outside Ray): the head's Ray starts with the other ids in CUDA_VISIBLE_DEVICES and announces only those.
     """
 
     container_name: str
@@ -99,9 +101,16 @@ class RaySettings:
     # "GPU" (announced with --num-gpus) or "NPU" (Ascend: a custom resource, as MindSpeed-RL's scripts start Ray).
     accelerator_resource: str = "GPU"
     preload_jemalloc: bool = False  # Ray starts with the container's libjemalloc in LD_PRELOAD (MindSpeed-RL)
+    head_reserved_gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_container_name(self.container_name)
+        reserved = self.head_reserved_gpus
+        if reserved and self.accelerator_resource != "GPU":
+            raise ValueError("head_reserved_gpus is for NVIDIA GPUs only (CUDA_VISIBLE_DEVICES)")
+        if len(set(reserved)) != len(reserved) or any(not 0 <= gpu < self.gpus_per_node for gpu in reserved):
+            raise ValueError(f"head_reserved_gpus must be distinct GPU ids of 0..{self.gpus_per_node - 1}, "
+                             f"not {list(reserved)}")
         if self.accelerator_resource not in ("GPU", "NPU"):
             raise ValueError(f"accelerator_resource must be GPU or NPU, not {self.accelerator_resource!r}")
         if self.gpus_per_node < 0:
@@ -120,6 +129,19 @@ class RaySettings:
                 raise ValueError(f"extra_env_names: {name!r} is not an environment variable name")
         if self.head_wait_timeout_s < 1 or self.ready_timeout_s < 1:
             raise ValueError("the head wait and readiness timeouts must be at least 1 second")
+
+    @property
+    def head_gpus(self) -> int:
+        """GPUs the head announces to Ray: its own less the reserved ones."""
+        return self.gpus_per_node - len(self.head_reserved_gpus)
+
+    @property
+    def head_ray_devices(self) -> str | None:
+        """CUDA_VISIBLE_DEVICES of the head's `ray start`: None when nothing is reserved (Ray sees every GPU), ""
+        when every GPU is (Ray gets none)."""
+        if not self.head_reserved_gpus:
+            return None
+        return ",".join(str(gpu) for gpu in range(self.gpus_per_node) if gpu not in self.head_reserved_gpus)
 
 
 @dataclass(frozen=True)
@@ -254,9 +276,16 @@ def _node_env(settings: RaySettings) -> dict[str, str]:
 
 
 def head_env(settings: RaySettings, head_ip: str) -> dict[str, str]:
-    """Environment of HEAD_STEP on node rank 0 (`head_ip`: its private IP)."""
+    """Environment of HEAD_STEP on node rank 0 (`head_ip`: its private IP). With reserved GPUs the head announces
+    only the others (NUM_GPUS) and `ray start` gets them as CUDA_VISIBLE_DEVICES (RAY_CUDA_VISIBLE_DEVICES): Ray
+    counts a node's GPUs among those ids and its workers map the ids it assigns through that list, so no Ray
+    actor is placed on a reserved GPU (ray/_private/resource_and_label_spec.py, _resolve_accelerator_resources;
+    ray/_private/worker.py, get_accelerator_ids_for_accelerator_resource)."""
+    devices = settings.head_ray_devices
     return {
         **_node_env(settings),
+        "NUM_GPUS": str(settings.head_gpus if settings.accelerator_resource == "GPU" else 0),
+        **({"RAY_CUDA_VISIBLE_DEVICES": devices} if devices is not None else {}),
         "NODE_IP": _ip(head_ip),
         "NODE_RANK": "0",
         "DASHBOARD_PORT": str(settings.ports.dashboard),
@@ -296,7 +325,8 @@ def ray_generation(settings: RaySettings, head_ip: str, head_container: str, sec
 
 def ready_env(settings: RaySettings, head_ip: str, node_ips: Sequence[str]) -> dict[str, str]:
     """Environment of READY_STEP on the head: the alive Ray nodes must be exactly `node_ips` (private, head
-    included), each with `settings.gpus_per_node` GPUs, within `settings.ready_timeout_s`."""
+    included), each with `settings.gpus_per_node` GPUs (the head `settings.head_gpus`), within
+    `settings.ready_timeout_s`."""
     ips = [_ip(ip) for ip in node_ips]
     if len(set(ips)) != len(ips):
         raise ValueError(f"node IPs repeat: {' '.join(ips)}")
@@ -308,6 +338,7 @@ def ready_env(settings: RaySettings, head_ip: str, node_ips: Sequence[str]) -> d
         "GCS_PORT": str(settings.ports.gcs),
         "EXPECTED_NODE_IPS": " ".join(ips),
         "GPUS_PER_NODE": str(settings.gpus_per_node),
+        "HEAD_GPUS": str(settings.head_gpus),
         "ACCELERATOR_RESOURCE": settings.accelerator_resource,
         "READY_TIMEOUT_S": str(settings.ready_timeout_s),
     }
@@ -349,10 +380,17 @@ def submit_step(job: JobSpec) -> StepScripts:
     return StepScripts(SUBMIT_STEP.step, (RAY_COMMON_SCRIPT, "reward_server.sh", "job_submit.sh"))
 
 
-def submit_env(settings: RaySettings, job: JobSpec, extra_env_names: Sequence[str] = ()) -> dict[str, str]:
+HEAD_IP_VARIABLE = "ROLL_CLUSTER_HEAD_IP"
+
+
+def submit_env(
+    settings: RaySettings, job: JobSpec, extra_env_names: Sequence[str] = (), head_ip: str = ""
+) -> dict[str, str]:
     """Environment of `submit_step(job)` on the head. The job itself gets the secrets from the raylet;
     `extra_env_names` names exported variables (e.g. HF_TOKEN) that the prepare and check commands and the
-    reward server need, which the step must then export too."""
+    reward server need, which the step must then export too. `head_ip` (the head's private IP) reaches the job's
+    entrypoint as $ROLL_CLUSTER_HEAD_IP, so that the job's configuration can name the head without knowing its
+    address before the head exists (OpenRLHF's reward URL)."""
     env = {
         "CONTAINER_NAME": settings.container_name,
         "DASHBOARD_PORT": str(settings.ports.dashboard),
@@ -366,6 +404,7 @@ def submit_env(settings: RaySettings, job: JobSpec, extra_env_names: Sequence[st
         "JOB_START_TIMEOUT_S": str(job.start_timeout_s),
         "JOB_SETTLE_S": str(job.settle_s),
         "RAY_EXTRA_ENV_NAMES": _env_names(extra_env_names),
+        "JOB_HEAD_IP": _ip(head_ip) if head_ip else "",
     }
     if job.reward_server is not None:
         env.update(reward_server_env(settings, job.reward_server, extra_env_names))

@@ -16,6 +16,8 @@
 #   JOB_PREPARE              shell command run in JOB_WORKDIR before submission (data preparation);
 #                            it must be idempotent itself                                              empty
 #   JOB_PRE_SUBMIT_CHECK     shell command that must succeed before submission (a config check)       empty
+#   JOB_HEAD_IP              the head's private IP, exported to the entrypoint's shell as
+#                            ROLL_CLUSTER_HEAD_IP (OpenRLHF's reward URL names the head by it)          empty
 #   RAY_EXTRA_ENV_NAMES      names of exported variables passed to JOB_PREPARE and the check           empty
 #   JOB_API_TIMEOUT_S        bound on waiting for the Jobs API to answer                               300
 #   JOB_START_TIMEOUT_S      bound on waiting for the job to leave PENDING; a job still PENDING then
@@ -29,12 +31,13 @@ JOB_RUNTIME_ENV_JSON=${JOB_RUNTIME_ENV_JSON:-}
 JOB_FILES_B64=${JOB_FILES_B64:-}
 JOB_PREPARE=${JOB_PREPARE:-}
 JOB_PRE_SUBMIT_CHECK=${JOB_PRE_SUBMIT_CHECK:-}
+JOB_HEAD_IP=${JOB_HEAD_IP:-}
 JOB_API_TIMEOUT_S=${JOB_API_TIMEOUT_S:-300}
 JOB_START_TIMEOUT_S=${JOB_START_TIMEOUT_S:-60}
 JOB_SETTLE_S=${JOB_SETTLE_S:-10}
 JOB_POLL_INTERVAL_S=${JOB_POLL_INTERVAL_S:-2}
 require_int DASHBOARD_PORT JOB_API_TIMEOUT_S JOB_START_TIMEOUT_S JOB_SETTLE_S JOB_POLL_INTERVAL_S
-export JOB_ENTRYPOINT JOB_WORKDIR JOB_RUNTIME_ENV_JSON
+export JOB_ENTRYPOINT JOB_WORKDIR JOB_RUNTIME_ENV_JSON JOB_HEAD_IP
 
 [[ "$JOB_ID" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || fail "JOB_ID may hold only letters, digits, '.', '_' and '-': $JOB_ID"
 
@@ -92,7 +95,7 @@ check_before_submit() {
 
 submit_job() {
   banner "entrypoint: $JOB_ENTRYPOINT"
-  logged job_client submit -w "$JOB_WORKDIR" -e JOB_ENTRYPOINT -e JOB_WORKDIR -e JOB_RUNTIME_ENV_JSON
+  logged job_client submit -w "$JOB_WORKDIR" -e JOB_ENTRYPOINT -e JOB_WORKDIR -e JOB_RUNTIME_ENV_JSON -e JOB_HEAD_IP
 }
 
 # wait_job_started: fail when the job fails at once (a bad entrypoint, a missing module); a job that is still

@@ -166,6 +166,9 @@ elif action == "submit":
     if "working_dir" not in runtime_env:
         # Ray runs the entrypoint from its own directory; with a working_dir it runs from the unpacked copy.
         command = "cd " + shlex.quote(os.environ["JOB_WORKDIR"]) + " && " + command
+    if os.environ.get("JOB_HEAD_IP"):
+        # The entrypoint may name the head by ROLL_CLUSTER_HEAD_IP (the OpenRLHF reward URL): set for its shell only.
+        command = "export ROLL_CLUSTER_HEAD_IP=" + shlex.quote(os.environ["JOB_HEAD_IP"]) + " && " + command
     client.submit_job(entrypoint=command, submission_id=job_id, runtime_env=runtime_env or None)
 else:
     sys.exit("unknown action " + action)
@@ -215,10 +218,14 @@ RAY_PAUSE_FILE=${RAY_PAUSE_FILE:-/dev/shm/roll-cluster-ray.pause}
 
 # ray_settings_text ARG...: the settings record for `ray start ARG...` with this step's RAY_EXTRA_ENV_NAMES,
 # NODE_RANK, RAY_PRELOAD_JEMALLOC and RAY_GENERATION (the cluster's Ray generation: a worker restarts when the
-# head's settings change).
+# head's settings change), and the GPUs Ray may use when the step restricts them (RAY_CUDA_VISIBLE_DEVICES set: a
+# line of its own only then, so that a node without it keeps the record it had).
 ray_settings_text() {
   local name digest
   printf '%s\n' "$@"
+  if [[ -n "${RAY_CUDA_VISIBLE_DEVICES+set}" ]]; then
+    printf 'CUDA_VISIBLE_DEVICES=%s\n' "$RAY_CUDA_VISIBLE_DEVICES"
+  fi
   printf 'NODE_RANK=%s\n' "${NODE_RANK:-}"
   printf 'RAY_PRELOAD_JEMALLOC=%s\n' "${RAY_PRELOAD_JEMALLOC:-0}"
   printf 'RAY_GENERATION=%s\n' "${RAY_GENERATION:-}"
@@ -274,6 +281,9 @@ record_ray_start() {
     printf 'RAY_ROLE=%q\nRAY_HEAD_ADDRESS=%q\n' "$role" "$head"
     printf 'RAY_PRELOAD=%q\n' "$ray_preload"
     printf 'export NODE_RANK=%q\n' "${NODE_RANK:-0}"
+    if [[ -n "${RAY_CUDA_VISIBLE_DEVICES+set}" ]]; then
+      printf 'export CUDA_VISIBLE_DEVICES=%q\n' "$RAY_CUDA_VISIBLE_DEVICES"
+    fi
     for name in ${RAY_EXTRA_ENV_NAMES:-}; do
       printf 'export %s=%q\n' "$name" "${!name:-}"
     done

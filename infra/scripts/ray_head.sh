@@ -9,6 +9,8 @@
 #   DASHBOARD_PORT           dashboard / Jobs API port                                                 required
 #   CLIENT_PORT              Ray Client server port                                                    required
 #   NUM_GPUS                 GPUs Ray announces for this node                                          required
+#   RAY_CUDA_VISIBLE_DEVICES when set: the GPU ids Ray may hand out, given to `ray start` as
+#                            CUDA_VISIBLE_DEVICES (the others are the reward server's); "" none        unset
 #   DASHBOARD_HOST           address the dashboard binds: 0.0.0.0 or 127.0.0.1 (tunnel only)           127.0.0.1
 #   NODE_RANK                exported into `ray start`: ROLL orders nodes by it                        0
 #   RAY_TEMP_DIR             Ray's temp root, e.g. /data/ray/tmp on a data disk; empty: Ray's default  empty
@@ -37,6 +39,9 @@ RAY_START_TIMEOUT_S=${RAY_START_TIMEOUT_S:-180}
 require_int GCS_PORT DASHBOARD_PORT CLIENT_PORT NUM_GPUS NODE_RANK RAY_START_TIMEOUT_S
 [[ -z "$RAY_OBJECT_STORE_MEMORY" ]] || require_int RAY_OBJECT_STORE_MEMORY
 [[ -z "$RAY_NUM_CPUS" ]] || require_int RAY_NUM_CPUS
+if [[ -n "${RAY_CUDA_VISIBLE_DEVICES+set}" && ! "$RAY_CUDA_VISIBLE_DEVICES" =~ ^([0-9]+(,[0-9]+)*)?$ ]]; then
+  fail "RAY_CUDA_VISIBLE_DEVICES must be comma-separated GPU ids, not '$RAY_CUDA_VISIBLE_DEVICES'"
+fi
 export NODE_RANK
 
 head_already_running=false
@@ -98,6 +103,11 @@ start_head() {
   # Recorded, then started from the record by the function the container's main process restarts Ray with after
   # a reboot: both starts are the same (arguments, variables, jemalloc preload).
   record_ray_start head "$NODE_IP:$GCS_PORT" "${head_args[@]}"
+  if [[ -n "${RAY_CUDA_VISIBLE_DEVICES+set}" ]]; then
+    # Ray counts and hands out only these GPUs; its workers inherit the list and map Ray's ids through it. The
+    # start record exports it (record_ray_start), so a restart after a reboot uses the same GPUs.
+    banner "Ray on this node uses GPUs '$RAY_CUDA_VISIBLE_DEVICES' only (CUDA_VISIBLE_DEVICES)"
+  fi
   logged launch_ray_in_container
 }
 

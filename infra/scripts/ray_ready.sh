@@ -14,6 +14,7 @@
 #   GCS_PORT                 the GCS port                                                              required
 #   EXPECTED_NODE_IPS        space-separated private IPs of all nodes, head included                   required
 #   GPUS_PER_NODE            GPUs (or NPUs) every node must announce                                   required
+#   HEAD_GPUS                GPUs the head must announce (fewer when some are the reward server's)   GPUS_PER_NODE
 #   ACCELERATOR_RESOURCE     the Ray resource counted: GPU, or NPU on Ascend                           GPU
 #   READY_TIMEOUT_S          bound on the whole wait                                                   900
 #   READY_POLL_INTERVAL_S    seconds between looks at the cluster                                      2
@@ -23,15 +24,18 @@ READY_TIMEOUT_S=${READY_TIMEOUT_S:-900}
 ACCELERATOR_RESOURCE=${ACCELERATOR_RESOURCE:-GPU}
 [[ "$ACCELERATOR_RESOURCE" =~ ^[A-Za-z_]+$ ]] || fail "ACCELERATOR_RESOURCE must be a resource name, got '$ACCELERATOR_RESOURCE'"
 READY_POLL_INTERVAL_S=${READY_POLL_INTERVAL_S:-2}
-require_int GCS_PORT GPUS_PER_NODE READY_TIMEOUT_S READY_POLL_INTERVAL_S
+HEAD_GPUS=${HEAD_GPUS:-$GPUS_PER_NODE}
+require_int GCS_PORT GPUS_PER_NODE HEAD_GPUS READY_TIMEOUT_S READY_POLL_INTERVAL_S
 
 # One driver that connects once and reads ray.nodes() (public API, any Ray version) until the cluster matches.
 # Prints one line per change of the cluster's shape; on timeout the last line says why it is not ready (exit 3).
 RAY_READY_PY='
 import sys, time
-address, expected_text, gpus_text, timeout_text, interval_text, resource = sys.argv[1:7]
+address, expected_text, gpus_text, timeout_text, interval_text, resource, head_gpus_text = sys.argv[1:8]
 expected = expected_text.split()
 gpus_per_node = float(gpus_text)
+head = address.rsplit(":", 1)[0]
+wanted = {ip: float(head_gpus_text) if ip == head else gpus_per_node for ip in expected}
 deadline = time.monotonic() + float(timeout_text)
 import ray
 ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
@@ -44,19 +48,21 @@ def shape():
     missing = [ip for ip in expected if ip not in alive]
     unexpected = sorted(ip for ip in alive if ip not in expected)
     duplicated = sorted(ip for ip, gpus in alive.items() if len(gpus) > 1)
-    wrong_gpus = ["%s has %g" % (ip, gpus[0]) for ip, gpus in sorted(alive.items())
-                  if ip in expected and len(gpus) == 1 and gpus[0] != gpus_per_node]
+    wrong_gpus = {}
+    for ip, gpus in sorted(alive.items()):
+        if ip in expected and len(gpus) == 1 and gpus[0] != wanted[ip]:
+            wrong_gpus.setdefault(wanted[ip], []).append("%s has %g" % (ip, gpus[0]))
     total = sum(sum(gpus) for ip, gpus in alive.items() if ip in expected)
     problems = []
     if missing:
         problems.append("missing nodes: " + " ".join(missing))
-    if wrong_gpus:
-        problems.append("nodes without %g %ss: %s" % (gpus_per_node, resource, ", ".join(wrong_gpus)))
+    for count, nodes in sorted(wrong_gpus.items()):
+        problems.append("nodes without %g %ss: %s" % (count, resource, ", ".join(nodes)))
     if unexpected:
         problems.append("unexpected alive nodes: " + " ".join(unexpected))
     if duplicated:
         problems.append("several alive Ray nodes on: " + " ".join(duplicated))
-    want = gpus_per_node * len(expected)
+    want = sum(wanted.values())
     summary = "%d of %d nodes, %g of %g %ss" % (len(expected) - len(missing), len(expected), total, want, resource)
     if total < want:
         summary += " (short by %g)" % (want - total)
@@ -92,6 +98,7 @@ wait_until_ready() {
   # `timeout` bounds the driver even if connecting to Ray hangs; the driver bounds its own wait.
   timeout "$((remaining + 120))" docker exec "$CONTAINER_NAME" python3 -c "$RAY_READY_PY" \
     "$HEAD_IP:$GCS_PORT" "$EXPECTED_NODE_IPS" "$GPUS_PER_NODE" "$remaining" "$READY_POLL_INTERVAL_S" "$ACCELERATOR_RESOURCE" \
+    "$HEAD_GPUS" \
     2>>"$ROLL_STEP_LOG" | banner_lines "$lines_file" || status=$?
   if ((status != 0)); then
     reason=$(tail -n 1 "$lines_file")
@@ -101,4 +108,5 @@ wait_until_ready() {
 }
 
 run_step require_container "check that container $CONTAINER_NAME runs"
-run_step wait_until_ready "wait until nodes ${EXPECTED_NODE_IPS} are alive with $GPUS_PER_NODE ${ACCELERATOR_RESOURCE}s each"
+run_step wait_until_ready "wait until nodes ${EXPECTED_NODE_IPS} are alive with $GPUS_PER_NODE ${ACCELERATOR_RESOURCE}s each\
+ (the head $HEAD_GPUS)"
