@@ -103,7 +103,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     """Answers invokes and creates resources like Alibaba Cloud.
 
     stock: family or exact type -> zones with stock (defaults: DEFAULT_FAMILY_ZONES).
-    node_public_ips / node_private_ips: addresses to hand out to instances in creation order (the e2e tier
+    node_public_ips / node_private_ips: addresses to hand out to instances by node rank (the e2e tier
     uses its test hosts' addresses); by default public IPs come from 47.96.0.0/12 and private IPs from the
     vSwitch CIDR.
     previous: outputs a previous deployment left, by resource name, for properties the program marked
@@ -362,7 +362,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             resource_id = f"{prefix}{_digest(args.typ + args.name + str(old.id), 17)}"
         self._refuse(typ, args.name, inputs, replacing=old)
         if typ == "alicloud:ecs/instance:Instance":
-            outputs.update(self._instance_addresses(inputs))
+            outputs.update(self._instance_addresses(args.name))
             outputs["status"] = "Running"
             outputs["osName"] = "Alibaba Cloud Linux 3.2104 LTS 64 bit"
         elif typ == "alicloud:vpc/switch:Switch":
@@ -520,8 +520,11 @@ class OfflineCloud(pulumi.runtime.Mocks):
                 return r
         return None
 
-    def _instance_addresses(self, inputs: Mapping[str, Any]) -> dict[str, str]:
-        index = self._instances
+    def _instance_addresses(self, name: str) -> dict[str, str]:
+        # By the node's rank in the name ("node-1-instance"), not by creation order: the program registers its
+        # nodes concurrently, and two runs of one configuration must hand out the same addresses.
+        rank = re.fullmatch(r"node-(\d+)-instance", name)
+        index = int(rank.group(1)) if rank else self._instances
         self._instances += 1
         # Addresses of instances that still exist (a previous run's included) are never handed out twice.
         live = self.live("alicloud:ecs/instance:Instance")
