@@ -24,6 +24,9 @@
 #                            (Ray may be installing its runtime env) is reported, not failed           60
 #   JOB_SETTLE_S             seconds a RUNNING job is watched for an immediate failure                 10
 #   JOB_POLL_INTERVAL_S      seconds between looks at the job                                          2
+#   JOB_SUBMIT_ATTEMPTS      submissions of a job that fails before its entrypoint ran because Ray placed
+#                            its supervisor on a node that had just died (see supervisor_lost)          3
+#   JOB_RESUBMIT_DELAY_S     pause before such a resubmission                                          5
 #   REWARD_*                 see reward_server.sh, which runs before this script when given
 
 require_env CONTAINER_NAME DASHBOARD_PORT JOB_ID JOB_WORKDIR JOB_ENTRYPOINT
@@ -36,7 +39,10 @@ JOB_API_TIMEOUT_S=${JOB_API_TIMEOUT_S:-300}
 JOB_START_TIMEOUT_S=${JOB_START_TIMEOUT_S:-60}
 JOB_SETTLE_S=${JOB_SETTLE_S:-10}
 JOB_POLL_INTERVAL_S=${JOB_POLL_INTERVAL_S:-2}
-require_int DASHBOARD_PORT JOB_API_TIMEOUT_S JOB_START_TIMEOUT_S JOB_SETTLE_S JOB_POLL_INTERVAL_S
+JOB_SUBMIT_ATTEMPTS=${JOB_SUBMIT_ATTEMPTS:-3}
+JOB_RESUBMIT_DELAY_S=${JOB_RESUBMIT_DELAY_S:-5}
+require_int DASHBOARD_PORT JOB_API_TIMEOUT_S JOB_START_TIMEOUT_S JOB_SETTLE_S JOB_POLL_INTERVAL_S \
+  JOB_SUBMIT_ATTEMPTS JOB_RESUBMIT_DELAY_S
 export JOB_ENTRYPOINT JOB_WORKDIR JOB_RUNTIME_ENV_JSON JOB_HEAD_IP
 
 [[ "$JOB_ID" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || fail "JOB_ID may hold only letters, digits, '.', '_' and '-': $JOB_ID"
@@ -98,8 +104,23 @@ submit_job() {
   logged job_client submit -w "$JOB_WORKDIR" -e JOB_ENTRYPOINT -e JOB_WORKDIR -e JOB_RUNTIME_ENV_JSON -e JOB_HEAD_IP
 }
 
+# supervisor_lost: the job FAILED before its entrypoint ran because Ray placed its supervisor actor on a node that
+# had died. A node that rebooted is still counted alive by the head until Ray's health check gives up on it (some
+# 15 s), and a job submitted then can land there: seen on the real-host tier with Ray 2.48.0, whose message says
+# "The actor died because its node has died" and "The actor never ran". Transient: the same job, submitted again
+# once that node is marked dead, runs. Anything else (the entrypoint ran and failed) is not retried.
+supervisor_lost() {
+  local message
+  message=$(job_client message 2>>"$ROLL_STEP_LOG") || return 1
+  printf 'job message: %s\n' "$message" >>"$ROLL_STEP_LOG"
+  grep -q -e 'its node has died' -e 'node was terminated unexpectedly' <<<"$message" &&
+    grep -q -e 'never ran' <<<"$message"
+}
+
 # wait_job_started: fail when the job fails at once (a bad entrypoint, a missing module); a job that is still
 # RUNNING after JOB_SETTLE_S, or SUCCEEDED, is fine; one still PENDING at the bound is reported, not failed.
+# A job whose supervisor was lost before it ran (supervisor_lost) sets JOB_LOST_BEFORE_START for the caller.
+JOB_LOST_BEFORE_START=false
 wait_job_started() {
   local state started=$SECONDS running_since=''
   while true; do
@@ -112,6 +133,10 @@ wait_job_started() {
         return 0
         ;;
       FAILED | STOPPED)
+        if [[ "$state" == FAILED ]] && supervisor_lost; then
+          JOB_LOST_BEFORE_START=true
+          return 0
+        fi
         job_log_tail
         fail "job $JOB_ID is $state right after its submission"
         ;;
@@ -136,6 +161,17 @@ if [[ "$job_exists" == false ]]; then
   [[ -z "$JOB_FILES_B64" ]] || run_step write_job_files "write the job's files into $CONTAINER_NAME"
   [[ -z "$JOB_PREPARE" ]] || run_step prepare_job "prepare the job: $JOB_PREPARE"
   [[ -z "$JOB_PRE_SUBMIT_CHECK" ]] || run_step check_before_submit "check before submitting: $JOB_PRE_SUBMIT_CHECK"
-  run_step submit_job "submit job $JOB_ID"
-  run_step wait_job_started "wait until job $JOB_ID runs"
+  for ((attempt = 1; ; attempt++)); do
+    JOB_LOST_BEFORE_START=false
+    run_step submit_job "submit job $JOB_ID"
+    run_step wait_job_started "wait until job $JOB_ID runs"
+    [[ "$JOB_LOST_BEFORE_START" == true ]] || break
+    if ((attempt >= JOB_SUBMIT_ATTEMPTS)); then
+      job_log_tail
+      fail "job $JOB_ID failed before it ran, $attempt times: Ray placed its supervisor on a node that had died (see the job message above); check \`ray status\` on the head"
+    fi
+    banner "job $JOB_ID failed before it ran: Ray placed its supervisor on a node that had just died; deleting it and submitting it again in ${JOB_RESUBMIT_DELAY_S}s (attempt $((attempt + 1))/$JOB_SUBMIT_ATTEMPTS)"
+    logged job_client delete
+    sleep "$JOB_RESUBMIT_DELAY_S"
+  done
 fi

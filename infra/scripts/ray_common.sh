@@ -145,6 +145,8 @@ no_ray_process() {
 #   state    prints the job's status, or NOT_FOUND
 #   submit   submits JOB_ENTRYPOINT (run from JOB_WORKDIR with bash) with JOB_RUNTIME_ENV_JSON
 #   logs     prints the job's log
+#   message  prints the job's status message (why it failed)
+#   delete   deletes a job that has ended, so that its id can be submitted again
 # `ray job submit -- CMD` joins CMD with Windows quoting (subprocess.list2cmdline) and hands the result to
 # /bin/sh, which expands `$`, backquotes and backslashes in it; submitting the entrypoint string through the
 # client keeps it exactly as the user wrote it.
@@ -160,6 +162,10 @@ elif action == "state":
     print(states[-1] if states else "NOT_FOUND")
 elif action == "logs":
     sys.stdout.write(client.get_job_logs(job_id))
+elif action == "message":
+    print(client.get_job_info(job_id).message or "")
+elif action == "delete":
+    client.delete_job(job_id)
 elif action == "submit":
     runtime_env = json.loads(os.environ.get("JOB_RUNTIME_ENV_JSON") or "{}")
     command = "exec bash -c " + shlex.quote(os.environ["JOB_ENTRYPOINT"])
