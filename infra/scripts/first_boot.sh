@@ -22,7 +22,8 @@
 #                               takes DRIVER CUDA CUDNN IS_INSTALL_RDMA IS_INSTALL_eRDMA (Alibaba's Compute Nest
 #                               quickstart init_gpu.sh; ../shared/reference/alibaba-cloud-verified.md 2.1). Its log
 #                               and markers (ALL INSTALL OK / INSTALL FAIL in auto_install.log) and its reboot are
-#                               documented for v3.x and UNCONFIRMED for v4.0 (same file, 2.2)
+#                               documented for v3.x and UNCONFIRMED for v4.0 (same file, 2.2; no copy of v4.0 or
+#                               page on it found: docs/verified-facts.md 2)
 #   AUTO_INSTALL_DIR [/root/auto_install]   where the installer runs; it writes auto_install.log there
 #   FABRIC_MANAGER [false]      true on 8-GPU NVSwitch types (catalog.py): after the driver, install
 #                               nvidia-fabricmanager at exactly DRIVER_VERSION and enable it (it starts with the
