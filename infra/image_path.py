@@ -8,8 +8,11 @@ endpoint) or over its public IP. Facts (../shared/reference/alibaba-cloud-verifi
   traffic is free. Caps are upper limits, not guarantees.
 - ACR Personal Edition VPC endpoints: `registry-vpc.<region>.aliyuncs.com` (instances before 9 Sep 2024) and
   `crpi-<id>-vpc.<region>.personal.cr.aliyuncs.com` (newer). Enterprise Edition instances are reached over the VPC
-  only once the VPC is in the instance's ACL (acr/user-guide/configure-access-over-vpcs); the EE VPC host form
-  `<instance>-registry-vpc.<region>.cr.aliyuncs.com` is UNCONFIRMED (not in the reference notes).
+  only once the VPC is in the instance's ACL (acr/user-guide/configure-access-over-vpcs), at the VPC host
+  `<instance>-registry-vpc.<region>.cr.aliyuncs.com` (Alibaba's Terraform provider,
+  website/docs/r/cr_storage_domain_routing_rule.html.markdown:49: `instance_domain =
+  "${alicloud_cr_ee_instance.default.instance_name}-registry-vpc.cn-hangzhou.cr.aliyuncs.com"`;
+  docs/verified-facts.md 4).
 - Layers pulled through a VPC endpoint come from OSS's internal same-region endpoint
   (acr/user-guide/custom-image-pull-oss-domain-routing-rules).
 - Pulls from outside China (Docker Hub, GCR, Quay) from mainland regions "can fail due to network issues"

@@ -619,7 +619,8 @@ _DISK_FIELDS = (
 # not listed): ../shared/reference/alibaba-cloud-verified.md 1.1.
 IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 # User data: "Before user data is encoded in Base64, the user data can only be up to 32 KB in size"
-# (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2.
+# (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2; counted on the bytes
+# before Base64, as the RunInstances UserData parameter states (docs/verified-facts.md 1).
 USER_DATA_LIMIT_BYTES = 32 * 1024
 
 

@@ -96,6 +96,41 @@ def test_first_boot_adds_fabric_manager_at_the_drivers_version_on_nvswitch_types
     assert ready.returncode == 0 and ready.stdout == "READY 8\n", str(ready)
 
 
+@pytest.mark.parametrize(
+    ("os_id", "manager", "missing", "package"),
+    [
+        # From the 580 branch NVIDIA's CUDA repository drops the old names (docs/verified-facts.md 3): the rpm is
+        # nvidia-fabricmanager with an el8 dist tag, the deb has no branch suffix.
+        ("alinux", "dnf", "", "rhel8/x86_64/nvidia-fabricmanager-580.126.09-1.el8.x86_64.rpm"),
+        ("ubuntu", "apt-get", "", "ubuntu2204/x86_64/nvidia-fabricmanager_580.126.09-1_amd64.deb"),
+        # The other spelling is tried when the first is not there.
+        ("alinux", "dnf", "nvidia-fabricmanager-580.126.09-1.el8.x86_64.rpm",
+         "rhel8/x86_64/nvidia-fabricmanager-580.126.09-1.x86_64.rpm"),
+        ("ubuntu", "apt-get", "nvidia-fabricmanager_580.126.09-1_amd64.deb",
+         "ubuntu2204/x86_64/nvidia-fabricmanager-580_580.126.09-1_amd64.deb"),
+    ],
+)
+def test_fabric_manager_from_the_580_branch_uses_the_repositorys_new_file_names(
+    node: FakeNode, os_id: str, manager: str, missing: str, package: str
+) -> None:
+    node.set_os(os_id)
+    node.set_state("installer-seconds", "0")
+    node.set_state("repo-missing", missing + "\n")
+
+    result = node.run_user_data("first_boot.sh", **ssh_paths(node), GPU_DRIVER="auto-install", FABRIC_MANAGER="true",
+                                **{**DRIVER, "DRIVER_VERSION": "580.126.09", "CUDA_VERSION": "12.8.1"})
+
+    assert_ok(result)
+    wait_until("the installer unit to end", (node.roll_state / "driver-install.done").exists)
+    assert not (node.roll_state / "fabric-manager.failed").exists()
+    downloads = [c for c in node.calls("curl") if "compute/cuda/repos" in c]
+    assert downloads[-1].endswith("https://developer.download.nvidia.com/compute/cuda/repos/" + package)
+    assert len(downloads) == (2 if missing else 1)
+    installs = [c for c in node.calls(manager) if c.startswith("install")]
+    assert len(installs) == 1 and installs[0].endswith(package.rsplit("/", 1)[1])
+    assert (node.state / "systemd" / "nvidia-fabricmanager.enabled").exists()
+
+
 def test_first_boot_without_nvswitch_installs_no_fabric_manager(node: FakeNode) -> None:
     node.set_state("installer-seconds", "0")
     assert_ok(node.run_user_data("first_boot.sh", **ssh_paths(node), GPU_DRIVER="auto-install", **DRIVER))

@@ -175,8 +175,12 @@ class RollAdapter:
             "overrides": self.training.overrides,
             **image_facts(self.container),
         }
-        # One directory per job whatever the cluster size: whether ROLL 8eb27cc loads a checkpoint saved at
-        # another world size is UNCONFIRMED (not read in its strategies); verl and OpenRLHF use one per GPU count.
+        # One directory per job whatever the cluster size: ROLL 8eb27cc loads a checkpoint saved at another
+        # data-parallel size (docs/verified-facts.md 5): FSDP2 through torch DCP (fsdp2_strategy.py:633-643, 422),
+        # Megatron weights per tensor/pipeline rank or dist_checkpointing (mcore_adapter checkpointing.py:106, 278),
+        # its optimizer through dist_checkpointing or per model-parallel rank (megatron_strategy.py:1538, 1482), a
+        # missing per-rank RNG file skipped (megatron_strategy.py:1570). Tensor/pipeline sizes come from the config,
+        # which names the directory. verl and OpenRLHF use one per GPU count.
         identity = job_name(self.name, shape, self.resume(), job_id(self.name, shape, configured),
                             per_world_size=False)
         return shape.checkpoint_dir(identity)

@@ -22,14 +22,15 @@
 #                               takes DRIVER CUDA CUDNN IS_INSTALL_RDMA IS_INSTALL_eRDMA (Alibaba's Compute Nest
 #                               quickstart init_gpu.sh; ../shared/reference/alibaba-cloud-verified.md 2.1). Its log
 #                               and markers (ALL INSTALL OK / INSTALL FAIL in auto_install.log) and its reboot are
-#                               documented for v3.x and UNCONFIRMED for v4.0 (same file, 2.2)
+#                               documented for v3.x and UNCONFIRMED for v4.0 (same file, 2.2; no copy of v4.0 or
+#                               page on it found: docs/verified-facts.md 2)
 #   AUTO_INSTALL_DIR [/root/auto_install]   where the installer runs; it writes auto_install.log there
 #   FABRIC_MANAGER [false]      true on 8-GPU NVSwitch types (catalog.py): after the driver, install
 #                               nvidia-fabricmanager at exactly DRIVER_VERSION and enable it (it starts with the
 #                               reboot that loads the driver)
 #   FABRIC_MANAGER_REPO [https://developer.download.nvidia.com/compute/cuda/repos]   NVIDIA's CUDA repository;
-#                               <repo>/rhel8/x86_64/nvidia-fabric-manager-<v>-1.x86_64.rpm (Alibaba Cloud Linux 3),
-#                               <repo>/ubuntu2204/x86_64/nvidia-fabricmanager-<major>_<v>-1_amd64.deb (Ubuntu 22.04)
+#                               <repo>/rhel8/x86_64/ (Alibaba Cloud Linux 3), <repo>/ubuntu2204/x86_64/ (Ubuntu
+#                               22.04); the file name depends on the driver branch (fabric_manager_main below)
 #   ROLL_STATE_DIR [/var/lib/roll-cluster]  state shared with gpu_check.sh (below)
 #   BOOT_ID_FILE [/proc/sys/kernel/random/boot_id]   identifies the current boot; a reboot changes it
 #   DRIVER_INSTALL_UNIT [roll-cluster-gpu-driver-install]   transient systemd unit the installer runs in
@@ -263,24 +264,49 @@ driver_installer_main() {
 # Runs after the driver installer succeeded (written to a file with `declare -f`): nvidia-fabricmanager at exactly
 # the driver's version, enabled so that it starts with the reboot that loads the driver. NVSwitch systems need it
 # ("the system administrator must manually enable and start the Fabric Manager service", NVIDIA Fabric Manager user
-# guide; the package version must match the driver). No Alibaba document says whether auto_install_v4.0.sh
-# installs it (UNCONFIRMED, ../shared/reference/alibaba-cloud-verified.md 11), so it is installed here.
+# guide; Alibaba's ACK guide: "The version of NVIDIA Fabric Manager must be the same as that of the NVIDIA driver").
+# No Alibaba document says whether auto_install_v4.0.sh installs it (UNCONFIRMED, docs/verified-facts.md 3), so it
+# is installed here. NVIDIA's CUDA repository names the package by driver branch (docs/verified-facts.md 3):
+#   before 580: rhel8 nvidia-fabric-manager-<v>-1.x86_64.rpm, ubuntu2204 nvidia-fabricmanager-<major>_<v>-1_amd64.deb
+#   580 on:     rhel8 nvidia-fabricmanager-<v>-1.el8.x86_64.rpm, ubuntu2204 nvidia-fabricmanager_<v>-1_amd64.deb
+# For 580 on, the other spelling is tried next (the dist tag and the branch suffix are seen in some sources only).
 fabric_manager_main() {
-  local os_release=$1 repo=$2 version=$3 failed_file=$4 workdir=$5 retry_delay=$6 id='' url file attempt
+  local os_release=$1 repo=$2 version=$3 failed_file=$4 workdir=$5 retry_delay=$6 id='' url='' file attempt major
+  local -a urls=()
   id=$(sed -n 's/^ID=//p' "$os_release" | tr -d "\"'")
+  major=${version%%.*}
   case $id in
-    alinux) url="$repo/rhel8/x86_64/nvidia-fabric-manager-$version-1.x86_64.rpm" ;;
-    ubuntu) url="$repo/ubuntu2204/x86_64/nvidia-fabricmanager-${version%%.*}_$version-1_amd64.deb" ;;
+    alinux)
+      if ((major >= 580)); then
+        urls=("$repo/rhel8/x86_64/nvidia-fabricmanager-$version-1.el8.x86_64.rpm"
+          "$repo/rhel8/x86_64/nvidia-fabricmanager-$version-1.x86_64.rpm")
+      else
+        urls=("$repo/rhel8/x86_64/nvidia-fabric-manager-$version-1.x86_64.rpm")
+      fi
+      ;;
+    ubuntu)
+      if ((major >= 580)); then
+        urls=("$repo/ubuntu2204/x86_64/nvidia-fabricmanager_$version-1_amd64.deb"
+          "$repo/ubuntu2204/x86_64/nvidia-fabricmanager-${major}_$version-1_amd64.deb")
+      else
+        urls=("$repo/ubuntu2204/x86_64/nvidia-fabricmanager-${major}_$version-1_amd64.deb")
+      fi
+      ;;
     *)
       printf 'no nvidia-fabricmanager package known for OS %s\n' "$id" >"$failed_file"
       return 1
       ;;
   esac
-  file=$workdir/${url##*/}
+  file=''
   for attempt in 1 2 3 4 5; do
-    if curl -fsSL --max-time 600 -o "$file" "$url"; then break; fi
+    for url in "${urls[@]}"; do
+      if curl -fsSL --max-time 600 -o "$workdir/${url##*/}" "$url"; then
+        file=$workdir/${url##*/}
+        break 2
+      fi
+    done
     if ((attempt == 5)); then
-      printf 'could not download %s\n' "$url" >"$failed_file"
+      printf 'could not download %s\n' "${urls[*]}" >"$failed_file"
       return 1
     fi
     sleep "$retry_delay"

@@ -62,8 +62,10 @@ FAMILIES: dict[str, GpuFamily] = {
 
 # Families whose 8-GPU types are whole HGX baseboards (SXM GPUs on NVSwitch): gn7/gn7e (A100 SXM4) and gn8v/ebmgn8v
 # (H20, "8卡之间支持NVLINK互联", "通过900 GB/s NVLINK互联" in the gn8v doc). NVIDIA: on NVSwitch systems the Fabric
-# Manager must be installed at the driver's version and started. No Alibaba document found says which types need
-# it inside the instance (UNCONFIRMED, ../shared/reference/alibaba-cloud-verified.md 11): the full 8-GPU shapes are
+# Manager must be installed at the driver's version and started; Alibaba's ACK guide to custom GPU drivers takes a
+# Fabric Manager rpm with every custom driver ("The version of NVIDIA Fabric Manager must be the same as that of the
+# NVIDIA driver"). No Alibaba document found says which instance types need it inside the instance (UNCONFIRMED,
+# docs/verified-facts.md 3; ../shared/reference/alibaba-cloud-verified.md 11): the full 8-GPU shapes are
 # assumed to pass the NVSwitches through; smaller shapes of these families and the V100 (NVLink without NVSwitch)
 # and PCIe families are not.
 NVSWITCH_FAMILIES = ("ecs.gn7", "ecs.gn7e", "ecs.gn8v", "ecs.ebmgn8v")

@@ -26,10 +26,14 @@ from infra.config import NodesConfig
 from infra.node import known_hosts, remote
 
 # Before Base64 encoding, user data "can only be up to 32 KB in size" (help/en/ecs/user-guide/overview-of-ecs-
-# instance-user-data, Jun 2024; older pages say 16 KB): ../shared/reference/alibaba-cloud-verified.md 1.2. The
-# first-boot script (lib.sh included) is about 30 KB, so it is sent gzip-compressed, a format Alibaba lists for user
-# data ("User-Data script, Cloud Config script, Include file, Gzip-compressed script, and Upstart Job script",
-# help/doc-detail/49121.htm) and cloud-init unpacks; compressed it stays under even the older 16 KB.
+# instance-user-data, Jun 2024; older pages say 16 KB): ../shared/reference/alibaba-cloud-verified.md 1.2; the
+# RunInstances API's UserData says the same ("需要以Base64方式编码，原始数据最多为32 KB", "Base64-encoded, raw data
+# at most 32 KB"), so the limit counts the bytes sent before Base64: here the gzip bytes (docs/verified-facts.md 1).
+# The first-boot script (lib.sh included) is about 35 KB, so it is sent gzip-compressed (about 12 KB), a format
+# Alibaba lists for user data ("User-Data script, Cloud Config script, Include file, Gzip-compressed script, and
+# Upstart Job script", help/doc-detail/49121.htm). cloud-init unpacks it: the AliYun datasource reads user-data as
+# raw bytes (cloudinit/sources/helpers/aliyun.py get_instance_data: response.contents) and convert_string gunzips
+# any payload that is gzip before reading it (cloudinit/user_data.py:381, util.decomp_gzip; present since 19.1).
 USER_DATA_LIMIT_BYTES = 32 * 1024
 
 
