@@ -12,6 +12,7 @@ lives in /usr/sbin (mkfs.*, reboot, ...) is then "not found" and fails the test 
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import stat
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.node.remote import render_plain, render_user_data
+from infra.sources.alibaba.instance import encode_user_data
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDINS_DIR = REPO_ROOT / "tests" / "standins"
@@ -142,9 +144,11 @@ class FakeNode:
         return self._run(["bash", "-c", command], self.machine_env())
 
     def run_user_data(self, script: str, **overrides: str) -> Result:
-        """Run a first-boot script as cloud-init runs user data: an executable file."""
+        """Run a first-boot script as cloud-init runs user data: an executable file holding what the instance's
+        user_data decodes to (the unpacking script of infra/sources/alibaba/instance.py around the rendered one)."""
         user_data = self.root / "user-data"
-        user_data.write_text(render_user_data(script, self.step_env(**overrides)))
+        rendered = render_user_data(script, self.step_env(**overrides))
+        user_data.write_bytes(base64.b64decode(encode_user_data(rendered)))
         user_data.chmod(0o755)
         return self._run([str(user_data)], self.machine_env())
 

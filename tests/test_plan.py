@@ -75,12 +75,13 @@ def test_plan_of_own_hosts_shows_no_cloud_resource_and_every_node_container_ray_
 
 
 def test_first_boot_user_data_fits_alibabas_limit():
-    # ECS accepts at most 32 KB of user data (16 KB on older pages); stay under 16 KB even counting the Base64
-    # encoding. It is gzip-compressed (a format Alibaba lists), and cloud-init runs the script inside.
+    # ECS accepts at most 32 KB of user data before Base64 (16 KB on older pages). It is plain text (a bash script
+    # that unpacks the gzip+Base64 first-boot script and runs it): no binary that a metadata service could mangle.
     for stack in CLOUD_STACKS:
         user_data = reveal(run(stack).cloud.of_type("alicloud:ecs/instance:Instance")[0].inputs["userData"])
-        assert len(user_data) < 16 * 1024, stack
-        assert base64.b64decode(user_data)[:2] == b"\x1f\x8b", stack  # gzip
+        text = base64.b64decode(user_data)
+        assert len(text) < 20 * 1024, (stack, len(text))
+        assert text.isascii() and text.startswith(b"#!/bin/bash\n"), stack
         assert decode_user_data(user_data).startswith("#!/bin/bash\n")
 
 
