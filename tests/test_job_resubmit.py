@@ -77,7 +77,7 @@ def submit(node: FakeNode, tmp_path: Path, state: Path) -> Result:
         "job", ["ray_common.sh", "job_submit.sh"],
         CONTAINER_NAME="rc", DASHBOARD_PORT="8265", JOB_ID="custom-multi-1", JOB_ENTRYPOINT="sleep 3600",
         JOB_WORKDIR=str(tmp_path), JOB_SETTLE_S="0", JOB_POLL_INTERVAL_S="0", JOB_RESUBMIT_DELAY_S="0",
-        PYTHONPATH=str(tmp_path / "stub"), JOBS_STATE=str(state),
+        PYTHONPATH=str(tmp_path / "stub"), JOBS_STATE=str(state), SUBMITTED_JOBS_DIR=str(tmp_path / "marks"),
     )
 
 
@@ -89,6 +89,7 @@ def test_a_job_lost_with_a_dead_node_before_it_ran_is_submitted_again(node: Fake
     assert jobs["submitted"] == ["custom-multi-1", "custom-multi-1"] and jobs["deleted"] == ["custom-multi-1"]
     assert "failed before it ran: Ray placed its supervisor on a node that had just died" in result.stdout
     assert "job custom-multi-1 is RUNNING" in result.stdout
+    assert (tmp_path / "marks" / "custom-multi-1").exists()  # jobStatus says LOST, not "never submitted", later
 
 
 def test_a_job_lost_every_time_fails_after_the_attempts(node: FakeNode, tmp_path: Path) -> None:

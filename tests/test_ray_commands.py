@@ -258,14 +258,22 @@ def test_every_step_renders_to_valid_shellcheck_clean_bash(step: rc.StepScripts)
 URN = "urn:pulumi:dev::roll-cluster::roll-cluster:index:TrainingJob$command:remote:Command::training-job"
 
 
-def run_job_status(tmp_path: Path, ray_says: str, ray_exit: int) -> subprocess.CompletedProcess[str]:
+def run_job_status(
+    tmp_path: Path, ray_says: str, ray_exit: int, submitted: bool = True
+) -> subprocess.CompletedProcess[str]:
     """The jobStatus command through a real shell, with stand-ins: `ssh` runs the remote command with sh (as sshd
-    does), `docker exec NAME` runs the rest here, and `ray` prints `ray_says` and exits `ray_exit`."""
+    does), `docker exec NAME` runs the rest here (the container's submitted-jobs directory in tmp_path, holding the
+    job step's mark of job-1 when `submitted`), and `ray` prints `ray_says` and exits `ray_exit`."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir(parents=True)
+    marks = tmp_path / "jobs"
+    marks.mkdir()
+    if submitted:
+        (marks / "job-1").touch()
     scripts = {
         "ssh": '#!/bin/sh\nfor last in "$@"; do :; done\nexec sh -c "$last"\n',
-        "docker": '#!/bin/sh\nshift 2\nexec "$@"\n',
+        "docker": '#!/bin/bash\nshift 2\nargs=()\nfor a in "$@"; do\n'
+                  f'  [[ "$a" == {rc.SUBMITTED_JOBS_DIR} ]] && a={marks}\n  args+=("$a")\ndone\nexec "${{args[@]}}"\n',
         "ray": f'#!/bin/sh\nprintf "%s\\n" {shlex.quote(ray_says)} >&2\nexit {ray_exit}\n',
     }
     for name, text in scripts.items():
@@ -286,6 +294,14 @@ def test_job_status_says_a_job_the_rebooted_head_lost_is_lost_and_how_to_submit_
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stdout.startswith("job job-1: LOST. The Ray head does not know it: Ray on the head restarted")
     assert result.stdout.rstrip().endswith(f"pulumi up --stack dev --replace '{URN}'")
+
+
+def test_job_status_says_a_job_the_job_step_never_submitted_was_never_submitted(tmp_path: Path) -> None:
+    not_found = "RuntimeError: Request failed with status code 404: Job job-1 does not exist."
+    result = run_job_status(tmp_path, not_found, 1, submitted=False)
+    assert result.returncode == 1 and "LOST" not in result.stdout, result
+    assert "job job-1 does not exist on the Ray head: it was never submitted" in result.stderr
+    assert "jobSubmit" in result.stderr
 
 
 def test_job_status_passes_a_known_job_and_other_errors_through(tmp_path: Path) -> None:

@@ -510,13 +510,21 @@ def _in_head_container(
     return f"{ssh_command(head_public_ip, key_path, known_hosts, user, port, pinned)} {shlex.quote(remote)}"
 
 
-# The job status as `ray job status` prints it; a job the head's Ray does not know (it restarted after the
-# submission: Ray keeps no job across a restart, so a reboot of the head ends the job) is said so in plain words,
-# with the command that submits it again, instead of the Jobs API's 404 traceback. Exit 3 then.
-# $1 job id, $2 Jobs API address, $3 the resubmit command.
+# The job status as `ray job status` prints it. A job the head's Ray does not know is said so in plain words instead
+# of the Jobs API's 404 traceback: LOST (exit 3, with the command that submits it again) when the job step submitted
+# it from this container (its mark in SUBMITTED_JOBS_DIR, which a restart of the container keeps): Ray restarted
+# after the submission (Ray keeps no job across a restart, so a reboot of the head ends the job); else not
+# submitted (exit 1): the job step stopped before submitting it, or training.autoStart is false.
+# $1 job id, $2 Jobs API address, $3 the resubmit command, $4 SUBMITTED_JOBS_DIR.
+SUBMITTED_JOBS_DIR = "/var/lib/roll-cluster/jobs"
 _JOB_STATUS_SH = (
     'if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; exit 0; fi\n'
     'case $out in *"does not exist"* | *"status code 404"*) ;; *) printf "%s\\n" "$out" >&2; exit 1 ;; esac\n'
+    'if [ ! -e "$4/$1" ]; then\n'
+    '  printf "%s\\n" "job $1 does not exist on the Ray head: it was never submitted (the job step of pulumi up'
+    ' stopped before submitting it, or training.autoStart is false: the jobSubmit output submits it)" >&2\n'
+    "  exit 1\n"
+    "fi\n"
     'printf "%s\\n" "job $1: LOST. The Ray head does not know it: Ray on the head restarted after the job was'
     " submitted (a reboot of the head, or of its container), Ray keeps no job across a restart, and a job still"
     " running then ended with it (one that had finished before is simply forgotten). Its checkpoints are kept."
@@ -544,7 +552,8 @@ def job_status_command(
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     resubmit = resubmit or "pulumi up --replace <the training-job URN> (the jobResubmit output)"
-    words = ["bash", "-c", _JOB_STATUS_SH, "job-status", job_id, f"http://127.0.0.1:{dashboard_port}", resubmit]
+    words = ["bash", "-c", _JOB_STATUS_SH, "job-status", job_id, f"http://127.0.0.1:{dashboard_port}", resubmit,
+             SUBMITTED_JOBS_DIR]
     return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 

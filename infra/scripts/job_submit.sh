@@ -27,6 +27,8 @@
 #   JOB_SUBMIT_ATTEMPTS      submissions of a job that fails before its entrypoint ran because Ray placed
 #                            its supervisor on a node that had just died (see supervisor_lost)          3
 #   JOB_RESUBMIT_DELAY_S     pause before such a resubmission                                          5
+#   SUBMITTED_JOBS_DIR       where the step marks, in the container, each job id it submitted or found
+#                            (jobStatus tells a job Ray lost from one never submitted by it)           /var/lib/roll-cluster/jobs
 #   REWARD_*                 see reward_server.sh, which runs before this script when given
 
 require_env CONTAINER_NAME DASHBOARD_PORT JOB_ID JOB_WORKDIR JOB_ENTRYPOINT
@@ -41,6 +43,7 @@ JOB_SETTLE_S=${JOB_SETTLE_S:-10}
 JOB_POLL_INTERVAL_S=${JOB_POLL_INTERVAL_S:-2}
 JOB_SUBMIT_ATTEMPTS=${JOB_SUBMIT_ATTEMPTS:-3}
 JOB_RESUBMIT_DELAY_S=${JOB_RESUBMIT_DELAY_S:-5}
+SUBMITTED_JOBS_DIR=${SUBMITTED_JOBS_DIR:-/var/lib/roll-cluster/jobs}
 require_int DASHBOARD_PORT JOB_API_TIMEOUT_S JOB_START_TIMEOUT_S JOB_SETTLE_S JOB_POLL_INTERVAL_S \
   JOB_SUBMIT_ATTEMPTS JOB_RESUBMIT_DELAY_S
 export JOB_ENTRYPOINT JOB_WORKDIR JOB_RUNTIME_ENV_JSON JOB_HEAD_IP
@@ -64,6 +67,7 @@ check_existing_job() {
     NOT_FOUND) ;;
     PENDING | RUNNING | SUCCEEDED)
       job_exists=true
+      mark_job_submitted
       banner "job $JOB_ID already exists ($state): not submitting it again"
       ;;
     FAILED | STOPPED)
@@ -102,6 +106,14 @@ check_before_submit() {
 submit_job() {
   banner "entrypoint: $JOB_ENTRYPOINT"
   logged job_client submit -w "$JOB_WORKDIR" -e JOB_ENTRYPOINT -e JOB_WORKDIR -e JOB_RUNTIME_ENV_JSON -e JOB_HEAD_IP
+  mark_job_submitted
+}
+
+# mark_job_submitted: the job id, in the container (kept across its restarts): jobStatus says LOST, not "never
+# submitted", when the head's Ray no longer knows a job marked here.
+mark_job_submitted() {
+  # shellcheck disable=SC2016 # $1 and $2 expand in the container's shell
+  logged docker exec "$CONTAINER_NAME" sh -c 'mkdir -p "$1" && : >"$1/$2"' mark "$SUBMITTED_JOBS_DIR" "$JOB_ID"
 }
 
 # supervisor_lost: the job FAILED before its entrypoint ran because Ray placed its supervisor actor on a node that
