@@ -190,6 +190,7 @@ class TestNetwork:
             _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
             _run(["ip", "addr", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE])
             _run(["ip", "link", "set", BRIDGE, "up"])
+            self._write_support_files()
             for index, host in enumerate(self.hosts):
                 self._start_host(index, host)
             for host in self.hosts:
@@ -230,10 +231,17 @@ class TestNetwork:
         wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {self.ssh_config} "$@"\n')
         wrapper.chmod(0o755)
 
-    def _start_host(self, index: int, host: TestHost) -> None:
+    @staticmethod
+    def _write_support_files() -> None:
+        """Once, before any host starts, and each file replaced whole (a new inode): bash reads a script as it runs,
+        so rewriting host_init.sh in place while a host's init was reading it ended that init early (no sshd)."""
         SUPPORT_DIR.mkdir(parents=True, exist_ok=True)
         for script in ("host_init.sh", "fake_docker.sh"):
-            shutil.copyfile(E2E_DIR / script, SUPPORT_DIR / script)
+            staged = SUPPORT_DIR / f".{script}.new"
+            shutil.copyfile(E2E_DIR / script, staged)
+            staged.replace(SUPPORT_DIR / script)
+
+    def _start_host(self, index: int, host: TestHost) -> None:
         # The hosts mount their own /data over this one (host_init.sh); a machine without /data gets an empty one.
         Path("/data").mkdir(exist_ok=True)
         for sub in ("tmp", "log", "workspace", "bin", "data", "docker/containers"):
