@@ -201,11 +201,17 @@ def test_npus_are_counted_with_npu_smi(hosts: FakeHosts) -> None:
 
 def test_a_host_without_the_driver_says_what_to_install(hosts: FakeHosts) -> None:
     hosts.add(HOSTS[0])  # no nvidia-smi answer: the driver is not loaded
+    # An earlier look's long log on the host (the fake hosts share this machine's /tmp) must not bury the reason.
+    earlier = Path("/tmp/roll-cluster-probe-node-0/accelerator-probe.log")
+    earlier.parent.mkdir(parents=True, exist_ok=True)
+    earlier.write_text("an earlier look\n" * 100)
     access = probe.HostAccess(None, "~/.ssh/roll-cluster/hosts.known_hosts")
     target = probe.HostTarget("node-0", "roll-cluster:nodes.hosts[0]", HOSTS[0], "root", 22)
     look = probe.look_at(target, accelerators.NVIDIA, access)
     assert look.accelerators is None and look.problem is not None
-    assert "nvidia-smi -L failed" in look.problem and "install the NVIDIA driver" in look.problem
+    assert look.problem.startswith("nvidia-smi -L failed: the NVIDIA driver does not answer; install the NVIDIA "
+                                   "driver"), look.problem
+    assert "an earlier look" not in look.problem
 
 
 def test_the_offline_plan_does_not_look_and_says_when_the_look_happens(hosts: FakeHosts) -> None:

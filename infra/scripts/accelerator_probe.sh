@@ -54,6 +54,8 @@ count_npus() {
 }
 
 check_settings
+# Each look starts its own log: only the latest one explains a refusal.
+: >"$ROLL_STEP_LOG"
 if [[ "$ACCELERATOR" == nvidia ]]; then
   : "${INSTALL_HINT:=install the NVIDIA driver}"
   run_step count_gpus "count the GPUs"

@@ -132,8 +132,7 @@ def look_at(target: HostTarget, accelerator: Accelerator, access: HostAccess) ->
         return HostLook(target, problem=ssh_problem(target, access, output))
     lines = [line for line in (result.stdout or "").splitlines() if line.startswith(RESULT_PREFIX)]
     if result.returncode != 0 or not lines:
-        return HostLook(target, problem=f"the accelerator probe failed on the host (exit {result.returncode}):\n"
-                                        + tail(output or result.stdout or ""))
+        return HostLook(target, problem=probe_failure(result.returncode, output or result.stdout or ""))
     key = recorded_key(access.known_hosts_file, target.address, target.port)
     return HostLook(target, accelerators=int(lines[-1][len(RESULT_PREFIX):]), host_key=key)
 
@@ -152,6 +151,15 @@ def ssh_problem(target: HostTarget, access: HostAccess, stderr: str) -> str:
         return (f"{where} refuses the login key ({identity}): add its public key to ~{target.user}/.ssh/"
                 "authorized_keys on the host")
     return f"cannot reach {where} over SSH: {tail(stderr, 3) or 'ssh exited 255'}"
+
+
+def probe_failure(status: int, output: str) -> str:
+    """The probe's own reason first (lib.sh's `<step>: FAILED: <reason>` line), then the end of its output."""
+    reasons = [line.split(" FAILED: ", 1)[1] for line in output.splitlines() if " FAILED: " in line]
+    detail = tail(output)
+    if reasons:
+        return f"{reasons[-1]}\n{detail}"
+    return f"the accelerator probe failed on the host (exit {status}):\n{detail}"
 
 
 def tail(text: str, lines: int = 15) -> str:
