@@ -75,6 +75,17 @@ def ensure_sshd() -> None:
         _run(install, env=env)
 
 
+def ensure_sudo() -> None:
+    """Debian's sudo (the own-hosts run as a user other than root), installed once like openssh-server."""
+    if shutil.which("sudo"):
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "sudo"]
+    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
+        _run(["apt-get", "update", "-q"], env=env)
+        _run(install, env=env)
+
+
 def ensure_jemalloc() -> Path:
     """Debian's libjemalloc2 (what MindSpeed-RL preloads for Ray), installed once like openssh-server."""
     multiarch = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(os.uname().machine, "")
@@ -367,15 +378,15 @@ class TestNetwork:
 
     # ---- running commands ----
 
-    def ssh_argv(self, host: TestHost, command: str) -> list[str]:
-        return ["ssh", "-F", str(self.ssh_config), f"root@{host.ip}", command]
+    def ssh_argv(self, host: TestHost, command: str, user: str = "root") -> list[str]:
+        return ["ssh", "-F", str(self.ssh_config), f"{user}@{host.ip}", command]
 
-    def run(self, host: TestHost, command: str, timeout: float = 300) -> CommandResult:
+    def run(self, host: TestHost, command: str, timeout: float = 300, user: str = "root") -> CommandResult:
         """Run `command` on `host` as pulumi-command does: one SSH session whose login shell runs the string."""
-        return self.start_command(host, command).wait(timeout)
+        return self.start_command(host, command, user).wait(timeout)
 
-    def start_command(self, host: TestHost, command: str) -> RunningCommand:
-        return RunningCommand(host.name, self.ssh_argv(host, command))
+    def start_command(self, host: TestHost, command: str, user: str = "root") -> RunningCommand:
+        return RunningCommand(host.name, self.ssh_argv(host, command, user))
 
     def run_parallel(self, runs: Sequence[tuple[TestHost, str]], timeout: float = 300) -> list[CommandResult]:
         with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:

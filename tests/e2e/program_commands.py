@@ -138,6 +138,7 @@ class ProgramStep:
     depends_on: tuple[str, ...]
     command: str
     env: dict[str, str]
+    user: str = "root"  # the SSH user of a remote step (its connection's)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ def render_hosts_program(
     entrypoint: str,
     working_dir: str,
     shared_host_path: str | None = None,
+    user: str = "root",
 ) -> HostsProgram:
     """Run the program for `stack` (a `hosts` stack) with the test hosts as nodes.hosts and a `custom` job."""
     gcs, dashboard_port, client = ports
@@ -168,7 +170,7 @@ def render_hosts_program(
         "accelerator": base.get("accelerator", "nvidia"),
         "acceleratorsPerNode": accelerators_per_node,
         "hosts": [{"address": ip} for ip in hosts],
-        "hostDefaults": {"networkInterface": "eth0"},
+        "hostDefaults": {"networkInterface": "eth0", "user": user},
     }
     result = run_program(
         stack,
@@ -188,17 +190,18 @@ def render_hosts_program(
     steps: list[ProgramStep] = []
     for record in result.steps:
         inputs = dict(unwrap(cloud.named(record.resource_name).inputs))
-        command, env = "", {}
+        command, env, login = "", {}, "root"
         kind = record.kind
         if kind == "remote":
-            command = inputs["create"]
+            command, login = inputs["create"], inputs["connection"]["user"]
         elif kind == "local":
             command, env = inputs["create"], dict(inputs.get("environment") or {})
         elif record.step == "image":
             kind, command = "image", f"docker image inspect {shlex.quote(inputs['name'])} >/dev/null"
         else:
             kind, command = "container", docker_run_command(inputs)
-        steps.append(ProgramStep(f"{record.node}/{record.step}", record.node, kind, record.depends_on, command, env))
+        steps.append(ProgramStep(f"{record.node}/{record.step}", record.node, kind, record.depends_on, command, env,
+                                 login))
     names = {r.name for r in cloud.resources}
     ray_names = ["node-0-ray-head", *sorted(n for n in names if n.endswith("-ray-worker"))]
     job = dict(unwrap(cloud.named("training-job").inputs)) if "training-job" in names else None

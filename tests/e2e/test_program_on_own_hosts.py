@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from e2e_harness import REPO, CommandResult, RunningCommand, TestHost, TestNetwork, ensure_jemalloc
+from e2e_harness import REPO, CommandResult, RunningCommand, TestHost, TestNetwork, ensure_jemalloc, ensure_sudo
 from program_commands import HostsProgram, ProgramStep, render_hosts_program
 
 pytestmark = pytest.mark.e2e
@@ -71,6 +71,36 @@ def install_standins(network: TestNetwork, host: TestHost, accelerator: str) -> 
     network.run(host, "\n".join(script) + "\n", timeout=60).check()
 
 
+def add_sudo_user(network: TestNetwork, host: TestHost, user: str) -> None:
+    """A login user with passwordless sudo, as the README asks of a user other than root (in the host's private /etc;
+    its key is the tier's client key, which every host's sshd accepts for any user). Its password is `*` (none),
+    not useradd's locked `!`: sshd without PAM refuses a locked account even a key."""
+    script = (
+        f"set -euo pipefail\nid {user} >/dev/null 2>&1 || useradd -M -p '*' -d /tmp/home-{user} -s /bin/bash {user}\n"
+        f"mkdir -p /tmp/home-{user} && chown {user} /tmp/home-{user}\n"
+        f"install -m 0440 /dev/stdin /etc/sudoers.d/{user} <<<'{user} ALL=(ALL) NOPASSWD:ALL'\n"
+        # sudo runs commands with its secure_path, where a real host's docker is (/usr/bin): the host's docker
+        # stand-in goes there too (its /usr/local is private), besides the login PATH's copy.
+        f"install -m 0755 {host.root / 'bin' / 'docker'} /usr/local/bin/docker\n"
+        # sudo looks the host's name up: without it every call warns.
+        'grep -q " $(hostname)$" /etc/hosts || echo "127.0.1.1 $(hostname)" >>/etc/hosts\n'
+    )
+    network.run(host, script, timeout=60).check()
+    whoami = network.run(host, "id -un && sudo -n id -un", user=user).check().stdout.split()
+    assert whoami == [user, "root"], whoami
+
+
+def variant_of(name: str) -> tuple[str, str]:
+    """(accelerator, SSH user) of an own_hosts variant: "nvidia", "ascend", "nvidia-as-ops"."""
+    return name.split("-")[0], ("ops" if name.endswith("-as-ops") else "root")
+
+
+def as_root(command: str, user: str) -> str:
+    """A user-facing command (docker exec in the head's container) as root: the docker stand-in needs root, where a
+    real host's docker group lets the user in (README, 'Your own servers')."""
+    return command.replace(f" {user}@", " root@")
+
+
 def run_step(network: TestNetwork, hosts: dict[str, TestHost], step: ProgramStep) -> CommandResult:
     host = hosts[step.node]
     if step.kind == "local":
@@ -79,6 +109,10 @@ def run_step(network: TestNetwork, hosts: dict[str, TestHost], step: ProgramStep
         env = {**os.environ, **step.env, "INTERVAL_S": "1",
                "PATH": f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         return RunningCommand("the admin machine", ["bash", "-c", f"cd {REPO} && {step.command}"], env=env).wait(300)
+    if step.kind == "remote":
+        # As pulumi-command logs in: the step's connection user (its scripts run under `sudo -n` when not root).
+        return network.run(host, step.command, timeout=300, user=step.user)
+    # The image check and the docker run stand for pulumi-docker's API calls: as root (the docker stand-in's need).
     return network.run(host, step.command, timeout=300)
 
 
@@ -98,29 +132,36 @@ def run_program_steps(network: TestNetwork, hosts: dict[str, TestHost], program:
     return done
 
 
-@pytest.fixture(scope="module", params=["nvidia", "ascend"])
+@pytest.fixture(scope="module", params=["nvidia", "ascend", "nvidia-as-ops"])
 def own_hosts(
     request: pytest.FixtureRequest, network: TestNetwork
 ) -> Iterator[tuple[str, list[TestHost], HostsProgram]]:
-    accelerator = request.param
+    """The program on two test hosts: NVIDIA and Ascend as root, and NVIDIA as `ops`, a user with sudo."""
+    accelerator, user = variant_of(request.param)
     ensure_jemalloc()
     hosts = network.hosts[:2]
-    container = f"rc-{accelerator}"
+    if user != "root":
+        ensure_sudo()
+        for host in hosts:
+            add_sudo_user(network, host, user)
+    container = f"rc-{request.param}"
     program = render_hosts_program(
         "hosts" if accelerator == "nvidia" else "ascend",
         [h.ip for h in hosts],
         str(network.client_key),
         accelerators_per_node=PER_NODE,
         container=container,
-        ports=(8200, 8201, 8202) if accelerator == "nvidia" else (8300, 8301, 8302),
+        ports={"nvidia": (8200, 8201, 8202), "ascend": (8300, 8301, 8302), "nvidia-as-ops": (8400, 8401, 8402)}[
+            request.param],
         entrypoint=f"E2E_RESOURCE={'GPU' if accelerator == 'nvidia' else 'NPU'} python3 probe.py",
         working_dir="/tmp/own-hosts-job",
+        user=user,
     )
     for host in hosts:
         install_standins(network, host, accelerator)
     network.run(hosts[0], f"mkdir -p /tmp/own-hosts-job && cat > /tmp/own-hosts-job/probe.py <<'EOF'\n{PROBE}\nEOF"
                 ).check()
-    yield accelerator, hosts, program
+    yield request.param, hosts, program
     if program.job_stop:
         network.run(hosts[0], program.job_stop)
     network.run_parallel([(host, stop) for host, stop in zip(hosts, program.ray_stop, strict=True)])
@@ -146,11 +187,12 @@ def test_the_first_look_counts_each_hosts_accelerators_over_real_ssh_and_records
     from infra.node import accelerators
     from infra.sources.hosts import probe
 
-    accelerator, hosts, _ = own_hosts
+    variant, hosts, _ = own_hosts
+    accelerator, user = variant_of(variant)
     monkeypatch.setenv("PATH", f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     kind = accelerators.accelerator(accelerator)
     access = probe.HostAccess(str(network.client_key), str(tmp_path / "ssh" / "stack.known_hosts"))
-    targets = [probe.HostTarget(f"node-{rank}", f"roll-cluster:nodes.hosts[{rank}]", host.ip, "root", 22)
+    targets = [probe.HostTarget(f"node-{rank}", f"roll-cluster:nodes.hosts[{rank}]", host.ip, user, 22)
                for rank, host in enumerate(hosts)]
     looks = probe.look_at_all(targets, kind, access)
     assert [(look.problem, look.accelerators) for look in looks] == [(None, PER_NODE)] * len(hosts)
@@ -165,9 +207,11 @@ def test_the_first_look_counts_each_hosts_accelerators_over_real_ssh_and_records
 
 
 def test_every_program_step_runs_on_the_hosts_and_the_job_uses_every_accelerator(network, own_hosts):
-    accelerator, hosts, program = own_hosts
+    variant, hosts, program = own_hosts
+    accelerator, user = variant_of(variant)
     by_node = {f"node-{rank}": host for rank, host in enumerate(hosts)}
     done = run_program_steps(network, by_node, program)
+    assert {s.user for s in program.steps if s.kind == "remote"} == {user}
 
     ready_step = "gpu-ready" if accelerator == "nvidia" else "npu-ready"
     expected = ["prepare-host", "docker", "pull-image", ready_step, "image", "container"]
@@ -178,7 +222,7 @@ def test_every_program_step_runs_on_the_hosts_and_the_job_uses_every_accelerator
     assert done[-1] == "node-0/job" and done.index("node-0/ray-ready") > done.index("node-1/ray-worker")
 
     # The container got what the program specified, checked by the docker stand-in as dockerd would.
-    run_spec = (hosts[1].root / "docker" / "containers" / f"rc-{accelerator}.run").read_text().splitlines()
+    run_spec = (hosts[1].root / "docker" / "containers" / f"rc-{variant}.run").read_text().splitlines()
     if accelerator == "nvidia":
         assert "gpus all" in run_spec and not any(line.startswith("device") for line in run_spec)
     else:
@@ -188,9 +232,10 @@ def test_every_program_step_runs_on_the_hosts_and_the_job_uses_every_accelerator
         assert not any(line.startswith("gpus") for line in run_spec) and "privileged" not in run_spec
 
     outputs = program.outputs
-    status = wait_for(network, outputs["jobStatus"], "succeeded")
+    assert f" {user}@{hosts[0].ip}" in outputs["jobStatus"]
+    status = wait_for(network, as_root(outputs["jobStatus"], user), "succeeded")
     assert "succeeded" in status.lower()
-    logs = network.run_user_command(outputs["jobLogs"]).check().output
+    logs = network.run_user_command(as_root(outputs["jobLogs"], user)).check().output
     resource = "GPU" if accelerator == "nvidia" else "NPU"
     assert f"cluster {resource} {float(2 * PER_NODE)}" in logs
     for host in hosts:
