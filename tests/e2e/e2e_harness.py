@@ -64,38 +64,33 @@ def _run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> subproces
     return result
 
 
-def ensure_sshd() -> None:
-    """Debian's openssh-server, installed once (apt-get update only when the package is not found)."""
-    if SSHD.exists():
-        return
+def apt_install(package: str) -> None:
+    """One Debian package, non-interactively (apt-get update only when the package is not found)."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"]
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
     if subprocess.run(install, capture_output=True, env=env).returncode != 0:
         _run(["apt-get", "update", "-q"], env=env)
         _run(install, env=env)
+
+
+def ensure_sshd() -> None:
+    """Debian's openssh-server, installed once."""
+    if not SSHD.exists():
+        apt_install("openssh-server")
 
 
 def ensure_sudo() -> None:
-    """Debian's sudo (the own-hosts run as a user other than root), installed once like openssh-server."""
-    if shutil.which("sudo"):
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "sudo"]
-    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
-        _run(["apt-get", "update", "-q"], env=env)
-        _run(install, env=env)
+    """Debian's sudo (the own-hosts run as a user other than root), installed once."""
+    if not shutil.which("sudo"):
+        apt_install("sudo")
 
 
 def ensure_jemalloc() -> Path:
-    """Debian's libjemalloc2 (what MindSpeed-RL preloads for Ray), installed once like openssh-server."""
+    """Debian's libjemalloc2 (what MindSpeed-RL preloads for Ray), installed once."""
     multiarch = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(os.uname().machine, "")
     library = Path(f"/usr/lib/{multiarch}/libjemalloc.so.2")
     if not library.exists():
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "libjemalloc2"]
-        if subprocess.run(install, capture_output=True, env=env).returncode != 0:
-            _run(["apt-get", "update", "-q"], env=env)
-            _run(install, env=env)
+        apt_install("libjemalloc2")
     return library
 
 
