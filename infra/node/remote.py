@@ -57,7 +57,6 @@ def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str], sudo
     return "\n".join(exports) + f"\nexec {runner} -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
 
 
-
 def exported_env(command_text: str) -> dict[str, str]:
     """The variables a rendered step exports: the inverse of render_plain (the plan and the tests read them)."""
     env: dict[str, str] = {}

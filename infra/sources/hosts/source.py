@@ -54,6 +54,8 @@ class HostsSource:
         )
 
     def targets(self) -> list[probe.HostTarget]:
+        """Each host as the program reaches it (its name, key path, address, SSH user and port, defaults applied):
+        what the first look and the machines are made from."""
         defaults = self.config.nodes.host_defaults
         return [
             probe.HostTarget(f"node-{rank}", f"{PROJECT}:nodes.hosts[{rank}]", host.address, host.user or defaults.user,
@@ -76,19 +78,19 @@ class HostsSource:
         storage = self.config.storage
         machines = [
             Machine(
-                name=f"node-{rank}",
+                name=target.name,
                 rank=rank,
-                ssh_host=host.address,
+                ssh_host=target.address,
                 private_ip=host.private_ip,
                 # A different machine at the same place is a different address; what the steps rerun on.
-                identity=f"{host.address}:{host.port or defaults.port}",
-                ssh_user=host.user or defaults.user,
-                ssh_port=host.port or defaults.port,
+                identity=f"{target.address}:{target.port}",
+                ssh_user=target.user,
+                ssh_port=target.port,
                 network_interface=host.network_interface or defaults.network_interface,
-                host_key=self.host_keys.get(host.address),
+                host_key=self.host_keys.get(target.address),
                 existing=True,
             )
-            for rank, host in enumerate(self.hosts)
+            for rank, (host, target) in enumerate(zip(self.hosts, self.targets(), strict=True))
         ]
         return ProvisionedCluster(
             machines=machines,
