@@ -45,6 +45,14 @@ on_unexpected_error() {
 }
 trap 'on_unexpected_error $? $LINENO "$BASH_COMMAND"' ERR
 
+# home_path PATH: PATH with a leading `~/` made the home directory. A stack setting such as sshPrivateKeyPath may say
+# ~/.ssh/...; nothing expands the tilde in an environment variable's value.
+home_path() {
+  # shellcheck disable=SC2088  # a literal "~/" is exactly what is looked for
+  local tilde='~/'
+  if [[ "$1" == "$tilde"* ]]; then printf '%s\n' "$HOME/${1#"$tilde"}"; else printf '%s\n' "$1"; fi
+}
+
 # require_env VAR...: every named variable must be set and non-empty.
 require_env() {
   local name

@@ -63,10 +63,7 @@ check_settings() {
     -o UserKnownHostsFile="$KNOWN_HOSTS_FILE" -o GlobalKnownHostsFile=/dev/null -o ConnectTimeout=10
     -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR -p "$SSH_PORT")
   if [[ -n "$SSH_KEY_PATH" ]]; then
-    # The stack config may say ~/.ssh/...; nothing expands the tilde in an environment variable.
-    # shellcheck disable=SC2088  # a literal "~/" is exactly what is looked for
-    local tilde_prefix='~/'
-    if [[ "$SSH_KEY_PATH" == "$tilde_prefix"* ]]; then SSH_KEY_PATH=$HOME/${SSH_KEY_PATH#"$tilde_prefix"}; fi
+    SSH_KEY_PATH=$(home_path "$SSH_KEY_PATH")
     [[ -r "$SSH_KEY_PATH" ]] || fail "SSH_KEY_PATH $SSH_KEY_PATH is not readable"
     SSH_OPTIONS+=(-i "$SSH_KEY_PATH" -o IdentitiesOnly=yes)
   fi

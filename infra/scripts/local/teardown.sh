@@ -63,15 +63,11 @@ check_settings() {
   SSH_OPTIONS=(-o BatchMode=yes -o StrictHostKeyChecking="$HOST_KEY_CHECKING" -o ConnectTimeout="$REACH_TIMEOUT_S"
     -o ServerAliveInterval=10 -o ServerAliveCountMax=3 -o LogLevel=ERROR -p "$SSH_PORT")
   if [[ -n "$SSH_KEY_PATH" ]]; then
-    # shellcheck disable=SC2088  # a literal "~/" is exactly what is looked for
-    local tilde_prefix='~/'
-    if [[ "$SSH_KEY_PATH" == "$tilde_prefix"* ]]; then SSH_KEY_PATH=$HOME/${SSH_KEY_PATH#"$tilde_prefix"}; fi
+    SSH_KEY_PATH=$(home_path "$SSH_KEY_PATH")
     SSH_OPTIONS+=(-i "$SSH_KEY_PATH" -o IdentitiesOnly=yes)
   fi
   if [[ -n "$KNOWN_HOSTS_FILE" ]]; then
-    # shellcheck disable=SC2088  # a literal "~/" is exactly what is looked for
-    local home_prefix='~/'
-    if [[ "$KNOWN_HOSTS_FILE" == "$home_prefix"* ]]; then KNOWN_HOSTS_FILE=$HOME/${KNOWN_HOSTS_FILE#"$home_prefix"}; fi
+    KNOWN_HOSTS_FILE=$(home_path "$KNOWN_HOSTS_FILE")
     SSH_OPTIONS+=(-o UserKnownHostsFile="$KNOWN_HOSTS_FILE")
   fi
 }
