@@ -1,19 +1,21 @@
 """roll-cluster: an RL post-training cluster from one stack configuration.
 
 Composition only, in the order data flows: configuration -> node source -> node bootstrap -> Ray -> training
-job -> outputs. Each stage lives in its folder under infra/ (sources/, node/, ray/, frameworks/). Everything that
-can be wrong in the configuration is rejected by stack_config.load(), the source's facts() and check_framework()
-before the first resource is registered.
+job -> outputs. Each stage's resources are a module of components/; what they compute from (configuration,
+placement, renderers, command builders, framework adapters) lives in infra/. Everything that can be wrong in
+the configuration is rejected by stack_config.load(), the source's facts() and check_framework() before the first
+resource is registered.
 """
 
 import pulumi
 
+from components import known_hosts, node_source
+from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
+from components.training_job import TrainingJob, TrainingJobArgs
 from infra import outputs, stack_config
 from infra.frameworks import adapter_for
-from infra.frameworks.job import TrainingJob, TrainingJobArgs
-from infra.node import accelerators, known_hosts, steps
-from infra.node.bootstrap import NodeBootstrap, NodeBootstrapArgs
-from infra.ray.cluster import RayCluster, RayClusterArgs, RayNode
+from infra.node import accelerators, steps
 from infra.sources import source_for
 
 config, secrets = stack_config.load()
@@ -25,7 +27,7 @@ stack_config.check_framework(config, stack, facts.accelerators_per_node, facts.b
 private_key = steps.private_key(login)
 code = adapter_for(config.training, config.container).code()
 
-cluster = source.provision()
+cluster = node_source.provision(source)
 known = known_hosts.register(stack, cluster.machines)
 ray_nodes: list[RayNode] = []
 for machine in cluster.machines:

@@ -1,5 +1,5 @@
 """The whole program under the offline cloud at 1, 8, 32 and 64 nodes: wall time, resources registered, and the
-modelled time to a running job (infra/schedule.py) on each path: a new cluster with the image as configured, a new
+modelled time to a running job (devtools/schedule.py) on each path: a new cluster with the image as configured, a new
 cluster with the image in the region's registry (VPC), and nodes booted from a baked image. None may grow with the
 node count.
 
@@ -12,9 +12,9 @@ import argparse
 import statistics
 import time
 
+from devtools.offline_cloud import OfflineCloud, run_program
+from devtools.schedule import PATHS, profiles, schedule
 from infra.node import steps
-from infra.offline import OfflineCloud, run_program
-from infra.schedule import PATHS, profiles, schedule
 
 SIZES = (1, 8, 32, 64)
 

@@ -1,4 +1,4 @@
-"""How long the steps take that can run here, for the baked-image path (infra/schedule.py MEASURED_SECONDS).
+"""How long the steps take that can run here, for the baked-image path (devtools/schedule.py MEASURED_SECONDS).
 
     python -m bench steps [--repeats 3] [--ray]      (--ray: root; builds the real-host tier's hosts)
 

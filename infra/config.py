@@ -3,7 +3,7 @@
 
 Every error names the key path as the user writes it (`roll-cluster:nodes.count`), what is allowed and what
 was given. Unknown fields are errors that suggest the nearest valid name. The README's configuration reference
-is generated from these models (infra/reference.py), so descriptions here are user documentation.
+is generated from these models (devtools/reference.py), so descriptions here are user documentation.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from infra.ray import commands as ray_commands
 from infra.sources.base import ClusterFacts, ProvisionedCluster
 
 if TYPE_CHECKING:
-    from infra.frameworks.job import TrainingJob
-    from infra.ray.cluster import RayNode
+    from components.ray_cluster import RayNode
+    from components.training_job import TrainingJob
 
 
 def export_all(

@@ -1,7 +1,7 @@
 """A fake node's whole bootstrap, new and "booted from a baked image", with the real scripts (script_harness).
 
 Used by tests/test_baked_image.py (no step installs, pulls or reboots on a baked node) and by bench/steps_bench.py
-(how long each step takes there). The order is the program's on one node (infra/node/bootstrap.py): first boot
+(how long each step takes there). The order is the program's on one node (components/bootstrap.py): first boot
 (user data), prepare-host, docker, pull-image, gpu-ready.
 
 "Baking" keeps the node's disks (the temp dir: system disk files and the data-disk stand-in). "Booting" a new

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from script_harness import FakeNode
 
-from infra.offline import ROLL_SNAPSHOT
+from devtools.offline_cloud import ROLL_SNAPSHOT
 
 os.environ.setdefault("ROLL_CHECKOUT", str(ROLL_SNAPSHOT))
 

@@ -1,11 +1,11 @@
-"""Helpers for tests that run the real program under the offline cloud (infra/offline.py)."""
+"""Helpers for tests that run the real program under the offline cloud (devtools/offline_cloud.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from devtools.offline_cloud import OfflineCloud, OfflineRun, Registered, run_program, unwrap
 from infra.node import remote
-from infra.offline import OfflineCloud, OfflineRun, Registered, run_program, unwrap
 
 INSTANCE = "alicloud:ecs/instance:Instance"
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"

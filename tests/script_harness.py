@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.node.remote import render_plain, render_user_data
-from infra.sources.alibaba.instance import encode_user_data
+from infra.sources.alibaba.user_data import encode_user_data
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDINS_DIR = REPO_ROOT / "tests" / "standins"
@@ -145,7 +145,7 @@ class FakeNode:
 
     def run_user_data(self, script: str, **overrides: str) -> Result:
         """Run a first-boot script as cloud-init runs user data: an executable file holding what the instance's
-        user_data decodes to (the unpacking script of infra/sources/alibaba/instance.py around the rendered one)."""
+        user_data decodes to (the unpacking script of infra/sources/alibaba/user_data.py around the rendered one)."""
         user_data = self.root / "user-data"
         rendered = render_user_data(script, self.step_env(**overrides))
         user_data.write_bytes(base64.b64decode(encode_user_data(rendered)))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from offline_helpers import INSTANCE, RULE, env_of, run, step_command
 
-from infra import plan
+from devtools import plan
+from devtools.offline_cloud import CloudRefusal, OfflineCloud, Registered, _digest
 from infra.config import ConfigError
-from infra.offline import CloudRefusal, OfflineCloud, Registered, _digest
 from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
 
@@ -64,7 +64,7 @@ def test_the_plan_says_the_placement_was_kept_without_a_stock_look_up(capsys):
     first_cloud = OfflineCloud()
     run("dev", cloud=first_cloud)
     later = first_cloud.next_run(stock={})
-    from infra.offline import run_program
+    from devtools.offline_cloud import run_program
 
     text = plan.render(run_program("dev", cloud=later))
     assert "kept: the cluster exists in cn-hangzhou-i with ecs.gn6v-c8g1.2xlarge" in text
@@ -306,16 +306,16 @@ def test_placement_errors_still_come_before_any_resource():
 
 
 def test_the_plan_of_a_stack_that_attaches_a_kept_file_system(monkeypatch, capsys):
-    import infra.offline
+    import devtools.offline_cloud
 
-    original = infra.offline.stack_config
+    original = devtools.offline_cloud.stack_config
 
     def attaching(stack):  # type: ignore[no-untyped-def]
         values = original(stack)
         values["roll-cluster:storage"] = {"existingFileSystemId": "31a8e4b0c2"}
         return values
 
-    monkeypatch.setattr(infra.offline, "stack_config", attaching)
+    monkeypatch.setattr(devtools.offline_cloud, "stack_config", attaching)
     monkeypatch.setattr(plan, "stack_config", attaching)
     assert plan.main(["multi"]) == 0
     text = capsys.readouterr().out

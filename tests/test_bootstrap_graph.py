@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from offline_helpers import env_of, run, step_command
 
-from infra.offline import is_secret, reveal, unwrap
-from infra.schedule import schedule
-from infra.sources.alibaba.instance import decode_user_data
+from devtools.offline_cloud import is_secret, reveal, unwrap
+from devtools.schedule import schedule
+from infra.sources.alibaba.user_data import decode_user_data
 
 BOOTSTRAP = ["prepare-host", "docker", "pull-image", "gpu-ready", "image", "container", "code"]
 

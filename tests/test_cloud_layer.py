@@ -8,8 +8,8 @@ import base64
 import pytest
 from offline_helpers import INSTANCE, RULE, custom_resources, env_of, run, step_command
 
+from devtools.offline_cloud import OfflineCloud
 from infra.config import ConfigError
-from infra.offline import OfflineCloud
 from infra.sources.alibaba.placement import PlacementError
 
 

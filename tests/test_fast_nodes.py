@@ -11,11 +11,11 @@ import pytest
 from offline_helpers import INSTANCE, env_of, run, step_command
 from script_harness import FakeNode
 
-from infra import plan
+from devtools import plan
+from devtools.offline_cloud import OfflineCloud, unwrap
+from devtools.schedule import configured_path, profiles, schedule
 from infra.config import ConfigError, parse_cluster_config
 from infra.node import steps
-from infra.offline import OfflineCloud, unwrap
-from infra.schedule import configured_path, profiles, schedule
 from infra.sources.alibaba.placement import PlacementError
 
 IMAGE_RESOURCE = "alicloud:ecs/image:Image"

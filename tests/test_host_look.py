@@ -18,10 +18,10 @@ import pytest
 from script_harness import FakeNode
 from test_hosts import install_npu_smi
 
+from devtools.offline_cloud import OfflineCloud, run_program, unwrap
 from infra import runmode
 from infra.config import ConfigError
 from infra.node import accelerators
-from infra.offline import OfflineCloud, run_program, unwrap
 from infra.sources.base import SourceError
 from infra.sources.hosts import probe
 

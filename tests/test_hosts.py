@@ -15,7 +15,7 @@ from offline_helpers import REMOTE, env_of, run, step_command
 from script_harness import FakeNode
 from test_config import ED25519_KEY, PROJECT, hosts_stack, only_problem, parse, problems
 
-from infra.offline import unwrap
+from devtools.offline_cloud import unwrap
 
 H0 = {"address": "192.0.2.11", "privateAddress": "10.0.0.11"}
 H1 = {"address": "192.0.2.12", "privateAddress": "10.0.0.12"}
@@ -255,8 +255,8 @@ def test_the_image_must_be_built_for_the_hosts_cpu(node: FakeNode) -> None:
 
 
 def test_a_bad_host_list_stops_the_program_before_any_resource_or_step() -> None:
+    from devtools.offline_cloud import OfflineCloud
     from infra.config import ConfigError
-    from infra.offline import OfflineCloud
 
     cloud = OfflineCloud()
     duplicate = {"hosts": [H0, {**H1, "address": H0["address"]}]}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from offline_helpers import INSTANCE, custom_resources, env_of, run, step_command
 
+from devtools.offline_cloud import OfflineCloud, reveal, unwrap
 from infra.config import ConfigError
-from infra.offline import OfflineCloud, reveal, unwrap
-from infra.sources.alibaba.instance import decode_user_data
 from infra.sources.alibaba.placement import PlacementError
+from infra.sources.alibaba.user_data import decode_user_data
 
 
 def first_boot_env(result, node: str = "node-0") -> str:  # type: ignore[no-untyped-def]

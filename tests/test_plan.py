@@ -9,10 +9,10 @@ import pytest
 import yaml
 from offline_helpers import run
 
-from infra import plan
+from devtools import plan
+from devtools.offline_cloud import reveal, shipped_stacks
 from infra.node import steps
-from infra.offline import reveal, shipped_stacks
-from infra.sources.alibaba.instance import decode_user_data
+from infra.sources.alibaba.user_data import decode_user_data
 
 STACKS = ["ascend", "dev", "hosts", "large", "multi", "openrlhf", "verl"]
 CLOUD_STACKS = ["dev", "large", "multi", "openrlhf", "verl"]

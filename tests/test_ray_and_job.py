@@ -15,7 +15,7 @@ import pytest
 import yaml
 from offline_helpers import env_of, run, step_command
 
-from infra.offline import is_secret, reveal, unwrap
+from devtools.offline_cloud import is_secret, reveal, unwrap
 
 
 def job_env(result):
@@ -343,8 +343,8 @@ def test_auto_start_false_gives_the_submit_command_instead_of_status_and_logs():
     ],
 )
 def test_a_job_that_would_fail_on_the_head_fails_the_plan_naming_its_key(stack, config, message):
+    from devtools.offline_cloud import OfflineCloud
     from infra.config import ConfigError
-    from infra.offline import OfflineCloud
 
     cloud = OfflineCloud()
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -375,8 +375,8 @@ def test_the_reward_servers_gpus_count_when_the_roles_are_not_colocated():
 @pytest.mark.parametrize("stack", ["dev", "verl"])
 def test_pulumi_preview_knows_the_job_configuration_before_any_node_exists(stack):
     # In a first preview the nodes' addresses are unknown; the job (the jobConfig output) does not depend on them.
+    from devtools.offline_cloud import OfflineCloud
     from infra.node import steps
-    from infra.offline import OfflineCloud
 
     run(stack, cloud=OfflineCloud(preview=True))
     previewed = steps.NOTES.get("job_spec")

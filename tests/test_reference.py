@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from infra import reference
+from devtools import reference
+from devtools.reference import COMMAND, END_MARKER, START_MARKER
 from infra.config import PROJECT, SECRETS, SECTIONS, ClusterConfig
-from infra.reference import COMMAND, END_MARKER, START_MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -162,7 +162,7 @@ def test_write_to_a_missing_file_fails_clearly(tmp_path: Path, capsys: pytest.Ca
 
 def test_the_module_prints_the_reference() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "infra.reference"], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-m", "devtools.reference"], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout == reference.reference()
     assert "roll-cluster:nodes" in result.stdout

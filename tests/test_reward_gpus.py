@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from offline_helpers import env_of, run, step_command
 
+from devtools.offline_cloud import OfflineCloud
 from infra.config import ConfigError
 from infra.node import steps
 from infra.node.remote import SCRIPTS_DIR
-from infra.offline import OfflineCloud
 
 # Not colocated: actor and ref share 8 GPUs, vLLM 3 engines x TP 2 = 6: 14 of the 15 GPUs Ray has (2 x 8 less the
 # reward server's one on the head).

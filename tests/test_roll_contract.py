@@ -16,11 +16,11 @@ import pytest
 import yaml
 from offline_helpers import run
 
+from devtools.offline_cloud import OfflineCloud
 from infra.config import DEFAULT_ROLL_REF, ROLL_PIPELINES, ConfigError
 from infra.frameworks import roll_checks, roll_keys, roll_render
 from infra.frameworks.roll_keys import RollKeys
 from infra.node import steps
-from infra.offline import OfflineCloud
 
 ROLL_STACKS = {"dev": "agentic", "multi": "agentic", "large": "rlvr"}
 GENERATOR = Path(__file__).resolve().parent.parent / "tools" / "roll_config_keys.py"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devtools.offline_cloud import ROLL_SNAPSHOT
 from infra.frameworks import roll_checks, roll_keys, roll_render, roll_sources
 from infra.frameworks.roll_compose import ComposeError, compose
-from infra.offline import ROLL_SNAPSHOT
 
 EXAMPLES = roll_sources.CheckoutExamples(ROLL_SNAPSHOT)
 KEYS = roll_keys.load()

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from devtools.offline_cloud import ROLL_SNAPSHOT
 from infra.config import DEFAULT_ROLL_REF, ContainerConfig, RollConfig, TrainingConfig
 from infra.frameworks import ClusterShape, RollAdapter, roll_sources
 from infra.frameworks.roll_sources import CheckoutExamples, FetchedExamples, RollSourceError
-from infra.offline import ROLL_SNAPSHOT
 
 DEV_SHAPE = ClusterShape("dev", 1, 1, False, "", None, "/data", 8265)
 

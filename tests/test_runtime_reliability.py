@@ -22,11 +22,11 @@ import pytest
 from offline_helpers import LOCAL, REMOTE, env_of, run
 from script_harness import FakeNode
 
-from infra import plan
+from components.bootstrap import container_command
+from devtools import plan
+from devtools.offline_cloud import is_secret, reveal, unwrap
 from infra.node import steps
-from infra.node.bootstrap import container_command
 from infra.node.remote import SCRIPTS_DIR
-from infra.offline import is_secret, reveal, unwrap
 from infra.ray import commands as rc
 
 LIB = SCRIPTS_DIR / "lib.sh"

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from offline_helpers import INSTANCE, LOCAL, REMOTE, custom_resources, run
 
-from infra import offline
+from components import remote_steps
+from devtools import offline_cloud as offline
+from devtools.offline_cloud import OfflineCloud, is_secret, reveal, unwrap
 from infra.config import ConfigError
 from infra.node import known_hosts, ssh_access, steps
-from infra.offline import OfflineCloud, is_secret, reveal, unwrap
-from infra.sources.alibaba.instance import decode_user_data
+from infra.sources.alibaba.user_data import decode_user_data
 
 REPO = Path(__file__).resolve().parent.parent
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"
@@ -217,7 +218,7 @@ def test_user_data_over_alibabas_limit_is_refused_by_the_offline_cloud() -> None
 
 def test_pulumi_command_signs_through_the_agent_when_there_is_no_key_text() -> None:
     # No private key: pulumi-command falls back to the agent at $SSH_AUTH_SOCK (provider connection.go, SSHConfig).
-    through_agent = steps.connection("47.1.2.3", None, host_key="ssh-ed25519 AAAA")
+    through_agent = remote_steps.connection("47.1.2.3", None, host_key="ssh-ed25519 AAAA")
     assert through_agent.private_key is None and through_agent.host_key == "ssh-ed25519 AAAA"
 
 

@@ -165,7 +165,7 @@ class OpenRlhfAdapter:
         return self._user().get(COLOCATE_ALL) is True
 
     def head_reserved_gpus(self, gpus_per_node: int) -> list[int]:
-        """The reward server's GPUs, which the head's Ray must leave alone (infra/ray/cluster.py ray_settings):
+        """The reward server's GPUs, which the head's Ray must leave alone (components/ray_cluster.py ray_settings):
         without train.colocate_all every role takes whole GPUs of its own from Ray (1-GPU bundles,
         openrlhf/trainer/ray/launcher.py:244-251, vllm_engine.py:246-250), which must not be the server's. With
         it the colocated roles share the head's GPUs with the server on purpose (vLLM at 0.5 of their memory), so
@@ -312,7 +312,7 @@ class OpenRlhfAdapter:
         reward_gpus = server.gpus if server is not None else 0
         server_key = key("training.openrlhf.rewardServer.gpus")
         # What Ray hands out: the head's Ray leaves the reward server's GPUs alone unless the roles are colocated
-        # with it (head_reserved_gpus; infra/ray/cluster.py starts Ray so).
+        # with it (head_reserved_gpus; components/ray_cluster.py starts Ray so).
         reserved = len(self.head_reserved_gpus(shape.gpus_per_node))
         ray_gpus = total - reserved
         ray_has = cluster if not reserved else (

@@ -12,7 +12,7 @@ exactly the ref the nodes will check out must be readable there. In order:
    commit's files never change; a branch's do, so those are fetched on every run).
 
 The offline plan and the tests use a snapshot of the pinned ref's files (tests/fixtures/roll, a sparse
-checkout); infra/offline.py points `ROLL_CHECKOUT` at it.
+checkout); devtools/offline_cloud.py points `ROLL_CHECKOUT` at it.
 """
 
 from __future__ import annotations

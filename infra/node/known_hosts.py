@@ -3,12 +3,14 @@
 Public IPs are recycled: a user's ~/.ssh/known_hosts may hold another machine's key for a new node's address, and
 `StrictHostKeyChecking=accept-new` would trust whatever answers the first time. So:
 
-1. `host_key()`: the program generates each node's ed25519 host key (infra/scripts/local/host_key.sh, ssh-keygen
-   on the machine that runs `pulumi up`) in a pulumi-command local.Command whose stdout is a secret output kept in
-   the state: stable across updates, never logged, no extra provider. A source installs it through the node's
+1. `host_key()` (components/known_hosts.py): the program generates each node's ed25519 host key
+   (infra/scripts/local/host_key.sh, ssh-keygen on the machine that runs `pulumi up`) in a pulumi-command
+   local.Command whose stdout is a secret output kept in the state: stable across updates, never logged, no extra
+   provider. A source installs it through the node's
    first-boot user data (infra/scripts/first_boot.sh), before any client connects.
-2. `register()`: one local.Command writes the stack's known-hosts file (`known_hosts_path`) with every node's
-   address and key; it is the only known-hosts file the program's clients read.
+2. `register()` (components/known_hosts.py): one local.Command writes the stack's known-hosts file
+   (`known_hosts_path`) with every node's address and key; it is the only known-hosts file the program's
+   clients read.
 3. The clients: pulumi-command's remote steps get the key as `connection.hostKey` (FixedHostKey, and
    HostKeyAlgorithms set to its type: pulumi-command provider/pkg/provider/remote/connection.go); the docker
    provider, gpu_ready.sh and the commands in the stack outputs run the system ssh with
@@ -23,13 +25,10 @@ stack's own file, which at least starts empty instead of trusting a stale entry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_command as command
 
-from infra.layout import PROJECT_DIR
 from infra.sources.base import Machine
 
 KNOWN_HOSTS_DIR = "~/.ssh/roll-cluster"
@@ -58,25 +57,6 @@ def split_host_key(stdout: str) -> tuple[str, str]:
     return "\n".join(lines[:-1]) + "\n", lines[-1]
 
 
-def host_key(name: str, parent: pulumi.Resource | None = None) -> HostKey:
-    generated = command.local.Command(
-        f"{name}-host-key",
-        create="bash infra/scripts/local/host_key.sh",
-        dir=str(PROJECT_DIR),
-        environment={"NODE_NAME": name},
-        # The private key must never reach the console or the logs; the output is a secret in the state.
-        logging=command.local.Logging.NONE,
-        add_previous_output_in_env=False,
-        opts=pulumi.ResourceOptions(parent=parent, additional_secret_outputs=["stdout"]),
-    )
-    parts = generated.stdout.apply(split_host_key)
-    return HostKey(
-        private_key=pulumi.Output.secret(parts.apply(lambda p: p[0])),
-        # The public half is no secret: it goes into known-hosts files and the plan.
-        public_key=pulumi.Output.unsecret(parts.apply(lambda p: p[1])),
-    )
-
-
 def host_pattern(host: str, port: int) -> str:
     """How OpenSSH writes a host in known_hosts: the bare address on port 22, `[address]:port` elsewhere."""
     return host if port == 22 else f"[{host}]:{port}"
@@ -91,31 +71,6 @@ def known_hosts_line(host: str, port: int, public_key: str) -> str:
 class KnownHosts:
     path: str
     written: pulumi.Resource  # the clients that read the file depend on it
-
-
-def register(stack: str, machines: Sequence[Machine]) -> KnownHosts:
-    """The local.Command that writes the stack's known-hosts file from the machines' addresses and host keys."""
-    path = known_hosts_path(stack)
-    lines = [_line(m) for m in machines if m.host_key is not None]
-    content = pulumi.Output.all(*lines).apply(lambda v: "\n".join(str(line) for line in v))
-    written = command.local.Command(
-        "known-hosts",
-        create="bash infra/scripts/local/known_hosts.sh",
-        delete="bash infra/scripts/local/known_hosts.sh --delete",
-        dir=str(PROJECT_DIR),
-        environment={"KNOWN_HOSTS_FILE": path, "KNOWN_HOSTS": content},
-        # A changed node address or key changes KNOWN_HOSTS: the update runs `create` again (rewrites the file).
-        triggers=[content],
-        add_previous_output_in_env=False,
-    )
-    return KnownHosts(path=path, written=written)
-
-
-def _line(machine: Machine) -> pulumi.Output[str]:
-    port = machine.ssh_port
-    return pulumi.Output.all(machine.ssh_host, machine.host_key).apply(
-        lambda v: known_hosts_line(str(v[0]), port, str(v[1]))
-    )
 
 
 def host_key_checking(machine: Machine) -> str:

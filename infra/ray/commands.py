@@ -38,7 +38,7 @@ class StepScripts:
     scripts: tuple[str, ...]
 
 
-# ray_launch.sh: the start function the container's main process shares (infra/node/bootstrap.py container_command).
+# ray_launch.sh: the start function the container's main process shares (components/bootstrap.py container_command).
 RAY_LAUNCH_SCRIPT = "ray_launch.sh"
 HEAD_STEP = StepScripts("ray-head", (RAY_COMMON_SCRIPT, RAY_LAUNCH_SCRIPT, "ray_head.sh"))
 WORKER_STEP = StepScripts("ray-worker", (RAY_COMMON_SCRIPT, RAY_LAUNCH_SCRIPT, "ray_worker.sh"))

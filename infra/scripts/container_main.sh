@@ -14,7 +14,7 @@
 # This text is the same for every cluster and every setting (settings live in the record), so changing a setting
 # never recreates the container. It is deliberately plain bash: no Ray import, whatever Ray version the image has.
 # The container's command is ray_launch.sh (launch_recorded_ray, the start the Ray steps use) followed by this
-# file (infra/node/bootstrap.py container_command).
+# file (components/bootstrap.py container_command).
 set -uo pipefail
 
 # The two paths are ray_common.sh's RAY_RECORD_DIR and RAY_PAUSE_FILE (overridable here for tests only).

@@ -4,7 +4,7 @@
 # after a reboot cannot differ in arguments, variables or preload:
 #   - the Ray steps (ray_head.sh, ray_worker.sh) ship it into the container (`declare -f`, ray_common.sh
 #     launch_ray_in_container) right after writing the record;
-#   - the container's main process (container_main.sh, which infra/node/bootstrap.py prefixes with this file)
+#   - the container's main process (container_main.sh, which components/bootstrap.py prefixes with this file)
 #     calls it when the container's raylet is gone.
 # It only defines a function. It runs in the container with plain bash (no Ray import); its text is part of the
 # container's command line, so it must never name one of Ray's own scripts (`ray stop` matches command lines).

@@ -6,13 +6,13 @@ which source it was. A source is one module under infra/sources/<name>/ that imp
 - `facts()`: what every node has (accelerator kind, count and model, bf16), known before any resource exists.
   The framework checks and the training configuration are sized from it, so a bad configuration stops the
   update before anything is created or touched. Raises `SourceError` with the key named.
-- `provision()`: registers whatever the source needs (ECS instances, a VPC, a NAS; nothing for existing hosts)
-  and hands on the machines (`Machine`), the shared-storage server if any, and the source's own stack outputs
-  and plan lines.
+- its resources: components/node_source.py registers whatever the source needs (ECS instances, a VPC, a NAS;
+  nothing for existing hosts) and hands on the machines (`Machine`), the shared-storage server if any, and the
+  source's own stack outputs and plan lines (`ProvisionedCluster`).
 
 Optional abilities (stock-aware placement, shared storage, baked images) stay inside the source that has them;
 the caller only sees their results in `ProvisionedCluster`. Adding another cloud or Kubernetes is one more module
-and one line in infra/sources/__init__.py, as in SkyPilot's sky/provision/<cloud>/.
+and one line each in infra/sources/__init__.py and components/node_source.py, as in SkyPilot's sky/provision/<cloud>/.
 """
 
 from __future__ import annotations
@@ -96,8 +96,4 @@ class NodeSource(Protocol):
 
     def facts(self) -> ClusterFacts:
         """What every node has, before any resource; raises SourceError naming the key."""
-        ...
-
-    def provision(self) -> ProvisionedCluster:
-        """Register the source's resources and hand on the machines, rank 0 first."""
         ...

@@ -1,6 +1,6 @@
 """The commands the Pulumi program itself renders, for a cluster whose nodes are the test hosts.
 
-The program runs under the project's offline cloud (infra/offline.py) with the test hosts' addresses handed to
+The program runs under the project's offline cloud (devtools/offline_cloud.py) with the test hosts' addresses handed to
 the instances, exactly as `python3 dev.py plan` runs it; the Ray and job steps' `create` and `delete` strings and
 the stack outputs are taken from what it registered. Nothing is rebuilt here: a change in the components, the
 Ray step builders or the scripts changes what the tier runs.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devtools.offline_cloud import OfflineCloud, run_program, stack_config, unwrap
 from infra.node import steps
-from infra.offline import OfflineCloud, run_program, stack_config, unwrap
 
 # V100 types of the catalog by GPUs per node: the GPU count is a test parameter (Ray is told --num-gpus).
 TYPE_WITH_GPUS = {1: "ecs.gn6v-c8g1.2xlarge", 2: "ecs.gn6v-c8g1.4xlarge", 4: "ecs.gn6v-c8g1.8xlarge",

@@ -15,57 +15,12 @@ create-before-delete works; the instances and the NAS mount target (vswitch_id i
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 
 import pulumi
 import pulumi_alicloud as alicloud
 
+from infra.sources.alibaba.network_plan import VPC_CIDR, IngressRule, NetworkArgs, ingress_rules, vswitch_cidr
 from infra.sources.alibaba.placement import GENERATION_TAG, INSTANCE_TYPE_TAG, STACK_TAG
-
-VPC_CIDR = "10.20.0.0/16"
-# 4096 addresses each: room for 256 nodes and the NAS mount target. Generations alternate between them, so that a
-# move never needs two vSwitches with the same CIDR at once.
-VSWITCH_CIDRS = ("10.20.0.0/20", "10.20.16.0/20")
-
-
-def vswitch_cidr(generation: int) -> str:
-    return VSWITCH_CIDRS[generation % 2]
-
-
-@dataclass(frozen=True)
-class NetworkArgs:
-    stack: str
-    zone: str
-    instance_type: str
-    generation: int
-    vswitch_name: str
-    admin_cidrs: list[str]
-    dashboard_port: int
-    dashboard_open_to_admins: bool
-
-
-@dataclass(frozen=True)
-class IngressRule:
-    """One inbound rule, as the plan shows it and the tests check it."""
-
-    name: str
-    protocol: str
-    ports: str
-    source: str
-    description: str
-
-
-def ingress_rules(args: NetworkArgs) -> list[IngressRule]:
-    rules = [
-        IngressRule("intra-tcp", "tcp", "1/65535", "this security group", "Ray, NCCL and Gloo between nodes"),
-        IngressRule("intra-udp", "udp", "1/65535", "this security group", "NCCL and Gloo between nodes"),
-    ]
-    for index, cidr in enumerate(args.admin_cidrs):
-        rules.append(IngressRule(f"ssh-{index}", "tcp", "22/22", cidr, "SSH from an admin CIDR"))
-        if args.dashboard_open_to_admins:
-            port = f"{args.dashboard_port}/{args.dashboard_port}"
-            rules.append(IngressRule(f"dashboard-{index}", "tcp", port, cidr, "Ray dashboard from an admin CIDR"))
-    return rules
 
 
 class Network(pulumi.ComponentResource):

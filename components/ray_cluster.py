@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import pulumi
 
+from components import remote_steps
+from components.bootstrap import NodeBootstrap
 from infra.config import ClusterConfig
 from infra.frameworks import head_reserved_gpus
 from infra.layout import DATA_MOUNT
-from infra.node import accelerators, ssh_access, steps
-from infra.node.bootstrap import NodeBootstrap
+from infra.node import accelerators, ssh_access
 from infra.ray import commands as ray_commands
 from infra.sources.base import Machine
 
@@ -86,7 +87,7 @@ class RayCluster(pulumi.ComponentResource):
         self.settings = node_settings
         started: list[tuple[str, pulumi.Resource]] = []
         head_ctx = self._context(head, args)
-        head_start = steps.remote_step(
+        head_start = remote_steps.remote_step(
             head_ctx,
             ray_commands.HEAD_STEP.step,
             ray_commands.HEAD_STEP.scripts,
@@ -109,7 +110,7 @@ class RayCluster(pulumi.ComponentResource):
             env = pulumi.Output.all(worker.private_ip, head.private_ip, self.generation).apply(
                 functools.partial(_worker_env, node_settings, rank)
             )
-            join = steps.remote_step(
+            join = remote_steps.remote_step(
                 self._context(worker, args),
                 ray_commands.WORKER_STEP.step,
                 ray_commands.WORKER_STEP.scripts,
@@ -124,8 +125,8 @@ class RayCluster(pulumi.ComponentResource):
             started.append((f"{worker.name}/ray-worker", join))
         all_ips = pulumi.Output.all(*[n.private_ip for n in args.nodes])
         # A cluster-level step (it runs on the head): it reruns when nodes come or go, the head's own steps don't.
-        self.ready = steps.remote_step(
-            steps.context_for(head.machine, args.private_key, self, login=args.login, running=True),
+        self.ready = remote_steps.remote_step(
+            remote_steps.context_for(head.machine, args.private_key, self, login=args.login, running=True),
             ray_commands.READY_STEP.step,
             ray_commands.READY_STEP.scripts,
             {},
@@ -138,8 +139,8 @@ class RayCluster(pulumi.ComponentResource):
         self.register_outputs({"headPrivateIp": self.head_private_ip})
 
     @staticmethod
-    def _context(ray_node: RayNode, args: RayClusterArgs) -> steps.StepContext:
-        return steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap, login=args.login,
+    def _context(ray_node: RayNode, args: RayClusterArgs) -> remote_steps.StepContext:
+        return remote_steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap, login=args.login,
                                  running=True)
 
 

@@ -1,7 +1,7 @@
 """The README's configuration reference, generated from the models of infra/config.py.
 
-    python -m infra.reference                    # print the reference (Markdown)
-    python -m infra.reference --write README.md  # replace the text between the marker lines in README.md
+    python -m devtools.reference                    # print the reference (Markdown)
+    python -m devtools.reference --write README.md  # replace the text between the marker lines in README.md
 
 The reference has one table per `roll-cluster:<section>` object (key, type, default, description), a table for
 `alicloud:region` and one for the secrets. Keys are camelCase as the user writes them, nested keys dotted within
@@ -30,7 +30,7 @@ from infra.config import PROJECT, SECRETS, SECTIONS, ClusterConfig
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
-COMMAND = "python -m infra.reference --write README.md"
+COMMAND = "python -m devtools.reference --write README.md"
 
 # Secrets are not part of the models (they never pass through them), so their documentation lives here.
 SECRET_DESCRIPTIONS: dict[str, str] = {
@@ -80,7 +80,7 @@ def _type_name(annotation: Any) -> str:
     names = {bool: "bool", int: "integer", float: "number", str: "string"}
     if annotation in names:
         return names[annotation]
-    raise TypeError(f"no reference name for the type {annotation!r}; add one to infra/reference.py")
+    raise TypeError(f"no reference name for the type {annotation!r}; add one to devtools/reference.py")
 
 
 def _type(field: FieldInfo) -> str:
@@ -216,7 +216,7 @@ def with_section(text: str, section: str, path: str = "README.md") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.reference", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m devtools.reference", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--write", metavar="FILE", help=f"replace the text between `{START_MARKER}` and `{END_MARKER}` in FILE"
     )
@@ -229,10 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         updated = with_section(target.read_text(encoding="utf-8"), text, args.write)
     except (OSError, MarkerError) as error:
-        print(f"infra.reference: cannot write the reference: {error}", file=sys.stderr)
+        print(f"devtools.reference: cannot write the reference: {error}", file=sys.stderr)
         return 1
     target.write_text(updated, encoding="utf-8")
-    print(f"infra.reference: wrote the configuration reference into {args.write}", file=sys.stderr)
+    print(f"devtools.reference: wrote the configuration reference into {args.write}", file=sys.stderr)
     return 0
 
 

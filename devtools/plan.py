@@ -2,9 +2,9 @@
 build: placement, network and rules, nodes, each node's steps with their scripts, the Ray cluster, the job with
 its generated configuration, the stack outputs and the hourly price.
 
-    python -m infra.plan dev [--nodes N]
+    python -m devtools.plan dev [--nodes N]
 
-No credentials, no Pulumi CLI: see infra/offline.py for what the offline cloud answers.
+No credentials, no Pulumi CLI: see devtools/offline_cloud.py for what the offline cloud answers.
 """
 
 from __future__ import annotations
@@ -15,11 +15,20 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from infra import image_path, schedule
-from infra.changes import CHANGE_EFFECTS, REBOOT_EFFECTS
+from devtools import schedule
+from devtools.changes import CHANGE_EFFECTS, REBOOT_EFFECTS
+from devtools.offline_cloud import (
+    CloudRefusal,
+    OfflineCloud,
+    OfflineRun,
+    run_program,
+    shipped_stacks,
+    stack_config,
+    unwrap,
+)
+from infra import image_path
 from infra.config import ClusterConfig, ConfigError
 from infra.node import remote, steps
-from infra.offline import CloudRefusal, OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config, unwrap
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
 
@@ -31,7 +40,9 @@ def section(title: str) -> str:
 
 
 def render(run: OfflineRun) -> str:
-    lines: list[str] = [f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see infra/offline.py)"]
+    lines: list[str] = [
+        f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see devtools/offline_cloud.py)"
+    ]
     on_hosts = steps.NOTES.get("source") == "hosts"
     if on_hosts:
         lines += _hosts_section(run)
@@ -85,7 +96,7 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
             name, cidr = r.inputs.get("vswitchName"), r.inputs.get("cidrBlock")
             lines.append(f"  vSwitch   {name}  {cidr}  in {r.inputs.get('zoneId')}")
     lines.append("  Security group, inbound (everything else is denied):")
-    for r in cloud.of_type(RULE):
+    for r in sorted(cloud.of_type(RULE), key=lambda rule: rule.name):  # registered concurrently: any order
         source = r.inputs.get("cidrIp") or r.inputs.get("ipv6CidrIp") or "members of this security group"
         lines.append(f"    {r.inputs.get('ipProtocol'):4} {r.inputs.get('portRange'):12} from {source:32} "
                      f"{r.inputs.get('description')}")
@@ -240,7 +251,7 @@ def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord]) -
         lines.append("  bake     after gpu-ready the head bakes an ECS custom image (bake-prep, bake-image): kept on "
                      "pulumi destroy, output bakedImageId; the head's container waits for it this time")
 
-    lines.append(section("Time to a running job (modelled: infra/schedule.py; README, 'Benchmarks')"))
+    lines.append(section("Time to a running job (modelled: devtools/schedule.py; README, 'Benchmarks')"))
     configured = schedule.configured_path(config)
     for name, profile in schedule.profiles(config).items():
         plan = schedule.schedule(records, profile)
@@ -279,7 +290,7 @@ def cloud_rule_cidr(run: OfflineRun) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m devtools.plan", description=__doc__.splitlines()[0])
     parser.add_argument("stack", nargs="?", default="dev", help=f"one of: {', '.join(shipped_stacks())}")
     parser.add_argument("--nodes", type=int, help="override nodes.count")
     parser.add_argument(

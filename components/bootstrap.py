@@ -7,7 +7,7 @@ Order on a node (nothing here waits for another node):
                                   (driver installs since first boot, in parallel with all of the above)
 
 With nodes.bake the head takes a detour before its container: bake-prep (the framework's requirements committed
-into the local training image, disks flushed) -> bake-image (the ECS custom image, infra/sources/alibaba/bake.py)
+into the local training image, disks flushed) -> bake-image (the ECS custom image, components/baked_image.py)
 -> container. The container comes after the image so that no node booted from it finds this node's container.
 On a node booted from a baked image every step finds its work done and says so (README, 'Baked images').
 
@@ -38,6 +38,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
+from components import remote_steps
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
 from infra.node import accelerators, remote, ssh_access, steps
@@ -97,7 +98,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         config = args.config
         machine = args.machine
         node_name = machine.name
-        ctx = steps.context_for(machine, args.private_key, self, login=args.login, first=True)
+        ctx = remote_steps.context_for(machine, args.private_key, self, login=args.login, first=True)
         has_data_disk = machine.data_disk is not None or machine.data_disk_serial is not None
         checking = known_hosts_module.host_key_checking(machine)
         kind = args.accelerator
@@ -106,7 +107,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         if args.nfs_options:
             nfs_env["NAS_MOUNT_OPTIONS"] = args.nfs_options
 
-        prepare = steps.remote_step(
+        prepare = remote_steps.remote_step(
             ctx,
             "prepare-host",
             ["prepare_host.sh"],
@@ -125,7 +126,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         # What Docker must wait for at boot (docker_mount_order.sh): the data disk, the NFS share mounted here.
         nfs_mounted = config.storage.shared and not args.shared_host_dir
         mounts = [m for m, used in ((DATA_MOUNT, has_data_disk), (SHARED_MOUNT, nfs_mounted)) if used]
-        install_docker = steps.remote_step(
+        install_docker = remote_steps.remote_step(
             ctx,
             "docker",
             ["install_docker.sh", "docker_mount_order.sh"],
@@ -137,7 +138,7 @@ class NodeBootstrap(pulumi.ComponentResource):
             },
             after=[(f"{node_name}/prepare-host", prepare)],
         )
-        pull = steps.remote_step(
+        pull = remote_steps.remote_step(
             ctx,
             "pull-image",
             ["pull_image.sh"],
@@ -152,7 +153,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         accelerators_ready: pulumi.Resource
         if kind.kind == "ascend":
             # No reboot, no installer: one look on the node over SSH (npu_ready.sh names what to install).
-            accelerators_ready = steps.remote_step(
+            accelerators_ready = remote_steps.remote_step(
                 ctx,
                 kind.ready_step,
                 ["npu_lib.sh", "npu_ready.sh"],
@@ -196,7 +197,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         before_container: list[pulumi.Resource] = [accelerators_ready]
         container_after = [f"{node_name}/{kind.ready_step}"]
         if machine.bake is not None:
-            bake_prep = steps.remote_step(
+            bake_prep = remote_steps.remote_step(
                 ctx,
                 "bake-prep",
                 [*(["bake_container.sh", "fetch_code.sh"] if args.code_env is not None else []), "bake_finish.sh"],
@@ -310,8 +311,8 @@ class NodeBootstrap(pulumi.ComponentResource):
         self.ready = self.container
         self.ready_key = f"{node_name}/container"
         if args.code_env is not None:
-            self.ready = steps.remote_step(
-                steps.context_for(machine, args.private_key, self, login=args.login, running=True),
+            self.ready = remote_steps.remote_step(
+                remote_steps.context_for(machine, args.private_key, self, login=args.login, running=True),
                 "code",
                 list(args.code_scripts),
                 args.code_env,

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import pulumi
 
+from components import remote_steps
+from components.ray_cluster import RayCluster, RayNode
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec, adapter_for
-from infra.node import ssh_access, steps
+from infra.node import ssh_access
 from infra.ray import commands as ray_commands
-from infra.ray.cluster import RayCluster, RayNode
 from infra.stack_config import cluster_shape
 
 
@@ -55,14 +56,14 @@ class TrainingJob(pulumi.ComponentResource):
         # step below exports to the entrypoint's shell.
         self.spec = pulumi.Output.from_input(spec)
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
-        ctx = steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True)
+        ctx = remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
         submission = self.spec.apply(to_submission)
         if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
             # The server downloads its model: it gets HF_TOKEN (and the other secrets) like the job's prepare step.
             # Removing it (destroy, or rewardServer dropped from the config) stops it.
-            server = steps.remote_step(
+            server = remote_steps.remote_step(
                 ctx,
                 ray_commands.REWARD_SERVER_STEP.step,
                 ray_commands.REWARD_SERVER_STEP.scripts,
@@ -82,7 +83,7 @@ class TrainingJob(pulumi.ComponentResource):
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
         self.submission = None
         if config.training.auto_start:
-            self.submission = steps.remote_step(
+            self.submission = remote_steps.remote_step(
                 ctx,
                 "job",
                 # The reward server is its own step above, so the plain submit scripts.

@@ -1,0 +1,186 @@
+"""The step resources: every remote step is a pulumi-command `remote.Command` running scripts under infra/scripts
+rendered by infra/node/remote.py, with an optional local teardown whose delete runs on the node over ssh.
+
+The record of each step (infra/node/steps.py) is kept alongside, for the offline plan and the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_command as command
+
+from infra.layout import PROJECT_DIR
+from infra.node import known_hosts, remote, ssh_access
+from infra.node.steps import (
+    DIAL_ERROR_LIMIT,
+    PER_DIAL_TIMEOUT_S,
+    RUNNING_NODE_DIAL_ERROR_LIMIT,
+    TEARDOWN_REACH_ATTEMPTS,
+    TEARDOWN_REACH_TIMEOUT_S,
+    TEARDOWN_SCRIPT,
+    TEARDOWN_TIMEOUT_S,
+    record,
+)
+from infra.sources.base import Machine
+
+
+def connection(
+    host: pulumi.Input[str],
+    key: pulumi.Output[str] | None,
+    user: str = "root",
+    port: int = 22,
+    host_key: pulumi.Input[str] | None = None,
+    dial_error_limit: int = DIAL_ERROR_LIMIT,
+) -> command.remote.ConnectionArgs:
+    # key None: pulumi-command signs with the keys of the agent at $SSH_AUTH_SOCK (its default when no private key
+    # is given). host_key None: pulumi-command cannot verify the host (it ignores the key then).
+    return command.remote.ConnectionArgs(
+        host=host,
+        user=user,
+        port=port,
+        private_key=key,
+        host_key=host_key,
+        dial_error_limit=dial_error_limit,
+        per_dial_timeout=PER_DIAL_TIMEOUT_S,
+    )
+
+
+@dataclass
+class StepContext:
+    """What every step of one node shares."""
+
+    node: str
+    host: pulumi.Input[str]
+    key: pulumi.Output[str] | None
+    parent: pulumi.Resource
+    node_env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    user: str = "root"
+    port: int = 22
+    depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first step (the machine)
+    host_key: pulumi.Input[str] | None = None  # the host key the connection verifies
+    # What the local teardown commands give the system ssh as -i: the login key's identity file (a private key file,
+    # or the .pub file naming the key in ssh-agent), as for every other local client; "": ssh's default keys.
+    identity_file: str = ""
+    known_hosts_file: str = ""  # the stack's known-hosts file, for the local teardown commands
+    host_key_checking: str = "yes"  # StrictHostKeyChecking of those: `accept-new` where the key is not known
+    # Where the machine's host key came from: "generated" by the program (its own instances, infra/node/known_hosts.py)
+    # or "recorded" at first contact (your own hosts); the teardown's advice on a changed key depends on it.
+    host_key_origin: str = "generated"
+    dial_error_limit: int = DIAL_ERROR_LIMIT
+
+
+def context_for(
+    machine: Machine, key: pulumi.Output[str] | None, parent: pulumi.Resource, *, login: ssh_access.LoginKey,
+    first: bool = False, running: bool = False,
+) -> StepContext:
+    """The step context of one machine. `login`: how the system ssh of the local teardowns logs in (the same
+    identity as gpu-ready and the docker provider). `first`: the machine's first steps also wait for the machine
+    itself. `running`: the steps run on a node known to be up (after gpu-ready), with short dial limits."""
+    return StepContext(node=machine.name, host=machine.ssh_host, key=key, parent=parent, user=machine.ssh_user,
+                       port=machine.ssh_port, depends_on=machine.depends_on if first else (),
+                       host_key=machine.host_key, identity_file=login.identity_file,
+                       known_hosts_file=known_hosts.known_hosts_path(pulumi.get_stack()),
+                       host_key_checking=known_hosts.host_key_checking(machine),
+                       host_key_origin="recorded" if machine.existing else "generated",
+                       dial_error_limit=RUNNING_NODE_DIAL_ERROR_LIMIT if running else DIAL_ERROR_LIMIT)
+
+
+def remote_step(
+    ctx: StepContext,
+    step: str,
+    scripts: Sequence[str],
+    env: Mapping[str, pulumi.Input[str]],
+    *,
+    dynamic_env: pulumi.Output[dict[str, str]] | None = None,
+    after: Sequence[tuple[str, pulumi.Resource]] = (),
+    delete_scripts: Sequence[str] = (),
+    delete_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] | None = None,
+    triggers: Sequence[pulumi.Input[str]] | None = None,
+    delete_before_replace: bool = False,
+    resource_name: str | None = None,
+) -> command.remote.Command:
+    """A remote.Command running `scripts` on the node; `after` lists (step key, resource) it depends on.
+
+    env: variables whose names are known up front (values may be Outputs); dynamic_env: a whole env dict that
+    is only known once other resources exist (built from their addresses), merged over env.
+    """
+    resource_name = resource_name or f"{ctx.node}-{step}"
+    static_env: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node, **ctx.node_env, **env}
+    full_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = static_env
+    if dynamic_env is not None:
+        full_env = pulumi.Output.all(pulumi.Output.from_input(static_env), dynamic_env).apply(
+            lambda parts: {**parts[0], **parts[1]}
+        )
+    depends_on: list[pulumi.Resource] = [*ctx.depends_on, *(r for _, r in after)]
+    if delete_scripts:
+        # The step depends on its teardown, so Pulumi deletes the step first and then runs the teardown; a job's
+        # teardown (stop the job) thus runs before Ray's (stop Ray), which runs before the container goes. The
+        # same triggers replace both, so a replaced step is stopped (teardown's delete) before it starts again.
+        depends_on = [*depends_on, teardown_step(ctx, step, delete_scripts, delete_env, triggers, depends_on,
+                                                 f"{resource_name}-teardown")]
+    resource = command.remote.Command(
+        resource_name,
+        connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key, ctx.dial_error_limit),
+        create=remote.render(step, scripts, full_env, sudo=ctx.user != "root"),
+        triggers=list(triggers) if triggers is not None else None,
+        # Without this pulumi-command sends PULUMI_COMMAND_STDOUT/STDERR as SSH env requests, which a stock sshd
+        # refuses with a warning per step (AcceptEnv); the scripts never read them.
+        add_previous_output_in_env=False,
+        opts=pulumi.ResourceOptions(
+            parent=ctx.parent,
+            depends_on=depends_on,
+            delete_before_replace=delete_before_replace,
+        ),
+    )
+    record(ctx.node, step, "remote", scripts, [k for k, _ in after], resource_name)
+    return resource
+
+
+def teardown_step(
+    ctx: StepContext,
+    step: str,
+    delete_scripts: Sequence[str],
+    delete_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] | None,
+    triggers: Sequence[pulumi.Input[str]] | None,
+    depends_on: Sequence[pulumi.Resource],
+    resource_name: str,
+) -> command.local.Command:
+    """A local command whose delete runs `delete_scripts` on the node over ssh (infra/scripts/local/teardown.sh):
+    it probes the node with short bounds first and treats a node that cannot be reached as gone (done), so a
+    destroy never waits out pulumi-command's dial limits; a node that answers but refuses the login or shows
+    another host key fails the step. It logs in with the login key's identity file, like every local client. Its
+    create does nothing. The delete environment holds no secrets (a container name, a job id): it is a plain
+    environment variable of a local process."""
+    node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
+    delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {}))
+    remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
+                                   sudo=ctx.user != "root")
+    resource = command.local.Command(
+        resource_name,
+        delete=f"bash infra/scripts/{TEARDOWN_SCRIPT}",
+        dir=str(PROJECT_DIR),
+        environment={
+            "HOST": ctx.host,
+            "SSH_USER": ctx.user,
+            "SSH_PORT": str(ctx.port),
+            "SSH_KEY_PATH": ctx.identity_file,
+            "KNOWN_HOSTS_FILE": ctx.known_hosts_file,
+            "HOST_KEY_CHECKING": ctx.host_key_checking,
+            "HOST_KEY_ORIGIN": ctx.host_key_origin,
+            "NODE_NAME": ctx.node,
+            "ROLL_STEP": f"{step}-delete",
+            "REMOTE_COMMAND": remote_command,
+            "REACH_ATTEMPTS": str(TEARDOWN_REACH_ATTEMPTS),
+            "REACH_TIMEOUT_S": str(TEARDOWN_REACH_TIMEOUT_S),
+            "TEARDOWN_TIMEOUT_S": str(TEARDOWN_TIMEOUT_S),
+            # Named in the advice of a refused teardown (`pulumi state delete` of this resource).
+            "TEARDOWN_RESOURCE": resource_name,
+        },
+        triggers=list(triggers) if triggers is not None else None,
+        add_previous_output_in_env=False,
+        opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(depends_on), delete_before_replace=True),
+    )
+    return resource

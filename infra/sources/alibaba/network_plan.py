@@ -1,0 +1,51 @@
+"""The cluster network's addresses and inbound rules, as data: what components/network.py registers and the plan
+shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VPC_CIDR = "10.20.0.0/16"
+# 4096 addresses each: room for 256 nodes and the NAS mount target. Generations alternate between them, so that a
+# move never needs two vSwitches with the same CIDR at once.
+VSWITCH_CIDRS = ("10.20.0.0/20", "10.20.16.0/20")
+
+
+def vswitch_cidr(generation: int) -> str:
+    return VSWITCH_CIDRS[generation % 2]
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    stack: str
+    zone: str
+    instance_type: str
+    generation: int
+    vswitch_name: str
+    admin_cidrs: list[str]
+    dashboard_port: int
+    dashboard_open_to_admins: bool
+
+
+@dataclass(frozen=True)
+class IngressRule:
+    """One inbound rule, as the plan shows it and the tests check it."""
+
+    name: str
+    protocol: str
+    ports: str
+    source: str
+    description: str
+
+
+def ingress_rules(args: NetworkArgs) -> list[IngressRule]:
+    rules = [
+        IngressRule("intra-tcp", "tcp", "1/65535", "this security group", "Ray, NCCL and Gloo between nodes"),
+        IngressRule("intra-udp", "udp", "1/65535", "this security group", "NCCL and Gloo between nodes"),
+    ]
+    for index, cidr in enumerate(args.admin_cidrs):
+        rules.append(IngressRule(f"ssh-{index}", "tcp", "22/22", cidr, "SSH from an admin CIDR"))
+        if args.dashboard_open_to_admins:
+            port = f"{args.dashboard_port}/{args.dashboard_port}"
+            rules.append(IngressRule(f"dashboard-{index}", "tcp", port, cidr, "Ray dashboard from an admin CIDR"))
+    return rules
