@@ -255,15 +255,19 @@ def test_every_step_renders_to_valid_shellcheck_clean_bash(step: rc.StepScripts)
     assert checked.returncode == 0, checked.stdout
 
 
+# What Ray's CLI prints while the dashboard (the Jobs API) of a restarted head is not up yet.
+NOT_ANSWERING = ("Traceback (most recent call last):\n  ...\nConnectionError: Failed to connect to Ray at address: "
+                 "http://127.0.0.1:8101.")
 URN = "urn:pulumi:dev::roll-cluster::roll-cluster:index:TrainingJob$command:remote:Command::training-job"
 
 
 def run_job_status(
-    tmp_path: Path, ray_says: str, ray_exit: int, submitted: bool = True
+    tmp_path: Path, ray_says: str, ray_exit: int, submitted: bool = True, api_wait_s: int = 0, unanswered: int = 0,
 ) -> subprocess.CompletedProcess[str]:
     """The jobStatus command through a real shell, with stand-ins: `ssh` runs the remote command with sh (as sshd
     does), `docker exec NAME` runs the rest here (the container's submitted-jobs directory in tmp_path, holding the
-    job step's mark of job-1 when `submitted`), and `ray` prints `ray_says` and exits `ray_exit`."""
+    job step's mark of job-1 when `submitted`), and `ray` prints `ray_says` and exits `ray_exit`, after failing
+    `unanswered` times as Ray's CLI does while the Jobs API is not up yet."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir(parents=True)
     marks = tmp_path / "jobs"
@@ -274,13 +278,17 @@ def run_job_status(
         "ssh": '#!/bin/sh\nfor last in "$@"; do :; done\nexec sh -c "$last"\n',
         "docker": '#!/bin/bash\nshift 2\nargs=()\nfor a in "$@"; do\n'
                   f'  [[ "$a" == {rc.SUBMITTED_JOBS_DIR} ]] && a={marks}\n  args+=("$a")\ndone\nexec "${{args[@]}}"\n',
-        "ray": f'#!/bin/sh\nprintf "%s\\n" {shlex.quote(ray_says)} >&2\nexit {ray_exit}\n',
+        "ray": f'#!/bin/bash\ncalls={tmp_path}/ray-calls\necho >> "$calls"\n'
+               f'if [ "$(wc -l < "$calls")" -le {unanswered} ]; then\n'
+               f'  printf "%s\\n" {shlex.quote(NOT_ANSWERING)} >&2; exit 1\nfi\n'
+               f'printf "%s\\n" {shlex.quote(ray_says)} >&2\nexit {ray_exit}\n',
     }
     for name, text in scripts.items():
         (fake_bin / name).write_text(text)
         (fake_bin / name).chmod(0o755)
     resubmit = rc.job_resubmit_command("dev", URN)
-    command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101, resubmit=resubmit)
+    command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101, resubmit=resubmit,
+                                    api_wait_s=api_wait_s)
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
     return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=False)
 
@@ -309,6 +317,23 @@ def test_job_status_passes_a_known_job_and_other_errors_through(tmp_path: Path) 
     assert (known.returncode, known.stdout.strip()) == (0, "Job 'job-1': status RUNNING")
     down = run_job_status(tmp_path / "b", "ConnectionError: Failed to connect to Ray at address", 1)
     assert down.returncode == 1 and "Failed to connect" in down.stderr and "LOST" not in down.stdout
+
+
+def test_job_status_waits_for_a_jobs_api_that_does_not_answer_yet_then_says_lost(tmp_path: Path) -> None:
+    # Right after a reboot of the head the GCS is up before the Jobs API: the status waits for it (bounded) instead
+    # of printing Ray's connection traceback.
+    not_found = "RuntimeError: Request failed with status code 404: Job job-1 does not exist."
+    result = run_job_status(tmp_path, not_found, 1, api_wait_s=60, unanswered=2)
+    assert result.returncode == 3, result
+    assert result.stdout.startswith("job job-1: LOST.")
+    assert result.stderr.count("Jobs API does not answer yet") == 1 and "Traceback" not in result.stderr
+
+
+def test_job_status_gives_up_on_a_jobs_api_that_never_answers_at_its_bound(tmp_path: Path) -> None:
+    result = run_job_status(tmp_path, "never reached", 0, api_wait_s=3, unanswered=1000)
+    assert result.returncode == 1 and "LOST" not in result.stdout, result
+    assert "did not answer within 3 s: ConnectionError: Failed to connect" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_the_resubmit_command_replaces_the_job_step_by_its_urn() -> None:

@@ -515,11 +515,28 @@ def _in_head_container(
 # it from this container (its mark in SUBMITTED_JOBS_DIR, which a restart of the container keeps): Ray restarted
 # after the submission (Ray keeps no job across a restart, so a reboot of the head ends the job); else not
 # submitted (exit 1): the job step stopped before submitting it, or training.autoStart is false.
-# $1 job id, $2 Jobs API address, $3 the resubmit command, $4 SUBMITTED_JOBS_DIR.
+# Right after a restart of the head the GCS answers before the dashboard process that serves the Jobs API does: a
+# Jobs API that does not answer yet is waited for, at most JOBS_API_WAIT_S, saying so once; past the bound the last
+# line of Ray's error is printed (exit 1), never its traceback.
+# $1 job id, $2 Jobs API address, $3 the resubmit command, $4 SUBMITTED_JOBS_DIR, $5 the wait bound in seconds.
 SUBMITTED_JOBS_DIR = "/var/lib/roll-cluster/jobs"
+JOBS_API_WAIT_S = 120
 _JOB_STATUS_SH = (
-    'if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; exit 0; fi\n'
-    'case $out in *"does not exist"* | *"status code 404"*) ;; *) printf "%s\\n" "$out" >&2; exit 1 ;; esac\n'
+    'deadline=$((SECONDS + $5)); said=""\n'
+    "while :; do\n"
+    '  if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; exit 0; fi\n'
+    '  case $out in *"does not exist"* | *"status code 404"*) break ;; esac\n'
+    '  if [ "$SECONDS" -ge "$deadline" ]; then\n'
+    '    printf "%s\\n" "the Ray head\'s Jobs API ($2) did not answer within $5 s: ${out##*$\'\\n\'}" >&2\n'
+    "    exit 1\n"
+    "  fi\n"
+    '  if [ -z "$said" ]; then\n'
+    '    printf "%s\\n" "the Ray head\'s Jobs API does not answer yet (Ray is starting, after a restart of the head?):'
+    ' waiting for it, at most $5 s" >&2\n'
+    "    said=1\n"
+    "  fi\n"
+    "  sleep 2\n"
+    "done\n"
     'if [ ! -e "$4/$1" ]; then\n'
     '  printf "%s\\n" "job $1 does not exist on the Ray head: it was never submitted (the job step of pulumi up'
     ' stopped before submitting it, or training.autoStart is false: the jobSubmit output submits it)" >&2\n'
@@ -545,15 +562,16 @@ def job_resubmit_command(stack: str, job_urn: str) -> str:
 def job_status_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
     known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
-    pinned: bool = True, resubmit: str = "",
+    pinned: bool = True, resubmit: str = "", api_wait_s: int = JOBS_API_WAIT_S,
 ) -> str:
     """`jobStatus`: prints the job's status from the head, or, when the head's Ray no longer knows the job (it
-    restarted: a reboot of the head), that the job was lost and `resubmit` (job_resubmit_command), exit 3."""
+    restarted: a reboot of the head), that the job was lost and `resubmit` (job_resubmit_command), exit 3. Waits
+    at most `api_wait_s` for a Jobs API that does not answer yet."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     resubmit = resubmit or "pulumi up --replace <the training-job URN> (the jobResubmit output)"
     words = ["bash", "-c", _JOB_STATUS_SH, "job-status", job_id, f"http://127.0.0.1:{dashboard_port}", resubmit,
-             SUBMITTED_JOBS_DIR]
+             SUBMITTED_JOBS_DIR, str(api_wait_s)]
     return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 

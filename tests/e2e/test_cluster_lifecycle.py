@@ -22,6 +22,8 @@ import pytest
 from e2e_harness import REPO, CommandResult, TestHost, TestNetwork
 from program_commands import ProgramCommands, render_cluster
 
+from infra.ray.commands import JOBS_API_WAIT_S
+
 pytestmark = pytest.mark.e2e
 
 CONTAINER = "life"
@@ -162,7 +164,9 @@ def test_a_rebooted_head_comes_back_the_workers_rejoin_and_job_status_says_the_j
         assert "starting Ray (head" in supervisor_log(network, head)
         assert supervisor_log(network, worker).count("starting Ray (worker") > worker_starts
         # The job did not survive, and jobStatus says so in plain words, with the command that submits it again.
-        lost = network.run_user_command(long.outputs["jobStatus"], timeout=60)
+        # The head's Jobs API (its dashboard process) answers some time after the GCS that `ray status` reads:
+        # jobStatus waits for it, bounded, so this runs under the status command's own bound, not a guess.
+        lost = network.run_user_command(long.outputs["jobStatus"], timeout=JOBS_API_WAIT_S + 60)
         assert lost.returncode == 3, lost.output
         assert f"job {long.outputs['jobId']}: LOST" in lost.stdout and "Traceback" not in lost.output
         assert long.outputs["jobResubmit"] in lost.stdout
