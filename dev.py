@@ -4,8 +4,8 @@
 
     python3 dev.py plan dev     # the offline plan of a stack (no cloud, no credentials, no Pulumi CLI)
     python3 dev.py test         # the whole suite: ruff, mypy, shellcheck and pytest (incl. the real-host tier)
-    python3 dev.py bench        # benchmarks whose figures go into the README
-    python3 dev.py docs         # regenerate the README's configuration reference
+    python3 dev.py bench        # benchmarks whose figures go into docs/performance.md
+    python3 dev.py docs         # regenerate the configuration reference, docs/configuration.md
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def main(args: list[str]) -> int:
     if command == "bench":
         return run(py, "-m", "bench", *rest)
     if command == "docs":
-        return run(py, "-m", "devtools.reference", "--write", "README.md")
+        return run(py, "-m", "devtools.reference", "--write", "docs/configuration.md")
     print(f"dev.py: unknown command {command!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -1,12 +1,12 @@
-"""The README's configuration reference, generated from the models of infra/config.py.
+"""The configuration reference (docs/configuration.md), generated from the models of infra/config.py.
 
-    python -m devtools.reference                    # print the reference (Markdown)
-    python -m devtools.reference --write README.md  # replace the text between the marker lines in README.md
+    python -m devtools.reference                                 # print the reference (Markdown)
+    python -m devtools.reference --write docs/configuration.md   # replace the text between its marker lines
 
 The reference has one table per `roll-cluster:<section>` object (key, type, default, description), a table for
 `alicloud:region` and one for the secrets. Keys are camelCase as the user writes them, nested keys dotted within
 their section (`roll.baseConfig` in `roll-cluster:training`). Descriptions come from the fields' `description`,
-so the models stay the single source of the documentation; tests/test_reference.py fails when the README's copy
+so the models stay the single source of the documentation; tests/test_reference.py fails when docs/configuration.md
 is stale or a field has no description.
 """
 
@@ -30,7 +30,8 @@ from infra.config import PROJECT, SECRETS, SECTIONS, ClusterConfig
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
-COMMAND = "python -m devtools.reference --write README.md"
+TARGET = "docs/configuration.md"  # where `python3 dev.py docs` writes the reference
+COMMAND = f"python -m devtools.reference --write {TARGET}"
 
 # Secrets are not part of the models (they never pass through them), so their documentation lives here.
 SECRET_DESCRIPTIONS: dict[str, str] = {
@@ -134,7 +135,7 @@ def _table(rows: Sequence[tuple[str, str, str, str]]) -> list[str]:
 
 
 def undocumented_fields(model: type[BaseModel] = ClusterConfig, prefix: str = "") -> list[str]:
-    """Key paths of fields without a description: each would be a blank cell in the README."""
+    """Key paths of fields without a description: each would be a blank cell in the reference."""
     missing: list[str] = []
     for name, field in model.model_fields.items():
         key = prefix + (field.alias or name)
@@ -185,7 +186,7 @@ def reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------------------------------- the README
+# ------------------------------------------------------------------------------------------ the target file
 def _marker_line(lines: list[str], marker: str, path: str) -> int:
     found = [index for index, line in enumerate(lines) if line.strip() == marker]
     if len(found) != 1:
@@ -197,8 +198,8 @@ def _marker_line(lines: list[str], marker: str, path: str) -> int:
     return found[0]
 
 
-def current_section(text: str, path: str = "README.md") -> str:
-    """The text between the marker lines of a README."""
+def current_section(text: str, path: str = TARGET) -> str:
+    """The text between the marker lines of the target file."""
     lines = text.splitlines(keepends=True)
     start, end = _marker_line(lines, START_MARKER, path), _marker_line(lines, END_MARKER, path)
     if end < start:
@@ -206,8 +207,8 @@ def current_section(text: str, path: str = "README.md") -> str:
     return "".join(lines[start + 1 : end])
 
 
-def with_section(text: str, section: str, path: str = "README.md") -> str:
-    """The README text with the part between the marker lines replaced by section."""
+def with_section(text: str, section: str, path: str = TARGET) -> str:
+    """The target file's text with the part between the marker lines replaced by section."""
     lines = text.splitlines(keepends=True)
     start, end = _marker_line(lines, START_MARKER, path), _marker_line(lines, END_MARKER, path)
     if end < start:

@@ -1,4 +1,4 @@
-"""The README's configuration reference is the one generated from the models, and every field is documented."""
+"""docs/configuration.md holds the configuration reference generated from the models, and every field is documented."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from pydantic import BaseModel, Field
 
 from devtools import reference
-from devtools.reference import COMMAND, END_MARKER, START_MARKER
+from devtools.reference import COMMAND, END_MARKER, START_MARKER, TARGET
 from infra.config import PROJECT, SECRETS, SECTIONS, ClusterConfig
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+CONFIGURATION = REPO / "docs" / "configuration.md"
 CONTRACT = REPO.parent / "shared" / "design" / "stack-config.md"
 
 
@@ -32,12 +32,35 @@ def _rows(markdown: str) -> dict[str, list[str]]:
     return tables
 
 
-def test_the_readme_reference_is_the_generated_one() -> None:
-    assert README.exists(), f"README.md is missing; create it with the lines {START_MARKER} and {END_MARKER}"
-    current = reference.current_section(README.read_text(encoding="utf-8"))
-    assert current == reference.reference(), (
-        f"the configuration reference in README.md is out of date with infra/config.py: run `{COMMAND}`"
+def test_the_configuration_doc_is_the_generated_one() -> None:
+    assert CONFIGURATION.exists(), (
+        f"docs/configuration.md is missing; create it with the lines {START_MARKER} and {END_MARKER}"
     )
+    current = reference.current_section(CONFIGURATION.read_text(encoding="utf-8"))
+    assert current == reference.reference(), (
+        f"the configuration reference in docs/configuration.md is out of date with infra/config.py: run `{COMMAND}` "
+        "(or `python3 dev.py docs`)"
+    )
+
+
+def test_the_docs_command_writes_the_configuration_doc() -> None:
+    # `python3 dev.py docs`, the COMMAND the generated text names and the file the test above reads are one file.
+    assert TARGET == "docs/configuration.md" and REPO / TARGET == CONFIGURATION
+    assert f"python -m devtools.reference --write {TARGET}" == COMMAND
+    dev = (REPO / "dev.py").read_text(encoding="utf-8")
+    assert '"devtools.reference", "--write", "docs/configuration.md"' in dev
+    assert f"`{COMMAND}`" in reference.reference()
+    # The README no longer carries a copy: it links the generated file.
+    assert START_MARKER not in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_stale_configuration_doc_is_caught(tmp_path: Path) -> None:
+    stale = tmp_path / "configuration.md"
+    body = f"{reference.reference()}| `gone` | x | y | z |\n"
+    stale.write_text(f"# Configuration\n\n{START_MARKER}\n{body}{END_MARKER}\n", encoding="utf-8")
+    assert reference.current_section(stale.read_text(encoding="utf-8")) != reference.reference()
+    assert reference.main(["--write", str(stale)]) == 0
+    assert reference.current_section(stale.read_text(encoding="utf-8")) == reference.reference()
 
 
 def test_every_field_has_a_description() -> None:
