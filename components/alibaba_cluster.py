@@ -43,7 +43,7 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
     # ImportKeyPair accepts rsa, dsa and ecdsa only (not ed25519: ssh_access.IMPORTABLE_KEY_TYPES); for those
     # an ECS key pair is registered as well, so that the console shows which key the instances take.
     public_key = config.access.ssh_public_key
-    if public_key is None:  # config.py requires it with nodes.source alibaba; a guard for the type checker
+    if public_key is None:  # infra/config/cluster.py requires it with nodes.source alibaba; guard for the type checker
         raise SourceError("roll-cluster:access.sshPublicKey: required with nodes.source alibaba; got nothing")
     key_pair_name = None
     ssh_login = f"{public_key.split()[0]} key for root via first-boot user data"

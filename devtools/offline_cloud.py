@@ -32,57 +32,26 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
+from devtools.alibaba_shapes import (
+    DEFAULT_FAMILY_ZONES,
+    DISK_FIELDS,
+    FORCE_NEW,
+    ID_PREFIX,
+    IMPORT_KEY_PAIR_TYPES,
+    OS_IMAGES,
+    REGION_ZONES,
+    USER_DATA_LIMIT_BYTES,
+    offline_host_key,
+)
+from devtools.mock_secrets import is_secret, reveal, unwrap
 from infra import runmode
 from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
 
 ROLL_SNAPSHOT = PROJECT_DIR / "tests" / "fixtures" / "roll"
-SIG_KEY = "4dabf18193072939515e22adb298388d"
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 
 class CloudRefusal(RuntimeError):
     """What Alibaba Cloud would answer with an error: the code it uses (where documented) and why."""
-
-
-# Zones of the regions the shipped stacks use, as DescribeZones lists them.
-REGION_ZONES: dict[str, list[str]] = {
-    "cn-hangzhou": [f"cn-hangzhou-{z}" for z in "bghijk"],
-    "cn-beijing": [f"cn-beijing-{z}" for z in "acdefghijkl"],
-    "cn-shanghai": [f"cn-shanghai-{z}" for z in "befglmn"],
-    "cn-wulanchabu": ["cn-wulanchabu-a", "cn-wulanchabu-b", "cn-wulanchabu-c"],
-    "ap-southeast-1": [f"ap-southeast-1{z}" for z in "abc"],
-}
-
-# Which zones have stock of a family; a plausible picture, not a live one (stock moves: tests vary it).
-DEFAULT_FAMILY_ZONES: dict[str, list[str]] = {
-    "ecs.gn6v": ["cn-hangzhou-i", "cn-hangzhou-k", "cn-beijing-h", "cn-shanghai-f"],
-    "ecs.gn6e": ["cn-hangzhou-i", "cn-beijing-h"],
-    "ecs.gn6i": ["cn-hangzhou-h", "cn-hangzhou-i", "cn-beijing-g", "cn-shanghai-g"],
-    "ecs.gn7i": ["cn-hangzhou-h", "cn-hangzhou-i", "cn-hangzhou-j", "cn-beijing-i", "cn-shanghai-l"],
-    "ecs.gn7e": ["cn-hangzhou-k", "cn-wulanchabu-b"],
-    "ecs.gn7": ["cn-beijing-h"],
-    "ecs.gn8is": ["cn-hangzhou-j", "ap-southeast-1c"],
-    "ecs.gn8v": ["cn-wulanchabu-a", "cn-wulanchabu-c", "cn-beijing-l"],
-    "ecs.ebmgn8v": ["cn-wulanchabu-c"],
-}
-
-OS_IMAGES = [
-    ("aliyun_3_x64_20G_alibase_20250117.vhd", "Alibaba Cloud Linux 3.2104 LTS 64 bit"),
-    ("aliyun_3_x64_20G_alibase_20250629.vhd", "Alibaba Cloud Linux 3.2104 LTS 64 bit"),
-    ("ubuntu_22_04_x64_20G_alibase_20250722.vhd", "Ubuntu 22.04 64 bit"),
-    ("ubuntu_24_04_x64_20G_alibase_20250722.vhd", "Ubuntu 24.04 64 bit"),
-]
-
-
-def reveal(value: Any) -> Any:
-    """The plain value of a secret-wrapped mock input."""
-    if isinstance(value, dict) and value.get(SIG_KEY) == SECRET_SIG:
-        return value["value"]
-    return value
-
-
-def is_secret(value: Any) -> bool:
-    return isinstance(value, dict) and value.get(SIG_KEY) == SECRET_SIG
 
 
 @dataclass
@@ -245,7 +214,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         zone = str(self.of_type("alicloud:vpc/switch:Switch")[0].inputs.get("zoneId")) if self.of_type(
             "alicloud:vpc/switch:Switch") else ""
         size = int(instance.inputs["dataDisks"][0].get("size") or 0)
-        disk: dict[str, Any] = {name: "" for name in _DISK_FIELDS}
+        disk: dict[str, Any] = {name: "" for name in DISK_FIELDS}
         disk.update(
             id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category="cloud_essd",
             size=size, iops=0, iopsRead=0, iopsWrite=0, mountInstanceNum=1, status="In_use",
@@ -343,7 +312,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         inputs = dict(args.inputs)
         outputs = dict(inputs)
-        prefix = _ID_PREFIX.get(args.typ, "res-")
+        prefix = ID_PREFIX.get(args.typ, "res-")
         resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
         typ = args.typ
         _refuse_like_alibaba(typ, args.name, inputs)
@@ -559,38 +528,6 @@ class OfflineCloud(pulumi.runtime.Mocks):
         return found[0]
 
 
-_ID_PREFIX = {
-    "alicloud:vpc/network:Network": "vpc-bp1",
-    "alicloud:vpc/switch:Switch": "vsw-bp1",
-    "alicloud:ecs/securityGroup:SecurityGroup": "sg-bp1",
-    "alicloud:ecs/securityGroupRule:SecurityGroupRule": "sgr-bp1",
-    "alicloud:ecs/instance:Instance": "i-bp1",
-    "alicloud:ecs/ecsKeyPair:EcsKeyPair": "kp-",
-    "alicloud:ecs/image:Image": "m-bp1",
-    "alicloud:nas/fileSystem:FileSystem": "",
-    "alicloud:nas/accessGroup:AccessGroup": "",
-    "alicloud:nas/accessRule:AccessRule": "",
-    "alicloud:nas/mountTarget:MountTarget": "",
-}
-
-
-# Properties whose change replaces the resource (ForceNew in aliyun/terraform-provider-alicloud:
-# resource_alicloud_vswitch.go cidr_block/vpc_id/zone_id; alicloud_instance vswitch_id (availability_zone follows
-# it); alicloud_nas_mount_target file_system_id/vswitch_id/vpc_id/network_type; alicloud_nas_file_system
-# zone_id/protocol_type/storage_type/file_system_type; the VPC cidr_block is kept ForceNew here for safety).
-FORCE_NEW: dict[str, set[str]] = {
-    "alicloud:vpc/switch:Switch": {"cidrBlock", "vpcId", "zoneId"},
-    "alicloud:vpc/network:Network": {"cidrBlock"},
-    "alicloud:ecs/instance:Instance": {"vswitchId", "availabilityZone"},
-    "alicloud:nas/mountTarget:MountTarget": {"fileSystemId", "vswitchId", "vpcId", "networkType"},
-    "alicloud:nas/fileSystem:FileSystem": {"zoneId", "protocolType", "storageType", "fileSystemType"},
-    "alicloud:ecs/securityGroupRule:SecurityGroupRule": {
-        "type", "ipProtocol", "portRange", "securityGroupId", "sourceSecurityGroupId", "cidrIp", "ipv6CidrIp",
-        "nicType", "policy", "priority",
-    },
-}
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(unwrap(value), sort_keys=True, default=str)
 
@@ -603,25 +540,6 @@ def _rule_identity(inputs: Mapping[str, Any]) -> tuple[str, ...]:
 
 def _digest(text: str, length: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
-
-
-_DISK_FIELDS = (
-    "attachedTime", "autoSnapshotPolicyId", "availabilityZone", "category", "creationTime", "deleteAutoSnapshot",
-    "deleteWithInstance", "description", "detachedTime", "device", "diskId", "diskName", "diskType",
-    "enableAutoSnapshot", "enableAutomatedSnapshotPolicy", "encrypted", "expirationTime", "expiredTime", "id",
-    "imageId", "instanceId", "iops", "iopsRead", "iopsWrite", "kmsKeyId", "mountInstanceNum", "name", "paymentType",
-    "performanceLevel", "portable", "productCode", "regionId", "resourceGroupId", "size", "snapshotId", "status",
-    "type", "zoneId",
-)
-
-# ECS ImportKeyPair: "The imported key pair must support one of the following encryption methods: rsa, dsa,
-# ssh-rsa, ssh-dss, ecdsa" (help/en/ecs/developer-reference/api-ecs-2014-05-26-importkeypair, Jun 2026; ed25519 is
-# not listed): ../shared/reference/alibaba-cloud-verified.md 1.1.
-IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
-# User data: "Before user data is encoded in Base64, the user data can only be up to 32 KB in size"
-# (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2; counted on the bytes
-# before Base64, as the RunInstances UserData parameter states (docs/verified-facts.md 1).
-USER_DATA_LIMIT_BYTES = 32 * 1024
 
 
 class AlibabaRefused(RuntimeError):
@@ -643,16 +561,6 @@ def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None
                 raise AlibabaRefused(
                     f"{name}: user data of {size} bytes (before Base64) is over the {USER_DATA_LIMIT_BYTES}-byte limit"
                 )
-
-
-def offline_host_key(name: str) -> str:
-    """What infra/scripts/local/host_key.sh prints, for the offline cloud: a placeholder private key (no key is
-    generated offline) and a well-formed ssh-ed25519 public key line derived from the resource name."""
-    blob = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + hashlib.sha256(name.encode()).digest()
-    return (
-        "-----BEGIN OPENSSH PRIVATE KEY-----\noffline-plan-placeholder\n-----END OPENSSH PRIVATE KEY-----\n"
-        f"ssh-ed25519 {base64.b64encode(blob).decode()} roll-cluster-{name}\n"
-    )
 
 
 # ------------------------------------------------------------------------------------------------ the runner
@@ -772,16 +680,6 @@ def _cancel_leftovers() -> None:
     with pulumi_settings.SETTINGS.lock:
         pulumi_settings.SETTINGS.outputs.clear()
     pulumi_settings.SETTINGS.rpc_manager.clear()
-
-
-def unwrap(value: Any) -> Any:
-    """Secret wrappers removed, recursively (for displaying inputs)."""
-    value = reveal(value)
-    if isinstance(value, dict):
-        return {k: unwrap(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [unwrap(v) for v in value]
-    return value
 
 
 __all__: Sequence[str] = [

@@ -1,4 +1,4 @@
-"""The stack configuration as a user meets it: every rule of infra/config.py with a bad value, the key path and the
+"""The stack configuration as a user meets it: every rule of infra/config/ with a bad value, the key path and the
 words of the message they read, the defaults of the contract (../shared/design/stack-config.md), and the stack
 files that ship with the project.
 

@@ -200,7 +200,7 @@ def test_an_image_in_the_regions_registry_comes_over_the_vpc_without_a_warning(c
 
 
 def test_a_registry_outside_china_in_a_mainland_region_is_warned_about() -> None:
-    # Docker Hub itself is refused there without container.registryMirror (infra/config.py); other registries
+    # Docker Hub itself is refused there without container.registryMirror (infra/config/cluster.py); other registries
     # abroad are allowed but warned about.
     abroad = "nvcr.io/nvidia/pytorch:nvcr-24.05-py3-torch260-vllm084"
     result = run("multi", config={"roll-cluster:container": {"image": abroad}})

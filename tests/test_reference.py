@@ -65,11 +65,11 @@ def test_a_stale_configuration_doc_is_caught(tmp_path: Path) -> None:
 
 def test_every_field_has_a_description() -> None:
     missing = reference.undocumented_fields()
-    assert missing == [], f"fields without a description (add Field(description=...) in infra/config.py): {missing}"
+    assert missing == [], f"fields without a description (add Field(description=...) in infra/config/): {missing}"
 
 
 def test_a_field_without_a_description_is_caught() -> None:
-    # The check above must be able to fail: a model like those in infra/config.py with one undocumented field,
+    # The check above must be able to fail: a model like those in infra/config/ with one undocumented field,
     # nested, as a new section would be.
     class Inner(BaseModel):
         documented: int = Field(1, description="Has one.")

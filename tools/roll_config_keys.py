@@ -10,7 +10,7 @@ reads itself. infra/frameworks/roll_keys.py checks rendered configs against that
 
     python3 tools/roll_config_keys.py /path/to/ROLL > infra/frameworks/roll_config_keys.json
 
-The checkout must be at the ref the program pins (infra/config.py DEFAULT_ROLL_REF); the ref is recorded.
+The checkout must be at the ref the program pins (infra/config/frameworks.py DEFAULT_ROLL_REF); the ref is recorded.
 """
 
 from __future__ import annotations

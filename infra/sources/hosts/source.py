@@ -6,7 +6,7 @@ Nothing is created: provision() registers no resource and hands on one Machine p
 resource or step, when a host's driver lists another count or the host cannot be reached. The look also records
 each host's SSH key, which provision() hands on so that every client pins it. The readiness step
 (infra/node/accelerators.py) checks again before the container. The host list itself (addresses, one private
-network, the count) is checked by the configuration model (infra/config.py, NodesConfig) before anything runs.
+network, the count) is checked by the configuration model (infra/config/nodes.py, NodesConfig) before anything runs.
 
 Shared storage is the user's: an existing NFS export mounted at /mnt/shared by prepare-host (`storage.nfsServer`),
 or a directory the user says is already shared (`storage.sharedHostPath`), bind-mounted into the container.

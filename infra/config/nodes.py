@@ -1,0 +1,488 @@
+"""`roll-cluster:nodes`: where the machines come from (ECS instances or your own hosts) and what they carry."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import re
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from infra.config.base import _HOST_NAME, KeyPath, Section, _gpus, _is_ip, _problem, _Problems, _shown
+from infra.sources.alibaba import catalog
+
+_SSH_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+_INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}")
+_NOT_GIVEN = object()  # a required key of one source only, left out
+# Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
+ALIBABA_ONLY_NODE_KEYS = (
+    "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "osImage", "gpuDriver",
+    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps",
+)
+# Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
+HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
+# NVIDIA architectures from Ampere on have bf16 (A10, A30, A100, A800, H20, H100, H800, L4, L20, L40, B200, GH200,
+# RTX 30xx/40xx/A6000); Volta (V100), Turing (T4) and Pascal (P100) have not.
+_NVIDIA_BF16_MODEL = re.compile(
+    r"\b(A[0-9]{1,4}|H[0-9]{2,3}|L[0-9]{1,2}S?|B[0-9]{2,3}|GH[0-9]{3}|RTX ?[34]0[0-9]0|RTX A[0-9]{4})\b"
+)
+
+
+def nvidia_model_has_bf16(model: str) -> bool:
+    return bool(_NVIDIA_BF16_MODEL.search(model.upper().replace("NVIDIA", "")))
+
+
+def _check_interface(name: str | None) -> str | None:
+    if name is not None and not _INTERFACE.fullmatch(name):
+        raise _problem(f"must be a network interface name such as `eth0` or `bond0`; got {_shown(name)}")
+    return name
+
+
+class HostDefaults(Section):
+    user: str = Field(
+        "root", pattern=_SSH_USER.pattern,
+        description="SSH user; a user other than root needs passwordless sudo (`sudo -n`).",
+    )
+    port: int = Field(22, ge=1, le=65535, description="SSH port.")
+    network_interface: str | None = Field(
+        None,
+        description="The NIC of the private address (e.g. `bond0`): NCCL, Gloo and HCCL bind to it in the "
+        "container. Left out: NCCL avoids `docker0` and `lo` by itself (`NCCL_SOCKET_IFNAME=^docker,lo`).",
+    )
+
+    @field_validator("network_interface")
+    @classmethod
+    def _interface(cls, name: str | None) -> str | None:
+        return _check_interface(name)
+
+
+class HostConfig(Section):
+    address: str = Field(
+        description="How the machine running `pulumi up` reaches the host over SSH: an IP address or a DNS name."
+    )
+    private_address: str | None = Field(
+        None,
+        description="The IP address the other hosts reach this one at (Ray, NCCL/HCCL). Left out: `address`, "
+        "which must then be an IP address.",
+    )
+    user: str | None = Field(
+        None, pattern=_SSH_USER.pattern, description="SSH user of this host; default `hostDefaults.user`."
+    )
+    port: int | None = Field(None, ge=1, le=65535, description="SSH port of this host; default `hostDefaults.port`.")
+    network_interface: str | None = Field(
+        None, description="NIC of this host's private address; default `hostDefaults.networkInterface`."
+    )
+
+    @field_validator("network_interface")
+    @classmethod
+    def _interface(cls, name: str | None) -> str | None:
+        return _check_interface(name)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, address: str) -> str:
+        with contextlib.suppress(ValueError):
+            ipaddress.ip_address(address)
+            return address
+        if not _HOST_NAME.fullmatch(address):
+            raise _problem(f"must be an IP address or a DNS name such as `gpu-1.example.com`; got {_shown(address)}")
+        return address
+
+    @field_validator("private_address")
+    @classmethod
+    def _private(cls, address: str | None, info: ValidationInfo) -> str | None:
+        if address is None:
+            public = info.data.get("address")
+            if public is not None and not _is_ip(public):
+                raise _problem(
+                    "required when address is a DNS name: Ray binds and advertises an IP address (the one the other "
+                    f"hosts reach this one at); got nothing with address {_shown(public)}",
+                    "..", "privateAddress",  # a default's error is reported under the field's name, not its key
+                )
+            return address
+        if not _is_ip(address):
+            raise _problem(f"must be an IP address such as `10.0.0.11`; got {_shown(address)}")
+        return address
+
+    @property
+    def private_ip(self) -> str:
+        return self.private_address or self.address
+
+
+class NodesConfig(Section):
+    source: Literal["alibaba", "hosts"] = Field(
+        "alibaba",
+        description="Where the nodes come from: `alibaba`, new GPU ECS instances in a VPC of their own "
+        "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
+        "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
+        "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
+        "cudnnVersion, internetBandwidthMbps) are refused; see README, 'Your own servers'.",
+    )
+    count: int = Field(
+        1, ge=1, le=256,
+        description="GPU nodes; rank 0 is the Ray head and runs the training driver. With `hosts`: the number of "
+        "hosts (derived from the list when left out; if given it must equal the list's length).",
+    )
+    instance_types: list[str] = Field(
+        default_factory=list,
+        description="ECS GPU instance types (e.g. `ecs.gn7i-c8g1.2xlarge`) in order of preference, each listed once "
+        "and all with the same number of GPUs and the same bf16 support; every node gets the same type (ROLL needs "
+        "identical nodes). The first type with stock in the region (or in `zone`) is taken. Once the cluster exists "
+        "it keeps its type, even when that type has no stock left (see `placementGeneration`). Required with source "
+        "`alibaba`.",
+    )
+    zone: str = Field(
+        "auto",
+        description="A zone id of the region (`cn-hangzhou-k`, `cn-wulanchabu-a`, `ap-southeast-1a`), or `auto` for "
+        "a zone with stock for the chosen type. Once the cluster exists the zone is kept (see README, 'sticky "
+        "placement').",
+    )
+    placement_generation: int = Field(
+        0, ge=0, le=1000,
+        description="Bump it (e.g. 0 -> 1) to move an existing cluster on purpose: the next `pulumi up` places it "
+        "afresh by stock and replaces its vSwitch, nodes and NAS mount target (the NAS file system and its data "
+        "stay). Unchanged, the cluster keeps its zone and type whatever the stock.",
+    )
+    spot: bool = Field(False, description="Preemptible (spot) instances at the market price.")
+    spot_price_limit: float | None = Field(
+        None, gt=0, description="Hourly price cap per instance; implies spot with a price limit."
+    )
+    system_disk_gb: int = Field(200, ge=100, le=2048, description="ESSD system disk size in GB.")
+    data_disk_gb: int = Field(
+        0,
+        description="ESSD data disk in GB (0, or 100 to 32768) mounted at `/data`: Docker's root, Ray's temp and "
+        "spill directories. 0: no data disk.",
+    )
+    os_image: str = Field(
+        "^aliyun_3_x64_20G_alibase_.*",
+        description="Regular expression for the public image name; the newest match is used. Alibaba Cloud Linux 3 "
+        "and Ubuntu 22.04 (`^ubuntu_22_04_x64_20G_alibase_.*`) are supported.",
+    )
+    image: str | None = Field(
+        None,
+        description="An ECS image id (`m-...`) to boot from instead of `osImage`: an image baked by `bake: true` "
+        "(see README, 'Baked images'; every bootstrap step then finds its work done), a custom image with the NVIDIA "
+        "driver preinstalled (for `gpuDriver: preinstalled`) or a Marketplace image. It must be in the stack's "
+        "region. null: the newest public image matching `osImage`.",
+    )
+    bake: bool = Field(
+        False,
+        description="Make an ECS custom image of the head once its bootstrap is done (driver, Docker, NVIDIA "
+        "toolkit, the training image with the framework's requirements); its id is the output `bakedImageId`. The "
+        "image is kept on `pulumi destroy` (README, 'Baked images', says how to delete it).",
+    )
+    gpu_driver: Literal["auto-install", "preinstalled"] = Field(
+        "auto-install",
+        description="`auto-install`: Alibaba's driver auto-install script (`auto_install_v4.0.sh`) runs at first "
+        "boot (10-20 min, overlapped with the image pull), adding nvidia-fabricmanager on 8-GPU NVSwitch types "
+        "(gn7, gn7e, gn8v, ebmgn8v). `preinstalled`: the image (`image`) already has the NVIDIA driver, and on "
+        "NVSwitch types an enabled nvidia-fabricmanager of the same version.",
+    )
+    driver_version: str = Field(
+        "550.127.08", pattern=r"^\d+\.\d+(\.\d+)?$",
+        description="NVIDIA driver for auto-install; must support the container image's CUDA (12.4 for torch260).",
+    )
+    cuda_version: str = Field("12.4.1", pattern=r"^\d+\.\d+(\.\d+)?$", description="CUDA version for auto-install.")
+    cudnn_version: str = Field("9.2.0.82", pattern=r"^\d+(\.\d+){1,3}$", description="cuDNN version for auto-install.")
+    internet_bandwidth_mbps: int = Field(
+        100, ge=1, le=100,
+        description="Outbound bandwidth of each node's public IP (pay by traffic); image pulls are many GB.",
+    )
+    accelerator: Literal["nvidia", "ascend"] = Field(
+        "nvidia",
+        description="The accelerators on the nodes: `nvidia` GPUs or `ascend` NPUs (Ascend 910B; `hosts` only, ECS "
+        "sells none). Decides the readiness check (`nvidia-smi` / `npu-smi info`), the devices and driver mounts "
+        "of the container and the Ray resource (`GPU` / `NPU`); see infra/node/accelerators.py.",
+    )
+    hosts: list[HostConfig] | None = Field(
+        None,
+        description="With source `hosts`: your machines, rank 0 (the Ray head) first. Each is reachable over SSH "
+        "from the machine running `pulumi up` with `access.sshPrivateKeyPath`, as root or a user with passwordless "
+        "sudo. No two hosts share an address; all private addresses lie in one network (see `privateNetwork`).",
+    )
+    host_defaults: HostDefaults = Field(
+        default_factory=lambda: HostDefaults(),
+        description="SSH user, port and network interface shared by every host that does not set its own.",
+    )
+    private_network: str | None = Field(
+        None,
+        description="With `hosts`: the CIDR (e.g. `10.0.0.0/16`) that holds every host's private address. Left "
+        "out: the private addresses must share the head's /24 (IPv4) or /64 (IPv6), which catches a typo or a "
+        "public address where a private one was meant; set it when your hosts span a wider network.",
+    )
+    accelerators_per_node: int | None = Field(
+        None, ge=1, le=16,
+        description="With `hosts`: GPUs or NPUs on every host (required). `pulumi preview` and `up` first count them "
+        "on each host over SSH (`nvidia-smi -L` / `npu-smi info`) and stop, before anything runs, on a host that "
+        "lists another number; the readiness step checks again before the container. With `alibaba` the instance "
+        "type decides.",
+    )
+    accelerator_model: str | None = Field(
+        None,
+        description="With `hosts`: the model, e.g. `NVIDIA A100 80GB` or `Ascend 910B3`, shown in the outputs and "
+        "used to tell bf16 support when `bf16` is left out. Default: `NVIDIA GPU` / `Ascend 910B`.",
+    )
+    bf16: bool | None = Field(
+        None,
+        description="With `hosts`: whether the accelerators support bf16 (frameworks switch to fp16 without it). "
+        "Left out: true for Ascend and for NVIDIA models from Ampere on (A10, A100, H100, L20, ...; from "
+        "`acceleratorModel`), false otherwise.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_of_the_source(cls, data: Any) -> Any:
+        """Each source has keys of its own: a key of the other source is refused (it would be silently unused)."""
+        if not isinstance(data, dict):
+            return data
+        source = data.get("source", "alibaba")
+        if source == "hosts":
+            wrong = [key for key in ALIBABA_ONLY_NODE_KEYS if key in data]
+            if wrong:
+                raise _Problems(*(
+                    ((key,), "applies to nodes.source alibaba only (it describes ECS instances; with `hosts` "
+                     f"nothing is created and your hosts are used as they are): remove it; got {_shown(data[key])}")
+                    for key in wrong
+                ))
+            hosts = data.get("hosts")
+            data = {**data, "gpuDriver": "preinstalled"}  # a driver on hosts is checked, never installed
+            if "count" not in data and isinstance(hosts, list) and hosts:
+                data["count"] = len(hosts)
+        elif source == "alibaba":
+            if "instanceTypes" not in data:
+                data = {**data, "instanceTypes": _NOT_GIVEN}  # reported as missing by _types_given
+            wrong = [key for key in HOSTS_ONLY_NODE_KEYS if key in data]
+            if wrong:
+                raise _Problems(*(
+                    ((key,), "applies to nodes.source hosts only (with `alibaba` the instance type decides the "
+                     f"accelerators and the VPC the addresses): remove it; got {_shown(data[key])}")
+                    for key in wrong
+                ))
+        return data
+
+    @field_validator("instance_types", mode="before")
+    @classmethod
+    def _types_given(cls, types: Any) -> Any:
+        if types is _NOT_GIVEN:
+            raise _problem("required; got nothing")
+        return types
+
+    @field_validator("instance_types")
+    @classmethod
+    def _gpu_types(cls, types: list[str], info: ValidationInfo) -> list[str]:
+        if not types and info.data.get("source", "alibaba") == "alibaba":
+            raise _problem("must list at least 1 item (ECS GPU instance types such as `ecs.gn7i-c8g1.2xlarge`; "
+                           "required with nodes.source alibaba); got []", "..", "instanceTypes")
+        problems: list[tuple[KeyPath, str]] = []
+        families = ", ".join(sorted(catalog.FAMILIES))
+        for index, name in enumerate(types):
+            if not catalog.is_gpu_family(name):
+                problems.append((
+                    (index,),
+                    f"must be an ECS GPU instance type of a known family ({families}), such as "
+                    f"`ecs.gn7i-c8g1.2xlarge`; got {_shown(name)}",
+                ))
+        repeated = [name for index, name in enumerate(types) if name in types[:index]]
+        if repeated:
+            problems.append(((), f"must list each type once; got {', '.join(map(_shown, repeated))} more than once"))
+        known = [t for t in (catalog.lookup(n) for n in types) if t is not None]
+        if len({t.gpus for t in known}) > 1:
+            detail = ", ".join(f"{t.name} ({_gpus(t.gpus)})" for t in known)
+            problems.append((
+                (),
+                "all candidate types must have the same number of GPUs per node, because the training "
+                f"configuration is sized from it; got {detail}",
+            ))
+        bf16 = {n: f.bf16 for n in types if (f := catalog.FAMILIES.get(catalog.family_of(n) or "")) is not None}
+        if len(set(bf16.values())) > 1:
+            detail = ", ".join(f"{n} ({'bf16' if b else 'no bf16'})" for n, b in bf16.items())
+            problems.append((
+                (),
+                "all candidate types must agree on bf16 support (the training dtype is chosen from it, and a "
+                f"fallback must not switch a run between bf16 and fp16); got {detail}",
+            ))
+        if problems:
+            raise _Problems(*problems)
+        return types
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, zone: str) -> str:
+        # The region's own check (ClusterConfig._zone_in_region) decides; this only catches what is no zone at all.
+        if zone != "auto" and not re.fullmatch(r"[a-z]{2,3}-[a-z0-9]+(-[a-z0-9]+)*-?[a-z]", zone):
+            raise _problem(
+                "must be `auto` or a zone id such as `cn-hangzhou-k` or `ap-southeast-1a`; got " + _shown(zone)
+            )
+        return zone
+
+    @field_validator("data_disk_gb")
+    @classmethod
+    def _data_disk(cls, size: int) -> int:
+        if size != 0 and not 100 <= size <= 32768:
+            raise _problem(f"must be 0 (no data disk) or between 100 and 32768; got {size}")
+        return size
+
+    @field_validator("image")
+    @classmethod
+    def _image_id(cls, image: str | None) -> str | None:
+        if image is not None and not re.fullmatch(r"m-[a-z0-9]{8,}", image):
+            raise _problem(f"must be an ECS image id such as `m-bp1a2b3c4d5e6f7g8h9i`, or null; got {_shown(image)}")
+        return image
+
+    @field_validator("os_image")
+    @classmethod
+    def _regex(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise _problem(f"must be a valid regular expression ({error}); got {_shown(pattern)}") from None
+        return pattern
+
+    @field_validator("image")
+    @classmethod
+    def _custom_image(cls, image: str | None) -> str | None:
+        # ECS image ids of custom images are `m-` and lower-case letters and digits (e.g. m-bp1g7004ksh0oeuc6v1h).
+        if image is not None and not re.fullmatch(r"m-[a-z0-9]{8,40}", image):
+            raise _problem(
+                f"must be an ECS custom image id such as `m-bp1g7004ksh0oeuc6v1h` (the bakedImageId output of a "
+                f"stack with nodes.bake: true), or be left out to boot from osImage; got {_shown(image)}"
+            )
+        return image
+
+    @model_validator(mode="before")
+    @classmethod
+    def _price_limit_implies_spot(cls, data: Any) -> Any:
+        # An explicit `spot: false` is kept so that the contradiction is reported below.
+        if isinstance(data, dict) and data.get("spotPriceLimit") is not None and "spot" not in data:
+            data = {**data, "spot": True}
+        return data
+
+    @field_validator("spot_price_limit")
+    @classmethod
+    def _price_limit_needs_spot(cls, limit: float | None, info: ValidationInfo) -> float | None:
+        # `spot` is declared before `spotPriceLimit`, so info.data holds it when it is valid; a field validator
+        # (unlike a model validator) runs even when other fields of the section are wrong.
+        if limit is not None and info.data.get("spot") is False:
+            raise _problem(
+                "must not be false when spotPriceLimit is set (a price limit implies spot: leave spot out or set "
+                f"it to true); got false with spotPriceLimit {_shown(limit)}",
+                "..", "spot",
+            )
+        return limit
+
+    @field_validator("accelerator")
+    @classmethod
+    def _ascend_needs_hosts(cls, accelerator: str, info: ValidationInfo) -> str:
+        if accelerator == "ascend" and info.data.get("source") == "alibaba":
+            raise _problem("`ascend` needs nodes.source hosts (Alibaba ECS sells no Ascend servers); got \"ascend\" "
+                           "with source \"alibaba\"")
+        return accelerator
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[HostConfig] | None, info: ValidationInfo) -> list[HostConfig] | None:
+        if info.data.get("source") != "hosts":
+            return hosts
+        if not hosts:
+            raise _problem("required with nodes.source hosts: at least one host `{address, privateAddress, user, "
+                           f"port}}`, the Ray head first; got {_shown(hosts)}", "..", "hosts")
+        problems: list[tuple[KeyPath, str]] = []
+        for key in ("address", "privateAddress"):
+            seen: dict[str, int] = {}
+            for index, host in enumerate(hosts):
+                value = host.address if key == "address" else host.private_ip
+                where = "address" if key == "address" or host.private_address is None else key
+                if value in seen and not any(path == (index, where) for path, _ in problems):
+                    problems.append((
+                        (index, where),
+                        f"must differ from every other host's {key} (one machine is one node; Ray and the "
+                        f"readiness gate tell nodes apart by address); got {_shown(value)}, as for "
+                        f"nodes.hosts[{seen[value]}]",
+                    ))
+                else:
+                    seen.setdefault(value, index)
+        count = info.data.get("count")
+        if count is not None and count != len(hosts):
+            problems.append(((
+                "..", "count"),
+                f"must equal the number of nodes.hosts ({len(hosts)}), or be left out; got {count}",
+            ))
+        if problems:
+            raise _Problems(*problems)
+        return hosts
+
+    @field_validator("private_network")
+    @classmethod
+    def _one_network(cls, network: str | None, info: ValidationInfo) -> str | None:
+        """All private addresses must share one network: the given CIDR, or the head's /24 (/64 for IPv6)."""
+        hosts: list[HostConfig] | None = info.data.get("hosts")
+        cidr = None
+        if network is not None:
+            try:
+                cidr = ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise _problem(f"must be a CIDR such as `10.0.0.0/16`; got {_shown(network)}") from None
+        if info.data.get("source") != "hosts" or not hosts:
+            return network
+        head = ipaddress.ip_address(hosts[0].private_ip)
+        if cidr is None:
+            cidr = ipaddress.ip_network(f"{head}/{24 if head.version == 4 else 64}", strict=False)
+            source = f"the head's network {cidr} (nodes.hosts[0]; set nodes.privateNetwork for a wider one)"
+        else:
+            source = f"nodes.privateNetwork {cidr}"
+        problems: list[tuple[KeyPath, str]] = []
+        for index, host in enumerate(hosts):
+            address = ipaddress.ip_address(host.private_ip)
+            if address.version != cidr.version or address not in cidr:
+                key = "privateAddress" if host.private_address is not None else "address"
+                problems.append((
+                    ("..", "hosts", index, key),
+                    f"must lie in {source}: every host reaches the others at its private address; got "
+                    f"{_shown(host.private_ip)}",
+                ))
+        if problems:
+            raise _Problems(*problems)
+        return network
+
+    @field_validator("accelerators_per_node")
+    @classmethod
+    def _count_needed(cls, count: int | None, info: ValidationInfo) -> int | None:
+        if count is None and info.data.get("source") == "hosts":
+            raise _problem("required with nodes.source hosts: the GPUs or NPUs every host has (e.g. 8), counted "
+                           "on each host before anything runs; got nothing", "..", "acceleratorsPerNode")
+        return count
+
+    @property
+    def gpus_per_node(self) -> int | None:
+        """Accelerators per node: given for hosts; from the catalog for ECS (None when no candidate type is in it:
+        the live answer decides)."""
+        if self.source == "hosts":
+            return self.accelerators_per_node
+        return _catalog_gpus(self.instance_types)
+
+    @property
+    def model(self) -> str:
+        """The accelerator model of hosts."""
+        if self.accelerator_model:
+            return self.accelerator_model
+        return "Ascend 910B" if self.accelerator == "ascend" else "NVIDIA GPU"
+
+    @property
+    def has_bf16(self) -> bool:
+        """bf16 support of hosts' accelerators (see the `bf16` field)."""
+        if self.bf16 is not None:
+            return self.bf16
+        return self.accelerator == "ascend" or nvidia_model_has_bf16(self.model)
+
+    @property
+    def spot_strategy(self) -> str:
+        if not self.spot:
+            return "NoSpot"
+        return "SpotWithPriceLimit" if self.spot_price_limit is not None else "SpotAsPriceGo"
+
+
+def _catalog_gpus(instance_types: list[str]) -> int | None:
+    """GPUs per node of the first candidate the catalog knows; None when it knows none (the live answer decides)."""
+    known = [t for t in (catalog.lookup(n) for n in instance_types) if t is not None]
+    return known[0].gpus if known else None

@@ -1,0 +1,92 @@
+"""`roll-cluster:training`: which framework the job runs and how (the frameworks' own settings: frameworks.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from infra.config.base import Section, _problem
+from infra.config.frameworks import CustomConfig, MindSpeedRlConfig, OpenRlhfConfig, RollConfig, VerlConfig
+
+# Frameworks that run on Ascend NPUs here (MindSpeed-RL joins with its adapter).
+ASCEND_FRAMEWORKS = ("mindspeed-rl", "custom")
+
+
+MODEL_SOURCES = ("huggingface", "modelscope", "hf-mirror")
+DEFAULT_HF_MIRROR = "https://hf-mirror.com"
+
+
+def is_mainland_region(region: str) -> bool:
+    """Alibaba Cloud regions in mainland China, where Docker Hub and the Hugging Face Hub are not reachable."""
+    return region.startswith("cn-") and region != "cn-hongkong"
+
+
+class TrainingConfig(Section):
+    framework: Literal["roll", "verl", "openrlhf", "mindspeed-rl", "custom"] = Field(
+        "roll", description="What the job runs (`mindspeed-rl`: MindSpeed-RL GRPO on Ascend NPUs)."
+    )
+    auto_start: bool = Field(True, description="Submit the job during `pulumi up`; false prepares everything.")
+    resume: bool | None = Field(
+        None,
+        description="Whether a job whose configuration changed resumes from the last checkpoint in its "
+        "checkpoint directory (`<shared storage>/checkpoints/<stack>/<job>`) or starts fresh in a new one. "
+        "null: the framework's default (ROLL: true, `resume_from_checkpoint: true`; verl: true, `trainer.resume_mode: "
+        "auto`; OpenRLHF: true, "
+        "`--ckpt.load_enable`; custom: true, given as `ROLL_CLUSTER_RESUME`). Checkpoints are per GPU count "
+        "for verl and OpenRLHF (their sharded checkpoints cannot be loaded by another world size), so a resized "
+        "cluster starts in its own directory.",
+    )
+    model_source: Literal[MODEL_SOURCES] | None = Field(  # type: ignore[valid-type]
+        None,
+        description="Where models and datasets are downloaded from: `huggingface` (the Hub), `hf-mirror` "
+        "(a Hub mirror at `hfEndpoint`, given to the job as `HF_ENDPOINT`) or `modelscope` (verl: "
+        "`VERL_USE_MODELSCOPE=True`; OpenRLHF: `--use_ms`; custom: `ROLL_CLUSTER_MODEL_SOURCE`; the image needs "
+        "the `modelscope` package and model ids must be ModelScope's, and dataset downloads through the Hub's "
+        "`datasets` library may still need the Hub, so `hf-mirror` is the default). null: `hf-mirror` in "
+        "mainland China regions (`cn-*` but `cn-hongkong`), where the Hub is not reachable, else `huggingface`.",
+    )
+    hf_endpoint: str = Field(
+        DEFAULT_HF_MIRROR,
+        pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._/-]*)?$",
+        description="The Hugging Face mirror used with `modelSource: hf-mirror` (`HF_ENDPOINT`).",
+    )
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Deep-merged last into the framework's configuration: ROLL YAML keys, verl Hydra keys "
+        "(`a.b.c: value`), OpenRLHF flags (`actor.num_nodes: 2`), MindSpeed-RL Hydra keys "
+        "(`rl_config.n_samples_per_prompt: 8`). ROLL `device_mapping` values are checked against "
+        "the cluster's GPUs (global indices 0 to nodes x GPUs per node - 1).",
+    )
+    roll: RollConfig = Field(default_factory=RollConfig, description="ROLL settings.")
+    verl: VerlConfig = Field(default_factory=VerlConfig, description="verl settings.")
+    openrlhf: OpenRlhfConfig = Field(default_factory=OpenRlhfConfig, description="OpenRLHF settings.")
+    custom: CustomConfig | None = Field(None, description="Any Ray program; required when framework is `custom`.")
+    mindspeed_rl: MindSpeedRlConfig | None = Field(
+        None, description="MindSpeed-RL settings; required when framework is `mindspeed-rl`."
+    )
+
+    @field_validator("custom")
+    @classmethod
+    def _custom_needs_entrypoint(cls, custom: CustomConfig | None, info: ValidationInfo) -> CustomConfig | None:
+        if custom is None and info.data.get("framework") == "custom":
+            raise _problem(
+                "required when framework is `custom`: the shell command submitted as the Ray job; got nothing",
+                "entrypoint",
+            )
+        return custom
+
+    @field_validator("mindspeed_rl")
+    @classmethod
+    def _mindspeed_rl_needs_paths(
+        cls, settings: MindSpeedRlConfig | None, info: ValidationInfo
+    ) -> MindSpeedRlConfig | None:
+        if settings is None and info.data.get("framework") == "mindspeed-rl":
+            raise _problem(
+                "required when framework is `mindspeed-rl`: at least tokenizerPath, dataPath and loadPath (absolute "
+                "paths on every node); got nothing",
+                # An unset field is reported under its Python name: name the key as the user writes it.
+                "..",
+                "mindspeedRl",
+            )
+        return settings
