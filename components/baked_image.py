@@ -7,7 +7,7 @@ section 6). How long that takes depends on the disks' size: the reference has no
 create timeout is raised from the provider's 10 minutes to 60.
 
 The image outlives the stack: `retain_on_delete` makes `pulumi destroy` drop it from the state without deleting it,
-because other stacks boot from it. It is deleted by hand (README, 'Baked images'):
+because other stacks boot from it. It is deleted by hand (docs/performance.md, 'Baked images'):
 `aliyun ecs DeleteImage --RegionId <region> --ImageId <id>` or the console, then its snapshots.
 """
 

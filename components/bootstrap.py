@@ -9,7 +9,7 @@ Order on a node (nothing here waits for another node):
 With nodes.bake the head takes a detour before its container: bake-prep (the framework's requirements committed
 into the local training image, disks flushed) -> bake-image (the ECS custom image, components/baked_image.py)
 -> container. The container comes after the image so that no node booted from it finds this node's container.
-On a node booted from a baked image every step finds its work done and says so (README, 'Baked images').
+On a node booted from a baked image every step finds its work done and says so (docs/performance.md, 'Baked images').
 
 What depends on the accelerator (readiness step, devices, driver mounts, NCCL/HCCL environment, NVIDIA runtime)
 comes from infra/node/accelerators.py. On a machine the program did not create (Machine.existing: your own host)

@@ -251,7 +251,7 @@ def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord]) -
         lines.append("  bake     after gpu-ready the head bakes an ECS custom image (bake-prep, bake-image): kept on "
                      "pulumi destroy, output bakedImageId; the head's container waits for it this time")
 
-    lines.append(section("Time to a running job (modelled: devtools/schedule.py; README, 'Benchmarks')"))
+    lines.append(section("Time to a running job (modelled: devtools/schedule.py; docs/performance.md, 'Benchmarks')"))
     configured = schedule.configured_path(config)
     for name, profile in schedule.profiles(config).items():
         plan = schedule.schedule(records, profile)

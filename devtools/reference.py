@@ -1,4 +1,4 @@
-"""The configuration reference (docs/configuration.md), generated from the models of infra/config.py.
+"""The configuration reference (docs/configuration.md), generated from the models of infra/config/.
 
     python -m devtools.reference                                 # print the reference (Markdown)
     python -m devtools.reference --write docs/configuration.md   # replace the text between its marker lines
@@ -158,7 +158,7 @@ def reference() -> str:
     """The configuration reference as Markdown, without the marker lines."""
     region = ClusterConfig.model_fields["region"]
     lines = [
-        f"<!-- Generated from infra/config.py by `{COMMAND}`; edit the models, not this text. -->",
+        f"<!-- Generated from infra/config/ by `{COMMAND}`; edit the models, not this text. -->",
         "",
         "## Configuration reference",
         "",

@@ -10,7 +10,7 @@ of three paths:
 - in-region: the same with the image in the user's Container Registry in the region, pulled over the VPC;
 - baked:     a node booted from a baked custom image (nodes.image): every bootstrap step finds its work done.
 
-Where the figures come from (README, 'Benchmarks'):
+Where the figures come from (docs/performance.md, 'Benchmarks'):
 - MEASURED_SECONDS: measured here by `python3 dev.py bench steps` (bench/steps_bench.py): the node scripts on a
   node where everything is already installed (the baked path), and the Ray and job steps on the real-host tier.
 - NEW_NODE_MINUTES: nominal figures from the reference notes (driver auto-install "10 to 20 minutes", Alibaba's

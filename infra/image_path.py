@@ -116,8 +116,8 @@ def warnings(config: ClusterConfig) -> list[str]:
             f"the {path.size_gb:g} GB image comes over each node's public IP at {path.rate_mbps:g} Mbit/s "
             f"(nodes.internetBandwidthMbps; 100 is the pay-by-traffic maximum): about {path.minutes:.0f} min per "
             f"node. Copy it once into your Container Registry in {config.region} and use its VPC endpoint "
-            f"({in_region_host(config)}/<namespace>/<repo>:<tag>; README, 'The in-region image path'), or boot "
-            "from a baked image (nodes.image)."
+            f"({in_region_host(config)}/<namespace>/<repo>:<tag>; docs/performance.md, 'The in-region image path'), "
+            "or boot from a baked image (nodes.image)."
         )
     if path.outside_china:
         lines.append(

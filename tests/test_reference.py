@@ -38,7 +38,7 @@ def test_the_configuration_doc_is_the_generated_one() -> None:
     )
     current = reference.current_section(CONFIGURATION.read_text(encoding="utf-8"))
     assert current == reference.reference(), (
-        f"the configuration reference in docs/configuration.md is out of date with infra/config.py: run `{COMMAND}` "
+        f"the configuration reference in docs/configuration.md is out of date with infra/config/: run `{COMMAND}` "
         "(or `python3 dev.py docs`)"
     )
 

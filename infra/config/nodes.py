@@ -117,7 +117,7 @@ class NodesConfig(Section):
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
         "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
-        "cudnnVersion, internetBandwidthMbps) are refused; see README, 'Your own servers'.",
+        "cudnnVersion, internetBandwidthMbps) are refused; see docs/own-hosts.md.",
     )
     count: int = Field(
         1, ge=1, le=256,
@@ -135,7 +135,7 @@ class NodesConfig(Section):
     zone: str = Field(
         "auto",
         description="A zone id of the region (`cn-hangzhou-k`, `cn-wulanchabu-a`, `ap-southeast-1a`), or `auto` for "
-        "a zone with stock for the chosen type. Once the cluster exists the zone is kept (see README, 'sticky "
+        "a zone with stock for the chosen type. Once the cluster exists the zone is kept (see docs/alibaba.md, 'sticky "
         "placement').",
     )
     placement_generation: int = Field(
@@ -162,15 +162,15 @@ class NodesConfig(Section):
     image: str | None = Field(
         None,
         description="An ECS image id (`m-...`) to boot from instead of `osImage`: an image baked by `bake: true` "
-        "(see README, 'Baked images'; every bootstrap step then finds its work done), a custom image with the NVIDIA "
-        "driver preinstalled (for `gpuDriver: preinstalled`) or a Marketplace image. It must be in the stack's "
+        "(see docs/performance.md, 'Baked images'; every bootstrap step then finds its work done), a custom image "
+        "with the NVIDIA driver preinstalled (for `gpuDriver: preinstalled`) or a Marketplace image. It must be in the stack's "
         "region. null: the newest public image matching `osImage`.",
     )
     bake: bool = Field(
         False,
         description="Make an ECS custom image of the head once its bootstrap is done (driver, Docker, NVIDIA "
         "toolkit, the training image with the framework's requirements); its id is the output `bakedImageId`. The "
-        "image is kept on `pulumi destroy` (README, 'Baked images', says how to delete it).",
+        "image is kept on `pulumi destroy` (docs/performance.md, 'Baked images', says how to delete it).",
     )
     gpu_driver: Literal["auto-install", "preinstalled"] = Field(
         "auto-install",
