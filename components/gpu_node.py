@@ -105,7 +105,8 @@ class GpuNode(pulumi.ComponentResource):
                 parent=self,
                 # user_data is applied in place by rebooting the instance and cloud-init would not run it again:
                 # a changed driver version takes effect on new nodes only (docs/operations.md, 'What a later change
-                # does'). Likewise a new nodes.image, with the data disk made from its snapshot: an existing node keeps its disks.
+                # does'). Likewise a new nodes.image, with the data disk made from its snapshot: an existing node keeps
+                # its disks.
                 ignore_changes=["userData", "imageId", "dataDisks[0].snapshotId"],
             ),
         )

@@ -16,7 +16,8 @@ is registered. One module per section, named after its key, so a key's rules are
 
 Every error names the key path as the user writes it (`roll-cluster:nodes.count`), what is allowed and what
 was given. Unknown fields are errors that suggest the nearest valid name. The configuration reference
-(docs/configuration.md) is generated from these models (devtools/reference.py), so descriptions here are user documentation.
+(docs/configuration.md) is generated from these models (devtools/reference.py), so descriptions here are user
+documentation.
 """
 
 from __future__ import annotations

@@ -163,8 +163,8 @@ class NodesConfig(Section):
         None,
         description="An ECS image id (`m-...`) to boot from instead of `osImage`: an image baked by `bake: true` "
         "(see docs/performance.md, 'Baked images'; every bootstrap step then finds its work done), a custom image "
-        "with the NVIDIA driver preinstalled (for `gpuDriver: preinstalled`) or a Marketplace image. It must be in the stack's "
-        "region. null: the newest public image matching `osImage`.",
+        "with the NVIDIA driver preinstalled (for `gpuDriver: preinstalled`) or a Marketplace image. It must be in "
+        "the stack's region. null: the newest public image matching `osImage`.",
     )
     bake: bool = Field(
         False,
