@@ -146,6 +146,8 @@ class RollAdapter:
         overridden = roll_render.leaf_keys(overrides)
         problems = [self.user_message(p, overridden) for p in result.errors]
         warnings = [self.user_message(p, overridden) for p in result.warnings]
+        # A cluster of another size than the base's changes training: said in the plan, not corrected (F7).
+        warnings += roll_checks.scaling(composed, rendered.config, cluster, self.roll.pipeline)
         text = rendered.yaml_text(
             roll_render.header(base, self.roll.ref, cluster, self.training.overrides, rendered)
         )
