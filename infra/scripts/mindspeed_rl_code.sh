@@ -17,11 +17,21 @@
 #   MEGATRON_REPO, MEGATRON_REF (required), MEGATRON_ARCHIVE_URL ['']
 #   MINDSPEED_LLM_REPO, MINDSPEED_LLM_REF (required), MINDSPEED_LLM_ARCHIVE_URL ['']
 #   MSRL_ANTLR_REQUIREMENT [antlr4-python3-runtime==4.7.2]   installed last, with --no-deps
+#   MSRL_IMAGE [unknown]                 the training image, named when the runtime is missing
+#   MSRL_RUNTIME_MODULES [torch torch_npu apex vllm vllm_ascend]   Python modules the image must have
+#
+# First of all the image is checked for MindSpeed-RL's runtime (the modules above and libjemalloc.so.2): nothing
+# here installs it (docs/ascend.md says why and how to build such an image), so a missing part stops the step
+# before any download, naming roll-cluster:container.image.
 
 : "${MINDSPEED_ARCHIVE_URL:=}"
 : "${MEGATRON_ARCHIVE_URL:=}"
 : "${MINDSPEED_LLM_ARCHIVE_URL:=}"
 : "${MSRL_ANTLR_REQUIREMENT:=antlr4-python3-runtime==4.7.2}"
+: "${MSRL_IMAGE:=unknown}"
+# Where libjemalloc.so.2 is looked for: the same places as ray_common.sh's add_jemalloc_preload.
+: "${JEMALLOC_CANDIDATES:=/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2}"
+: "${MSRL_RUNTIME_MODULES:=torch torch_npu apex vllm vllm_ascend}"
 
 # What fetch_code.sh placed: MindSpeed-RL's own directory and commit (CODE_* are reused for each source below).
 MSRL_DIR=$CODE_DIR
@@ -63,6 +73,24 @@ fetch_mindspeed_llm() {
 
 # ---- functions that run inside the container (shipped with declare -f) ----
 
+# container_missing_runtime PYTHON JEMALLOC_CANDIDATES MODULE...: print what of MindSpeed-RL's runtime is missing
+# (nothing: all there). Modules are found, not imported: importing torch_npu needs CANN's environment, which a bare
+# docker exec may lack. jemalloc is looked for where ray_common.sh's add_jemalloc_preload looks.
+container_missing_runtime() {
+  local python=$1 candidates=$2 lib
+  shift 2
+  "$python" - "$@" <<'PY' || echo "$@"
+import importlib.util
+import sys
+
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
+PY
+  for lib in $candidates; do
+    [[ -e "$lib" ]] && return 0
+  done
+  echo libjemalloc.so.2
+}
+
 # container_place SOURCE_PACKAGE_DIR TARGET_DIR: replace TARGET_DIR with a copy of SOURCE_PACKAGE_DIR; the copy is
 # made beside the target first, so an interrupted run never leaves half a package in place.
 container_place() {
@@ -89,6 +117,18 @@ container_read_file() {
 }
 
 # ---- host side ----
+
+check_runtime() {
+  local missing modules
+  read -r -a modules <<<"$MSRL_RUNTIME_MODULES"
+  missing=$(run_in_container container_missing_runtime "$CONTAINER_PYTHON" "$JEMALLOC_CANDIDATES" "${modules[@]}") \
+    || fail "could not inspect the Python runtime of container $CONTAINER_NAME"
+  missing=${missing//$'\n'/ }
+  missing=${missing# }
+  [[ -z "$missing" ]] \
+    || fail "roll-cluster:container.image $MSRL_IMAGE lacks MindSpeed-RL's runtime: missing $missing (needed: $MSRL_RUNTIME_MODULES, libjemalloc.so.2; docs/ascend.md)"
+  banner "verified: the image has $MSRL_RUNTIME_MODULES and libjemalloc.so.2"
+}
 
 placement_record() {
   printf '%s\n' "MindSpeed-RL=$MSRL_COMMIT" "MindSpeed=${SOURCE_COMMIT[MindSpeed]}" \
@@ -143,6 +183,7 @@ install_placed_requirements() {
 }
 
 check_placement_settings
+run_step check_runtime "MindSpeed-RL's runtime in the image"
 run_step fetch_mindspeed "code $MINDSPEED_REPO@$MINDSPEED_REF in $MSRL_SOURCES_DIR/MindSpeed"
 run_step fetch_megatron "code $MEGATRON_REPO@$MEGATRON_REF in $MSRL_SOURCES_DIR/Megatron-LM"
 run_step fetch_mindspeed_llm "code $MINDSPEED_LLM_REPO@$MINDSPEED_LLM_REF in $MSRL_SOURCES_DIR/MindSpeed-LLM"
