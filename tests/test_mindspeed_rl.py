@@ -78,7 +78,7 @@ def test_unknown_keys_are_refused_with_the_nearest_name() -> None:
     })
 
     assert "roll-cluster:training.mindspeedRl.megatron.reff: unknown field; did you mean 'ref'? Allowed: repo, ref, " \
-        "archiveUrl" in problems
+        "archiveUrl, mirrorRepo" in problems
     assert any(p.startswith("roll-cluster:training.mindspeedRl.imageHasCod: unknown field; did you mean "
                             "'imageHasCode'?") for p in problems)
 

@@ -107,6 +107,7 @@ class MindSpeedRlAdapter:
             extra[f"{prefix}_REPO"] = pin.repo
             extra[f"{prefix}_REF"] = pin.ref
             extra[f"{prefix}_ARCHIVE_URL"] = archive_url(pin.repo, pin.ref, pin.archive_url) or ""
+            extra[f"{prefix}_MIRROR_REPO"] = pin.mirror_repo or ""
         # fetch_code.sh checks out MindSpeed-RL itself and installs nothing: mindspeed_rl_code.sh installs the
         # requirements after the placement, in the install guide's order.
         return CodeSpec(

@@ -104,6 +104,7 @@ class RollAdapter:
             repo=self.roll.repo,
             ref=self.roll.ref,
             archive_url=self.roll.archive_url or github_archive_url(self.roll.repo, self.roll.ref),
+            mirror_repo=self.roll.mirror_repo,
             code_dir=ROLL_DIR,
             requirements_file=self.requirements_file(),
             pip_index_url=self.roll.pip_index_url,

@@ -13,9 +13,10 @@
 #
 # Environment (besides fetch_code.sh's, whose CODE_* describe MindSpeed-RL itself):
 #   MSRL_SOURCES_DIR (required)          absolute directory (in the container) holding the three source checkouts
-#   MINDSPEED_REPO, MINDSPEED_REF (required), MINDSPEED_ARCHIVE_URL ['']
-#   MEGATRON_REPO, MEGATRON_REF (required), MEGATRON_ARCHIVE_URL ['']
-#   MINDSPEED_LLM_REPO, MINDSPEED_LLM_REF (required), MINDSPEED_LLM_ARCHIVE_URL ['']
+#   MINDSPEED_REPO, MINDSPEED_REF (required), MINDSPEED_ARCHIVE_URL [''], MINDSPEED_MIRROR_REPO ['']
+#   MEGATRON_REPO, MEGATRON_REF (required), MEGATRON_ARCHIVE_URL [''], MEGATRON_MIRROR_REPO ['']
+#   MINDSPEED_LLM_REPO, MINDSPEED_LLM_REF (required), MINDSPEED_LLM_ARCHIVE_URL [''], MINDSPEED_LLM_MIRROR_REPO ['']
+#   (a *_MIRROR_REPO is tried first, as fetch_code.sh's CODE_MIRROR_REPO)
 #   MSRL_ANTLR_REQUIREMENT [antlr4-python3-runtime==4.7.2]   installed last, with --no-deps
 #   MSRL_IMAGE [unknown]                 the training image, named when the runtime is missing
 #   MSRL_RUNTIME_MODULES [torch torch_npu apex vllm vllm_ascend]   Python modules the image must have
@@ -27,6 +28,9 @@
 : "${MINDSPEED_ARCHIVE_URL:=}"
 : "${MEGATRON_ARCHIVE_URL:=}"
 : "${MINDSPEED_LLM_ARCHIVE_URL:=}"
+: "${MINDSPEED_MIRROR_REPO:=}"
+: "${MEGATRON_MIRROR_REPO:=}"
+: "${MINDSPEED_LLM_MIRROR_REPO:=}"
 : "${MSRL_ANTLR_REQUIREMENT:=antlr4-python3-runtime==4.7.2}"
 : "${MSRL_IMAGE:=unknown}"
 # Where libjemalloc.so.2 is looked for: the same places as ray_common.sh's add_jemalloc_preload.
@@ -51,13 +55,13 @@ check_placement_settings() {
   esac
 }
 
-# fetch_source NAME REPO REF ARCHIVE_URL: one source checkout under MSRL_SOURCES_DIR with fetch_code.sh's own fetch
+# fetch_source NAME REPO REF ARCHIVE_URL MIRROR_REPO: one source checkout under MSRL_SOURCES_DIR with fetch_code.sh's own fetch
 # (git, then the archive; a marker; never over local edits). Nothing is pip-installed here.
 # The CODE_* and install settings below are read by fetch_code.sh's functions, rendered before this script.
 # shellcheck disable=SC2034
 fetch_source() {
   local name=$1
-  CODE_REPO=$2 CODE_REF=$3 CODE_ARCHIVE_URL=$4
+  CODE_REPO=$2 CODE_REF=$3 CODE_ARCHIVE_URL=$4 CODE_MIRROR_REPO=$5
   CODE_DIR="$MSRL_SOURCES_DIR/$name"
   CODE_MARKER="$CODE_DIR.roll-cluster-code"
   REQUIREMENTS_FILE='' PIP_EXTRA_PACKAGES='' INSTALL_EDITABLE=0
@@ -65,10 +69,15 @@ fetch_source() {
   SOURCE_COMMIT[$name]=${FETCHED_COMMIT:-$CODE_REF}
 }
 
-fetch_mindspeed() { fetch_source MindSpeed "$MINDSPEED_REPO" "$MINDSPEED_REF" "$MINDSPEED_ARCHIVE_URL"; }
-fetch_megatron() { fetch_source Megatron-LM "$MEGATRON_REPO" "$MEGATRON_REF" "$MEGATRON_ARCHIVE_URL"; }
+fetch_mindspeed() {
+  fetch_source MindSpeed "$MINDSPEED_REPO" "$MINDSPEED_REF" "$MINDSPEED_ARCHIVE_URL" "$MINDSPEED_MIRROR_REPO"
+}
+fetch_megatron() {
+  fetch_source Megatron-LM "$MEGATRON_REPO" "$MEGATRON_REF" "$MEGATRON_ARCHIVE_URL" "$MEGATRON_MIRROR_REPO"
+}
 fetch_mindspeed_llm() {
-  fetch_source MindSpeed-LLM "$MINDSPEED_LLM_REPO" "$MINDSPEED_LLM_REF" "$MINDSPEED_LLM_ARCHIVE_URL"
+  fetch_source MindSpeed-LLM "$MINDSPEED_LLM_REPO" "$MINDSPEED_LLM_REF" "$MINDSPEED_LLM_ARCHIVE_URL" \
+    "$MINDSPEED_LLM_MIRROR_REPO"
 }
 
 # ---- functions that run inside the container (shipped with declare -f) ----
