@@ -513,7 +513,7 @@ def scaling(base: Mapping[str, Any], config: Mapping[str, Any], cluster: Cluster
             keep = step_before / (per_device * train_after[1])
             if keep >= 1 and keep == int(keep) and int(keep) != accumulation:
                 line += (
-                    f"; to keep {step_before} per optimizer step set training.overrides."
+                    f"; to keep {step_before} per optimizer step set roll-cluster:training.overrides."
                     f"actor_train.training_args.gradient_accumulation_steps: {int(keep)}"
                 )
             notes.append(line)
