@@ -3,9 +3,15 @@
 verl (v0.7.0, the `verl` package installed without dependencies by dev.py from requirements-contract.txt):
 its Hydra config files (verl/trainer/config/ppo_trainer.yaml and the files it composes) are composed with the
 job's overrides by hydra-core exactly as `python3 -m verl.trainer.main_ppo` does (config_path "config",
-config_name "ppo_trainer"): an unknown key or a value of the wrong type fails there. verl's own validation code
-cannot be imported without torch (`import verl` imports verl.protocol, which imports torch), so the conditions it
-asserts at start-up are evaluated here on the composed config, each citing its place in verl v0.7.0.
+config_name "ppo_trainer"): an unknown key or a value of the wrong type fails there. Then verl's own
+`validate_config` (verl/utils/config.py:74-207), which the TaskRunner runs before any worker exists
+(verl/trainer/main_ppo.py:292-296), runs on the composed config: the module imports only dataclasses, typing and
+omegaconf (:15-18), so it is loaded from its file, not through `verl/__init__.py` (which imports torch through
+verl.protocol). Its two calls into the worker config dataclasses, `ActorConfig.validate` and
+`CriticConfig.validate` (:151-152, :184-186, through `omega_conf_to_dataclass` and Hydra's instantiate of
+`verl.workers.config.*`), need torch: `verl.workers.config` imports verl.utils.profiler, which imports
+verl/utils/device.py, whose line 13 is `import torch`. Those two are stood in for by the conditions they assert,
+evaluated here on the composed config (verl_violations), each citing its place in verl v0.7.0.
 
 OpenRLHF (v0.10.2, the `openrlhf` package, likewise): the parser of `openrlhf.cli.train_ppo_ray` is built in the
 module's `if __name__ == "__main__":` block, and the module imports Ray, vLLM and DeepSpeed at the top. The block
@@ -13,7 +19,11 @@ is taken from the installed file with `ast` and executed on its own, with argpar
 final `train(args)` call: upstream's parser and every check it makes after parsing (hierarchize, the estimator
 and batch-size asserts) run as they would on the head. `openrlhf.utils.config` (hierarchize) is loaded from its
 file (serve_rm's block uses it from the module's top-level imports); `modelscope` (for `--use_ms`) is a no-op
-stand-in.
+stand-in. Then upstream's own `train(args)` (train_ppo_ray.py:19-...) runs, taken from the file the same way, with
+Ray, the strategy and the actor classes stood in for: its colocation asserts (:41-47, :55-63) run as written, up
+to the first thing that would place a model (vLLM engines, or the actor group without them). The strategy
+(get_strategy, openrlhf/utils/utils.py:25-37) is a stand-in: DeepspeedStrategy imports deepspeed and torch at the
+top of openrlhf/utils/deepspeed/deepspeed.py (:12-13), and its checks (:77-78, tensor parallelism) are not run.
 """
 
 from __future__ import annotations
@@ -22,13 +32,14 @@ import argparse
 import ast
 import contextlib
 import importlib.util
+import io
 import shlex
 import sys
 import types
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 
 def package_dir(name: str) -> Path:
@@ -132,6 +143,45 @@ def verl_violations(config: dict[str, Any]) -> list[str]:
 
 def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
+
+
+class _VerlWorkerConfig:
+    """Stands in for the dataclass `omega_conf_to_dataclass` builds of the actor or critic section (needs torch);
+    its validate() is recorded, the conditions it asserts are verl_violations'."""
+
+    calls: ClassVar[list[tuple[str, tuple[Any, ...]]]] = []
+
+    def __init__(self, section: Any):
+        self.target = str(section.get("_target_", "?"))
+
+    def validate(self, *args: Any) -> None:
+        _VerlWorkerConfig.calls.append((self.target, args))
+
+
+def run_verl_validate_config(config: dict[str, Any]) -> tuple[str, list[tuple[str, tuple[Any, ...]]]]:
+    """verl's own validate_config on a composed config, with the arguments the TaskRunner passes: a reference
+    policy when the KL is in the reward or in the loss (verl/trainer/main_ppo.py:252 adds Role.RefPolicy then;
+    need_reference_policy, verl/trainer/ppo/utils.py:72-76), a critic as need_critic decides (:86-97). Returns what
+    it printed and the worker-config validations it asked for; raises what it raises (AssertionError, ValueError).
+    """
+    from omegaconf import OmegaConf
+
+    path = package_dir("verl") / "utils" / "config.py"
+    spec = importlib.util.spec_from_file_location("_verl_utils_config", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.omega_conf_to_dataclass = _VerlWorkerConfig  # the only name of the module that reaches torch
+    composed = OmegaConf.create(config)
+    actor = composed.actor_rollout_ref.actor
+    use_reference_policy = bool(composed.algorithm.use_kl_in_reward or actor.use_kl_loss)
+    critic = composed.critic.get("enable")
+    use_critic = bool(critic) if critic is not None else composed.algorithm.adv_estimator == "gae"
+    _VerlWorkerConfig.calls = []
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        module.validate_config(composed, use_reference_policy=use_reference_policy, use_critic=use_critic)
+    return output.getvalue(), list(_VerlWorkerConfig.calls)
 
 
 # ---------------------------------------------------------------------------------------------- OpenRLHF
@@ -248,3 +298,61 @@ def openrlhf_train_violations(args: Any) -> list[str]:
         if not str(path).startswith("/"):
             problems.append(f"{name} is relative: {path!r}")
     return problems
+
+
+class _Placed(Exception):
+    """Raised by the stand-ins of what train() creates first: every check before placing a model passed."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+def _train_function(path: Path) -> ast.FunctionDef:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "train"]
+    assert len(found) == 1, f"{path}: expected one `def train`"
+    return found[0]
+
+
+def run_openrlhf_train(args: Any) -> str:
+    """Upstream's train(args) of openrlhf/cli/train_ppo_ray.py on parsed args, up to the first model it would
+    place; returns what that was (`vllm engines` or `actor group`). Raises AssertionError from its own asserts."""
+    path = package_dir("openrlhf") / "cli" / "train_ppo_ray.py"
+    function = _train_function(path)
+    code = compile(ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[])), str(path), "exec")
+
+    class _Group:
+        def ready(self) -> None:
+            return None
+
+    class _Strategy:
+        def print(self, *values: Any) -> None:
+            return None
+
+    def placed(what: str) -> Any:
+        def stand_in(*_args: Any, **_kwargs: Any) -> Any:
+            raise _Placed(what)
+
+        return stand_in
+
+    ray = types.SimpleNamespace(is_initialized=lambda: True, init=placed("ray.init"), get=lambda value: value)
+    namespace: dict[str, Any] = {
+        "__name__": "__contract__",
+        "os": __import__("os"),
+        "ray": ray,
+        "placement_group": lambda bundles, strategy: _Group(),
+        "get_strategy": lambda parsed: _Strategy(),
+        "create_vllm_engines": placed("vllm engines"),
+        "RayActorGroup": placed("actor group"),
+        "ReferenceModelActor": object,
+        "RewardModelActor": object,
+        "PolicyModelActor": object,
+        "CriticModelActor": object,
+    }
+    exec(code, namespace)
+    try:
+        namespace["train"](args)
+    except _Placed as reached:
+        return reached.what
+    raise AssertionError("train(args) ended without placing a model")

@@ -27,6 +27,8 @@ from infra.device_mapping import DeviceMappingError, parse_device_mapping
         "[ 0 ,\n 1 ]",
         "list(range(0,4)) + [6, 7]",
         "[0] + list(range(2,4)) + list(range(10, 12))",
+        "list([0,1,2,3,8,9,10,11])",  # examples/qwen2.5-7B-rlvr_megatron/rlvr_qwen2.5_7B_seperate.yaml
+        "list( [ 4, 5 ] ) + list(range(0,2))",
     ],
 )
 def test_the_forms_roll_uses_give_what_python_would(text: str) -> None:
@@ -57,6 +59,8 @@ def test_indices_keep_their_order_and_repeats() -> None:
         ("", ("is none of those",)),
         ("list(range(0,4,0))", ("the step of `list(range(0,4,0))` must not be 0",)),
         ("[0.5]", ("is none of those",)),
+        ("list([0, x])", ("`list([0, x])` is none of those",)),
+        ("list(list([0]))", ("is none of those",)),
         (8, ("must be `list(range(a,b))`, a list of GPU indices",)),
         (None, ("must be `list(range(a,b))`",)),
         ({"start": 0}, ("must be `list(range(a,b))`",)),

@@ -153,6 +153,7 @@ def test_roll_code_is_the_pinned_checkout_with_the_image_s_requirements() -> Non
         "CONTAINER_NAME": "roll",
         "CODE_REPO": "https://github.com/alibaba/ROLL.git",
         "CODE_REF": ref,
+        "CODE_MIRROR_REPO": "",  # no mainland mirror of ROLL is known (docs/frameworks.md)
         "CODE_DIR": "/workspace/ROLL",
         "CODE_ARCHIVE_URL": f"https://github.com/alibaba/ROLL/archive/{ref}.tar.gz",
         "PIP_INDEX_URL": "https://mirrors.aliyun.com/pypi/simple/",
@@ -430,6 +431,8 @@ def test_verl_code_is_an_editable_checkout_without_requirements() -> None:
     )
     assert code.archive_url == "https://github.com/volcengine/verl/archive/v0.7.0.tar.gz"
     assert code.env("roll")["INSTALL_EDITABLE"] == "1" and code.env("roll")["REQUIREMENTS_FILE"] == ""
+    # From mainland China regions gitee's mirror first, GitHub after it (docs/frameworks.md).
+    assert code.env("roll")["CODE_MIRROR_REPO"] == "https://gitee.com/mirrors/verl.git"
 
 
 def test_verl_checks_before_deploy() -> None:

@@ -78,7 +78,7 @@ def test_unknown_keys_are_refused_with_the_nearest_name() -> None:
     })
 
     assert "roll-cluster:training.mindspeedRl.megatron.reff: unknown field; did you mean 'ref'? Allowed: repo, ref, " \
-        "archiveUrl" in problems
+        "archiveUrl, mirrorRepo" in problems
     assert any(p.startswith("roll-cluster:training.mindspeedRl.imageHasCod: unknown field; did you mean "
                             "'imageHasCode'?") for p in problems)
 
@@ -207,11 +207,12 @@ def test_the_entrypoint_runs_the_driver_with_the_placed_packages_importable(code
 def test_the_pre_submit_check_passes_on_complete_code_and_names_what_is_missing(code_dir: Path) -> None:
     check = adapter(codeDir=str(code_dir), imageHasCode=True).job(shape()).pre_submit_check
     assert check is not None
+    runtime = fake_runtime(code_dir.parent / "image")
 
-    assert run_bash(check, code_dir).returncode == 0
+    assert run_bash(check, code_dir, **runtime).returncode == 0, run_bash(check, code_dir, **runtime).stderr
     (code_dir / "megatron" / "__init__.py").unlink()
     (code_dir / "megatron").rmdir()
-    failed = run_bash(check, code_dir)
+    failed = run_bash(check, code_dir, **runtime)
     assert failed.returncode == 1
     assert f"MindSpeed-RL is incomplete in {code_dir}" in failed.stderr
     assert "from the image (training.mindspeedRl.imageHasCode is true)" in failed.stderr
@@ -227,6 +228,39 @@ def test_the_job_id_follows_the_training_configuration_only() -> None:
     assert adapter(megatron={"ref": "core_r0.8.0"}).job(shape()).job_id != first
     assert adapter({"rl_config.n_samples_per_prompt": 16}).job(shape()).job_id != first
     assert adapter(imageHasCode=True).job(shape()).job_id != first
+
+
+@pytest.mark.parametrize("lacking", [("torch_npu",), ("vllm_ascend", "apex"), ("jemalloc",)])
+def test_an_image_without_the_runtime_is_named_before_the_job_and_before_any_download(
+    code_dir: Path, node: FakeNode, repos: dict[str, tuple[str, str]], lacking: tuple[str, ...]
+) -> None:
+    runtime = fake_runtime(code_dir.parent / "lacking", lacking)
+    check = adapter(codeDir=str(code_dir), imageHasCode=True).job(shape()).pre_submit_check
+    assert check is not None
+    failed = run_bash(check, code_dir, **runtime)
+    assert failed.returncode == 1
+    assert "roll-cluster:container.image" in failed.stderr and "lacks MindSpeed-RL's runtime" in failed.stderr
+
+    env = {**code_env(node, repos), **fake_runtime(node.root / "lacking", lacking)}
+    result = run_code(node, env)
+    assert result.returncode != 0
+    missing = " ".join("libjemalloc.so.2" if m == "jemalloc" else m for m in sorted(lacking, key=RUNTIME.index))
+    assert f"roll-cluster:container.image {ContainerConfig().image} lacks MindSpeed-RL's runtime: missing {missing}" \
+        in result.stderr
+    assert node.calls("pip") == [] and not Path(env["MSRL_SOURCES_DIR"]).exists()
+
+
+def test_the_bare_cann_base_image_and_paths_outside_the_containers_mounts_are_refused_before_any_step() -> None:
+    bare = ContainerConfig(image="swr.cn-south-1.myhuaweicloud.com/ascendhub/cann:8.1.rc1-910b-ubuntu22.04-py3.10")
+    training_config = TrainingConfig.model_validate({"framework": "mindspeed-rl", "mindspeedRl": settings(
+        tokenizerPath="/home/data/models/Qwen2.5-7B", savePath="/mnt/shared/ckpt")})
+    problems = check_before_deploy(training_config, bare, shape(2, 8, "/mnt/shared"))
+    assert problems[0].startswith("roll-cluster:container.image: the bare CANN base image has none of MindSpeed-RL's "
+                                  "runtime (torch, torch_npu, apex, vllm, vllm_ascend, libjemalloc.so.2)")
+    assert problems[1].startswith("roll-cluster:training.mindspeedRl.tokenizerPath: must lie under a directory the "
+                                  "container mounts (/mnt/shared, /data, /workspace;")
+    assert "'/home/data/models/Qwen2.5-7B'" in problems[1]
+    assert len(problems) == 2  # /data/... and /mnt/shared/... are mounted
 
 
 # --------------------------------------------------------------------------------------------- plan-time checks
@@ -397,7 +431,26 @@ def code_env(node: FakeNode, repos: dict[str, tuple[str, str]], **fields: Any) -
     }
     code = adapter(**{**pins, **fields}).code()
     assert code is not None
-    return code.env("msrl")
+    return {**code.env("msrl"), **fake_runtime(node.root / "image")}
+
+
+RUNTIME = ("torch", "torch_npu", "apex", "vllm", "vllm_ascend", "jemalloc")
+
+
+def fake_runtime(root: Path, lacking: tuple[str, ...] = ()) -> dict[str, str]:
+    """An image's MindSpeed-RL runtime as the code step looks for it: importable packages and jemalloc's file."""
+    for module in ("torch", "torch_npu", "apex", "vllm", "vllm_ascend"):
+        if module not in lacking:
+            (root / "site-packages" / module).mkdir(parents=True, exist_ok=True)
+            (root / "site-packages" / module / "__init__.py").write_text("")
+    jemalloc = root / "lib" / "libjemalloc.so.2"
+    if "jemalloc" not in lacking:
+        jemalloc.parent.mkdir(parents=True, exist_ok=True)
+        jemalloc.write_text("")
+    return {
+        "PYTHONPATH": str(root / "site-packages"),
+        "JEMALLOC_CANDIDATES": f"/nonexistent/libjemalloc.so.2 {jemalloc}",
+    }
 
 
 def run_code(node: FakeNode, env: dict[str, str]) -> Result:

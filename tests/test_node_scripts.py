@@ -872,6 +872,49 @@ def test_fetch_code_falls_back_to_the_archive_when_git_fails(
     assert len(node.calls("pip")) == 3
 
 
+def test_fetch_code_takes_the_mirror_first_and_records_the_repo_itself(
+    node: FakeNode, code_repo: dict[str, str], tmp_path: Path
+) -> None:
+    node.set_state("docker/containers/roll", "true")
+    code_dir = node.root / "container" / "workspace" / "ROLL"
+    mirror = tmp_path / "mirror.git"
+    subprocess.run(["git", "clone", "-q", "--bare", code_repo["repo"], str(mirror)], check=True, capture_output=True)
+    unreachable = str(tmp_path / "github-blocked.git")  # GitHub itself is not reached at all
+
+    result = run_code_step(node, CODE_REPO=unreachable, CODE_REF="v1", CODE_MIRROR_REPO=str(mirror))
+
+    assert_ok(result)
+    assert f"checked out {unreachable}@v1 ({code_repo['v1']}) in {code_dir} from its mirror {mirror}" in result.stdout
+    assert head_of(code_dir) == code_repo["v1"]
+    assert f"repo={unreachable}\nref=v1\ncommit={code_repo['v1']}\nsource=git\n" in Path(
+        f"{code_dir}.roll-cluster-code").read_text()
+    again = run_code_step(node, CODE_REPO=unreachable, CODE_REF="v1", CODE_MIRROR_REPO=str(mirror))
+    assert_ok(again)
+    assert "fetch skipped" in again.stdout
+
+
+def test_fetch_code_falls_back_from_a_failing_mirror_to_the_repo_then_to_the_archive(
+    node: FakeNode, code_repo: dict[str, str], tmp_path: Path
+) -> None:
+    node.set_state("docker/containers/roll", "true")
+    code_dir = node.root / "container" / "workspace" / "ROLL"
+    stale_mirror = str(tmp_path / "stale-mirror.git")  # unreachable, or without the ref
+
+    result = run_code_step(node, CODE_REPO=code_repo["repo"], CODE_REF="v2", CODE_MIRROR_REPO=stale_mirror)
+
+    assert_ok(result)
+    assert f"git fetch of the mirror {stale_mirror}@v2 failed; trying {code_repo['repo']}" in result.stdout
+    assert head_of(code_dir) == code_repo["v2"]
+
+    other = node.root / "container" / "workspace" / "OTHER"
+    archived = run_code_step(
+        node, CODE_DIR=str(other), CODE_REPO=str(tmp_path / "no-such-repo.git"), CODE_REF="v1",
+        CODE_MIRROR_REPO=stale_mirror, CODE_ARCHIVE_URL=code_repo["archive"], RETRY_ATTEMPTS="1",
+    )
+    assert_ok(archived)
+    assert "falling back to the archive" in archived.stdout and (other / "README.md").read_text() == "v1\n"
+
+
 def test_fetch_code_fails_naming_both_sources_when_both_fail(node: FakeNode, tmp_path: Path) -> None:
     node.set_state("docker/containers/roll", "true")
     missing_archive = (tmp_path / "missing.tar.gz").as_uri()

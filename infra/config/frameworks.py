@@ -28,6 +28,15 @@ DEFAULT_MSRL_REF = "62e9928ae89d9570f659b46e816bc55e1191b5e7"  # branch 2.0.0 (2
 DEFAULT_MINDSPEED_REPO = "https://gitcode.com/Ascend/MindSpeed.git"
 DEFAULT_MINDSPEED_REF = "0dfa0035ec54d9a74b2f6ee2867367df897299df"
 DEFAULT_MEGATRON_REPO = "https://github.com/NVIDIA/Megatron-LM.git"
+# Mirrors on gitee.com of GitHub repos, reachable from mainland China regions, tried before `repo` (docs/frameworks.md,
+# "Where the code comes from"). Used by public install scripts (Ascend's MindSpeed-Core-MS clones
+# gitee.com/mirrors/Megatron-LM); that they carry the pinned refs is UNCONFIRMED: `repo` and the archive follow.
+DEFAULT_VERL_MIRROR = "https://gitee.com/mirrors/verl.git"
+DEFAULT_MEGATRON_MIRROR = "https://gitee.com/mirrors/Megatron-LM.git"
+MIRROR_REPO_HELP = (
+    "Git URL of a mirror of `repo` that works from mainland China regions, tried first (once); then `repo`, then "
+    "`archiveUrl`. null: `repo` only (outside mainland China GitHub itself is the faster source)."
+)
 DEFAULT_MEGATRON_REF = "baf94af3c667248865f23df73b9fb8e2395e6fd0"  # core_r0.8.0 (branch and tag point here)
 DEFAULT_MINDSPEED_LLM_REPO = "https://gitcode.com/Ascend/MindSpeed-LLM.git"
 DEFAULT_MINDSPEED_LLM_REF = "421ef7bcb83fb31844a1efb688cde71705c0526e"
@@ -44,6 +53,9 @@ class RollConfig(Section):
         None,
         description="Tarball of the same ref, used when GitHub is unreachable from the region. Default: GitHub's "
         "archive of `ref` (set your own mirror, e.g. an OSS URL, where GitHub is blocked).",
+    )
+    mirror_repo: str | None = Field(
+        None, description=MIRROR_REPO_HELP + " Default null: no mainland mirror of ROLL is known (UNCONFIRMED)."
     )
     pipeline: Literal[ROLL_PIPELINES] = Field(  # type: ignore[valid-type]
         "agentic", description="Selects `examples/start_<pipeline>_pipeline.py`."
@@ -80,6 +92,7 @@ class VerlConfig(Section):
     repo: str = Field("https://github.com/volcengine/verl.git", description="Git URL of verl.")
     ref: str = Field("v0.7.0", description="Tag or commit of verl.")
     archive_url: str | None = Field(None, description="Tarball of the same ref, used when GitHub is unreachable.")
+    mirror_repo: str | None = Field(DEFAULT_VERL_MIRROR, description=MIRROR_REPO_HELP)
     entrypoint_module: str = Field("verl.trainer.main_ppo", description="Module run with `python3 -m`.")
     data_dir: str = Field(
         "/mnt/shared/data/gsm8k",
@@ -148,6 +161,9 @@ class OpenRlhfConfig(Section):
     archive_url: str | None = Field(
         None, description="Tarball of the same ref, used when GitHub is unreachable. Default: GitHub's archive."
     )
+    mirror_repo: str | None = Field(
+        None, description=MIRROR_REPO_HELP + " Default null: no mainland mirror of OpenRLHF is known (UNCONFIRMED)."
+    )
     package: str = Field(
         "openrlhf[vllm]==0.10.2",
         description="pip requirement installed in the container on every node (0.10.2 is the last release on "
@@ -206,6 +222,7 @@ class _CodePin(Section):
         description="Tarball of the same ref, used when `git fetch` fails. Default: GitHub's archive of `ref` for a "
         "GitHub repo, the GitHub mirror (github.com/Ascend/...) for the Ascend repos on gitcode.",
     )
+    mirror_repo: str | None = Field(None, description=MIRROR_REPO_HELP)
 
 
 class MindSpeedPin(_CodePin):
@@ -215,6 +232,7 @@ class MindSpeedPin(_CodePin):
 
 class MegatronPin(_CodePin):
     repo: str = Field(DEFAULT_MEGATRON_REPO, description="Git URL of Megatron-LM.")
+    mirror_repo: str | None = Field(DEFAULT_MEGATRON_MIRROR, description=MIRROR_REPO_HELP)
     ref: str = Field(
         DEFAULT_MEGATRON_REF, description="Commit (or tag) of Megatron-LM, core_r0.8.0; its `megatron/` is placed."
     )

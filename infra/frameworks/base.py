@@ -86,6 +86,7 @@ class CodeSpec:
     scripts: tuple[str, ...] = ("fetch_code.sh",)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     uninstall_packages: str = ""  # removed from the image before anything is installed (OpenRLHF's dockerfile)
+    mirror_repo: str | None = None  # a mainland mirror of repo, fetched from first (fetch_code.sh CODE_MIRROR_REPO)
 
     def env(self, container_name: str) -> dict[str, str]:
         return {
@@ -95,6 +96,7 @@ class CodeSpec:
             "CODE_REF": self.ref or "",
             "CODE_DIR": self.code_dir or "",
             "CODE_ARCHIVE_URL": self.archive_url or "",
+            "CODE_MIRROR_REPO": self.mirror_repo or "",
             "PIP_INDEX_URL": self.pip_index_url,
             "REQUIREMENTS_FILE": self.requirements_file or "",
             "INSTALL_EDITABLE": "1" if self.install_editable else "0",
@@ -162,7 +164,7 @@ def job_id(framework: str, shape: ClusterShape, configuration: Mapping[str, Any]
 
 
 # Settings that change where code comes from, not what is trained: a new mirror is not a new training run.
-WHERE_FROM_ONLY = ("archive_url", "pip_index_url")
+WHERE_FROM_ONLY = ("archive_url", "pip_index_url", "mirror_repo")
 
 
 def image_facts(container: ContainerConfig) -> dict[str, str]:

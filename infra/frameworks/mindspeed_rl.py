@@ -48,6 +48,18 @@ NODE_ENV_EXPECTED = {
     "RAY_DEDUP_LOGS": "0",
 }
 
+# What MindSpeed-RL 2.0.0 needs in the container beside CANN (docs/install_guide.md:25,31,47,58,62,101,108-110,
+# 149-165 at 2.0.0; seed 002 "安装环境"): torch and torch_npu 2.5.1, apex for Ascend, vLLM v0.7.3 and vllm-ascend
+# v0.7.3-dev, and jemalloc (Ray's memory; ray_common.sh preloads it). Python module names, then the library.
+RUNTIME_MODULES = ("torch", "torch_npu", "apex", "vllm", "vllm_ascend")
+JEMALLOC = "libjemalloc.so.2"
+JEMALLOC_DIRS = ("/usr/lib/aarch64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib", "/usr/lib64")
+# The bare CANN base image (seed 002 pulls it, then installs the runtime above by hand): CANN alone. No public image
+# with MindSpeed-RL 2.0.0's runtime is documented (the official MindSpeed-RL images are for 2.2.0 only, with CANN
+# 8.3.RC1 and vLLM 0.9.1: docs/mindspeed-rl.md), and apex for Ascend has no published wheel (built from
+# gitcode.com/Ascend/apex), so the program does not build the runtime on the nodes: it refuses this image.
+BARE_CANN_IMAGE = re.compile(r"(?:^|/)ascendhub/cann(?::|@|$)")
+
 _GITCODE_ASCEND = re.compile(r"^https://gitcode\.com/Ascend/([\w.-]+?)(?:\.git)?/?$")
 
 
@@ -88,11 +100,14 @@ class MindSpeedRlAdapter:
         extra: dict[str, str] = {
             "MSRL_SOURCES_DIR": self.sources_dir,
             "MSRL_ANTLR_REQUIREMENT": self.msrl.antlr_requirement,
+            "MSRL_IMAGE": self.container.image,
+            "MSRL_RUNTIME_MODULES": " ".join(RUNTIME_MODULES),
         }
         for prefix, pin in pins.items():
             extra[f"{prefix}_REPO"] = pin.repo
             extra[f"{prefix}_REF"] = pin.ref
             extra[f"{prefix}_ARCHIVE_URL"] = archive_url(pin.repo, pin.ref, pin.archive_url) or ""
+            extra[f"{prefix}_MIRROR_REPO"] = pin.mirror_repo or ""
         # fetch_code.sh checks out MindSpeed-RL itself and installs nothing: mindspeed_rl_code.sh installs the
         # requirements after the placement, in the install guide's order.
         return CodeSpec(
@@ -181,7 +196,35 @@ class MindSpeedRlAdapter:
             f"MindSpeed-RL is incomplete in {code_dir}: expected {', '.join(needed + dirs)} from {where}; "
             "see training.mindspeedRl.codeDir and exampleConfig"
         )
-        return f"{tests} || {{ echo {shlex.quote(missing)} >&2; exit 1; }}"
+        return f"{self.runtime_check()} && {{ {tests} || {{ echo {shlex.quote(missing)} >&2; exit 1; }}; }}"
+
+    def runtime_check(self) -> str:
+        """In the container: MindSpeed-RL's runtime is installed (found, not imported: importing torch_npu needs
+        CANN's environment, which the job has and a bare `docker exec` may not). Also the code step's first part."""
+        probe = (
+            "import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
+            "print(' '.join(missing)); sys.exit(1 if missing else 0)"
+        )
+        lacks = (
+            f"{key('container.image')} {self.container.image} lacks MindSpeed-RL's runtime: "
+            f"{', '.join(RUNTIME_MODULES)} and {JEMALLOC} are needed (docs/ascend.md)"
+        )
+        # jemalloc where ray_common.sh's add_jemalloc_preload looks (JEMALLOC_CANDIDATES there).
+        candidates = " ".join(f"{d}/{JEMALLOC}" for d in JEMALLOC_DIRS)
+        return (
+            f"{{ python3 -c {shlex.quote(probe)} {' '.join(RUNTIME_MODULES)} >/dev/null && "
+            f"( for f in ${{JEMALLOC_CANDIDATES:-{candidates}}}; do test -e \"$f\" && exit 0; done; exit 1 ); }} "
+            f"|| {{ echo {shlex.quote(lacks)} >&2; exit 1; }}"
+        )
+
+    def image_problem(self) -> str | None:
+        if not BARE_CANN_IMAGE.search(self.container.image.split("@", 1)[0]):
+            return None
+        return (
+            f"{key('container.image')}: the bare CANN base image has none of MindSpeed-RL's runtime "
+            f"({', '.join(RUNTIME_MODULES)}, {JEMALLOC}); build an image from it that adds them (seed 002's steps: "
+            "docs/ascend.md) and name that image here; got " + repr(self.container.image)
+        )
 
     @staticmethod
     def where_from_only() -> dict[str, Any]:
@@ -245,6 +288,11 @@ class MindSpeedRlAdapter:
                 if per_node is not None and cpus is not None
                 else "unknown",
             },
+            "runtime_expected": {
+                "image": self.container.image,
+                "needs": [*RUNTIME_MODULES, JEMALLOC],
+                "checked": "by the code step before any download, and before submission (docs/ascend.md)",
+            },
             "node_env_expected": dict(NODE_ENV_EXPECTED),
             "checks": list(CHECKS),
             "pre_submit_check": check,
@@ -267,4 +315,6 @@ class MindSpeedRlAdapter:
     # ------------------------------------------------------------------------------------------ local checks
     def problems(self, shape: ClusterShape) -> list[str]:
         """What MindSpeed-RL would refuse (or wait on forever) with these values on this cluster, by key."""
-        return checks.Checker(self.values(shape), self.msrl.example_config, shape).problems()
+        image = self.image_problem()
+        return ([image] if image else []) + checks.Checker(self.values(shape), self.msrl.example_config,
+                                                           shape).problems()

@@ -7,11 +7,13 @@ user changes (docs/mindspeed-rl.md section 4)."""
 from __future__ import annotations
 
 import math
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from infra.frameworks.base import ClusterShape, key
+from infra.layout import WORKSPACE
 
 NUM_NPUS = "rl_config.actor_resource.num_npus"
 TOKENIZER = "megatron_training.tokenizer_name_or_path"
@@ -99,7 +101,8 @@ CHECKS = (
     "infer TP <= TP: TP % infer TP == 0; infer TP > TP: DP x TP >= infer TP and DP x TP % infer TP == 0",
     "generate_config.max_model_len >= seq_length",
     "len(rl_config.verifier_function) == len(rl_config.verifier_weight)",
-    "tokenizer, data, load and save paths are absolute",
+    "tokenizer, data, load and save paths are absolute and under a mount of the container (the shared storage, "
+    "the data dir or /workspace)",
 )
 
 @dataclass(frozen=True)
@@ -131,6 +134,17 @@ def whole(values: Mapping[str, Value], name: str) -> int | None:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
     default = CLASS_DEFAULTS.get(name)
     return default if isinstance(default, int) else None
+
+
+def container_mounts(shape: ClusterShape) -> list[str]:
+    """The container's directories that hold the node's (or the shared storage's) files: components/bootstrap.py
+    mounts the data dir, its workspace at /workspace and the shared storage at shape.shared_dir."""
+    return [mount for mount in (shape.shared_dir, shape.data_dir, WORKSPACE) if mount]
+
+
+def under(path: str, directory: str) -> bool:
+    normal = posixpath.normpath(path)
+    return normal == directory or normal.startswith(directory.rstrip("/") + "/")
 
 
 class Checker:
@@ -172,12 +186,22 @@ class Checker:
 
     def paths(self) -> list[str]:
         problems = []
+        mounts = container_mounts(self.shape)
         for name in PATH_KEYS:
             value = self.values[name].value if name in self.values else None
             if not (isinstance(value, str) and value.startswith("/")):
                 problems.append(
                     f"{self.where(name)}: must be an absolute path, the same on every node (MindSpeed-RL's workers "
                     f"resolve relative paths against the directory Ray was started in); got {self.got(name)}"
+                )
+            elif not any(under(value, mount) for mount in mounts):
+                # The job runs in the container: a host path outside its mounts does not exist there, and
+                # MindSpeed-RL's train task then takes the tokenizer path for a Hub id (cli/train_grpo.py:56-57 at
+                # 62e9928) and writes checkpoints into the container's writable layer.
+                problems.append(
+                    f"{self.where(name)}: must lie under a directory the container mounts ({', '.join(mounts)}; "
+                    f"storage.sharedHostPath or the NAS is mounted at {self.shape.shared_dir or 'none here'}): the job "
+                    f"runs in the container, where this path does not exist; got {self.got(name)}"
                 )
         return problems
 

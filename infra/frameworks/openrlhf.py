@@ -125,6 +125,7 @@ class OpenRlhfAdapter:
             repo=settings.repo,
             ref=settings.ref,
             archive_url=settings.archive_url or github_archive_url(settings.repo, settings.ref),
+            mirror_repo=settings.mirror_repo,
             code_dir=OPENRLHF_DIR,
             requirements_file=None,
             pip_index_url=settings.pip_index_url,

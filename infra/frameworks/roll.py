@@ -104,6 +104,7 @@ class RollAdapter:
             repo=self.roll.repo,
             ref=self.roll.ref,
             archive_url=self.roll.archive_url or github_archive_url(self.roll.repo, self.roll.ref),
+            mirror_repo=self.roll.mirror_repo,
             code_dir=ROLL_DIR,
             requirements_file=self.requirements_file(),
             pip_index_url=self.roll.pip_index_url,
@@ -146,6 +147,8 @@ class RollAdapter:
         overridden = roll_render.leaf_keys(overrides)
         problems = [self.user_message(p, overridden) for p in result.errors]
         warnings = [self.user_message(p, overridden) for p in result.warnings]
+        # A cluster of another size than the base's changes training: said in the plan, not corrected (F7).
+        warnings += roll_checks.scaling(composed, rendered.config, cluster, self.roll.pipeline)
         text = rendered.yaml_text(
             roll_render.header(base, self.roll.ref, cluster, self.training.overrides, rendered)
         )

@@ -47,7 +47,35 @@ RULES = (
     "GPUs without bf16 (V100, T4): no bf16 dtype or flag, no fa2 attention (FlashAttention-2 needs sm80)",
     "every ${...} interpolation names a key of the config (issue #132)",
     "no credential in plain text (api_key, token, password, secret): use the stack's secrets",
+    "no environment that needs setup roll-cluster does not do (WebShop's requirements and spaCy model, the "
+    "openreward package and key, a ROCK sandbox service on localhost); no path of another site (/data/cpfs_0, "
+    "/data/oss_bucket_0, /home/ubuntu) that no mount of the container provides",
 )
+
+# Absolute paths in ROLL's examples that belong to the sites the examples were written at (Alibaba's CPFS and OSS
+# mounts, one developer's home): 75 values under /data/cpfs_0, 66 under /data/oss_bucket_0 and 3 under
+# /home/ubuntu in examples/**/*.yaml at 8eb27cc (e.g. qwen2.5-7B-rlvr_megatron/rlvr_config_async.yaml:70). The
+# container mounts only /data (the node's data dir, empty at first), /mnt/shared and /workspace, so such a path is
+# missing at run time: ROLL then takes a model path for a ModelScope id (roll/utils/checkpoint_manager.py:74) or
+# fails to open a data file.
+FOREIGN_PATH_PREFIXES = ("/data/cpfs_0", "/data/oss_bucket_0", "/home/ubuntu")
+# Environments that need what roll-cluster does not set up, by `custom_envs.<name>.env_type` (ROLL 8eb27cc).
+SETUP_ENVS = {
+    "webshop": "the WebShop environment needs `git submodule update --init` (third_party/webshop-minimal), "
+    "`pip install -r third_party/webshop-minimal/requirements.txt` and `python -m spacy download en_core_web_sm` "
+    "before the launcher (examples/qwen2.5-7B-agentic_megatron/run_agentic_pipeline_webshop.sh:2,6-7), none of "
+    "which roll-cluster runs; without them ROLL never registers `webshop` "
+    "(roll/pipeline/agentic/env/__init__.py:30-43)",
+    "openreward_env": "the OpenReward environment needs `pip install openreward` in the container and "
+    "OPENREWARD_API_KEY (examples/agentic_demo/run_openreward_endless_terminals.sh:4-16; "
+    "roll/pipeline/agentic/env/openreward/openreward_env.py:85), which roll-cluster does not provide",
+}
+# Environments that talk to a ROCK sandbox service, and the key of its address in env_config (default in ROLL).
+ROCK_ENVS = {
+    "rock_tb_native_env": ("sandbox_base_url", "https://xrl.alibaba-inc.com"),  # env/sandbox/rock_tb_native_env.py:31
+    "sokoban_sandbox": ("base_url", "http://localhost:8080"),  # env/sandbox/sokoban_sandbox_env.py:50
+}
+_LOCAL_URL = re.compile(r"^https?://(?:localhost|127\.0\.0\.1|0\.0\.0\.0)(?::\d+)?(?:/|$)")
 
 
 @dataclass(frozen=True)
@@ -68,7 +96,11 @@ class CheckResult:
 def lookup(config: Mapping[str, Any], dotted: str, _depth: int = 0) -> Any:
     """The value at a dotted key, following a whole-value `${other.key}` interpolation; None when absent."""
     node: Any = config
-    for part in dotted.split("."):
+    parts = dotted.split(".")
+    for index, part in enumerate(parts):
+        if isinstance(node, str) and _depth < 8 and (match := _WHOLE.match(node)):
+            # `custom_envs.WebShopEnv: ${custom_env.WebShopEnv}`: the rest of the key is read there.
+            return lookup(config, ".".join([match.group(1), *parts[index:]]), _depth + 1)
         if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]
@@ -109,6 +141,8 @@ def check(config: Mapping[str, Any], cluster: Cluster, pipeline: str, keys: Roll
         _no_bf16(config, result)
     _interpolations(config, result)
     _no_plain_secrets(config, result)
+    _setup_needed(config, result)
+    _foreign_paths(config, result)
     if cluster.total_gpus <= 0:
         result.error("device_mapping", f"needs at least one GPU; got {cluster.nodes} x {cluster.gpus_per_node}")
     return result
@@ -357,3 +391,154 @@ def _no_plain_secrets(config: Mapping[str, Any], result: CheckResult, prefix: st
                 "set roll-cluster:wandbApiKey or roll-cluster:hfToken with `pulumi config set --secret`, which reach "
                 "the job as WANDB_API_KEY / HF_TOKEN; got a value",
             )
+
+
+def _setup_needed(config: Mapping[str, Any], result: CheckResult) -> None:
+    """Environments whose setup ROLL's own run scripts do by hand before the launcher, and roll-cluster cannot."""
+    envs = config.get("custom_envs")
+    if not isinstance(envs, Mapping):
+        return
+    for name in envs:
+        env_type = lookup(config, f"custom_envs.{name}.env_type")
+        if not isinstance(env_type, str):
+            continue
+        if env_type in SETUP_ENVS:
+            result.error(f"custom_envs.{name}.env_type", f"{SETUP_ENVS[env_type]}; got {env_type!r}")
+        elif env_type in ROCK_ENVS:
+            url_key, default = ROCK_ENVS[env_type]
+            url = lookup(config, f"custom_envs.{name}.env_config.{url_key}")
+            address = url if isinstance(url, str) else default
+            if _LOCAL_URL.match(address) or address == "https://xrl.alibaba-inc.com":
+                result.error(
+                    f"custom_envs.{name}.env_config.{url_key}",
+                    f"the {env_type} environment needs a ROCK sandbox service at {address}, which roll-cluster does "
+                    "not start (ROLL's script starts one by hand: examples/agentic_demo/"
+                    "run_agentic_pipeline_sokoban_sandbox_single_node.sh:10-11; xrl.alibaba-inc.com is Alibaba's "
+                    "internal one); set it to the address of a ROCK service the nodes reach",
+                )
+
+
+def _foreign_paths(config: Mapping[str, Any], result: CheckResult, prefix: str = "") -> None:
+    for name, value in config.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            _foreign_paths(value, result, path + ".")
+            continue
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, str) and any(
+                item == p or item.startswith(p + "/") for p in FOREIGN_PATH_PREFIXES
+            ):
+                result.error(
+                    path,
+                    "is a path of the site ROLL's example was written at, which no mount of the container provides "
+                    "(/data is the node's data dir, /mnt/shared the shared storage): set it to a path under one of "
+                    f"those (or a model id); got {item!r}",
+                )
+                break
+
+
+def _dp(config: Mapping[str, Any], role: str) -> tuple[int, int] | None:
+    """(GPUs, data-parallel size) of a training role: Megatron divides by TP x PP x CP (as _megatron_dp); other
+    strategies are data-parallel over all their GPUs (UNCONFIRMED for FSDP2 with Ulysses sequence parallelism)."""
+    mapping = lookup(config, f"{role}.device_mapping")
+    if mapping is None:
+        return None
+    try:
+        world = len(parse_device_mapping(mapping))
+    except DeviceMappingError:
+        return None
+    strategy = lookup(config, f"{role}.strategy_args.strategy_name")
+    strategy_config = lookup(config, f"{role}.strategy_args.strategy_config")
+    if isinstance(strategy, str) and "megatron" in strategy.lower() and isinstance(strategy_config, Mapping):
+        parallel = 1
+        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            parallel *= _int(strategy_config.get(name)) or 1
+        return world, max(world // parallel, 1)
+    return world, world
+
+
+def _span(config: Mapping[str, Any]) -> set[int] | None:
+    union: set[int] = set()
+    for _, value in device_mappings(config):
+        try:
+            union |= set(parse_device_mapping(value))
+        except DeviceMappingError:
+            return None
+    return union
+
+
+def _ranges(indices: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2, 5`."""
+    runs: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def scaling(base: Mapping[str, Any], config: Mapping[str, Any], cluster: Cluster, pipeline: str) -> list[str]:
+    """What changes for training when the cluster's GPU count differs from the base config's (render resizes
+    the roles that covered all of the base's GPUs and keeps the others): the samples per optimizer step, the
+    optimizer steps per rollout, agentic padding by copies, and GPUs no role uses. Stated, never corrected."""
+    before, after = _span(base), _span(config)
+    notes: list[str] = []
+    if before is None or after is None or not before:
+        return notes
+    if len(before) != cluster.total_gpus:
+        train_before, train_after = _dp(base, "actor_train"), _dp(config, "actor_train")
+        per_device = _int(lookup(config, "actor_train.training_args.per_device_train_batch_size")) or 1
+        accumulation = _int(lookup(config, "actor_train.training_args.gradient_accumulation_steps")) or 1
+        base_per_device = _int(lookup(base, "actor_train.training_args.per_device_train_batch_size")) or 1
+        base_accumulation = _int(lookup(base, "actor_train.training_args.gradient_accumulation_steps")) or 1
+        rollout = _int(lookup(config, "rollout_batch_size"))
+        group = _int(lookup(config, "num_return_sequences_in_group")) if pipeline.startswith("rlvr") else 1
+        samples = rollout * (group or 1) if rollout is not None else None
+        if train_before and train_after and train_before != train_after:
+            step_before = base_per_device * base_accumulation * train_before[1]
+            step_after = per_device * accumulation * train_after[1]
+            line = (
+                f"actor_train: {train_before[0]} -> {train_after[0]} GPUs (data parallel {train_before[1]} -> "
+                f"{train_after[1]}): samples per optimizer step (per_device_train_batch_size x "
+                f"gradient_accumulation_steps x DP) {step_before} -> {step_after}"
+            )
+            if samples is not None:
+                line += (
+                    f"; the {samples} samples of a step (rollout_batch_size"
+                    f"{' x num_return_sequences_in_group' if pipeline.startswith('rlvr') else ''}) make "
+                    f"{samples / step_before:g} -> {samples / step_after:g} optimizer steps"
+                )
+            keep = step_before / (per_device * train_after[1])
+            if keep >= 1 and keep == int(keep) and int(keep) != accumulation:
+                line += (
+                    f"; to keep {step_before} per optimizer step set roll-cluster:training.overrides."
+                    f"actor_train.training_args.gradient_accumulation_steps: {int(keep)}"
+                )
+            notes.append(line)
+            if samples is not None and pipeline.startswith("agentic") and samples % step_after:
+                mode = lookup(config, "batch_adjust_mode") or "copy"
+                added = step_after - samples % step_after
+                notes.append(
+                    f"rollout_batch_size {samples} is not a multiple of {step_after}: ROLL's batch_adjust_mode "
+                    f"{mode!r} {'adds ' + str(added) + ' copies of trajectories to' if mode == 'copy' else 'resizes'}"
+                    " every batch (roll/pipeline/agentic/agentic_pipeline.py:676-745, agentic_config.py:203-205)"
+                )
+    idle = sorted(set(range(cluster.total_gpus)) - after)
+    if idle:
+        notes.append(
+            f"GPUs {_ranges(idle)} of the cluster's {cluster.total_gpus} are in no role's device_mapping: idle"
+        )
+    infer = lookup(config, "actor_infer.device_mapping")
+    if infer is not None and len(after) > 0:
+        try:
+            generating = sorted(set(parse_device_mapping(infer)))
+        except DeviceMappingError:
+            generating = []
+        if generating and len(generating) < len(after) and len(before) != cluster.total_gpus:
+            notes.append(
+                f"actor_infer generates on GPUs {_ranges(generating)} only (kept as in the base, sized for "
+                f"{len(before)} GPUs); GPUs {_ranges(sorted(after - set(generating)))} do no actor_infer generation"
+            )
+    return notes

@@ -288,7 +288,18 @@ def _apply_output_dirs(config: dict[str, Any], cluster: Cluster, result: Rendere
 # ---------------------------------------------------------------------------------------------- non-fields
 def _drop_non_fields(config: dict[str, Any], keys: RollKeys, pipeline: str, result: Rendered) -> None:
     """Keys of the base that are no ROLL field are ignored by dacite.from_dict; they are dropped so the file
-    says only what takes effect. Values outside a Literal stay (the check reports them)."""
+    says only what takes effect. Values outside a Literal stay (the check reports them).
+
+    Repeated until nothing more is dropped: a top-level YAML variable is allowed while an interpolation refers to
+    it (roll_keys.referenced_top_level), so dropping the only key that referred to it (`custom_env` of the GEM and
+    rock_swe examples referring to `action_pattern`, `agent_template`, ...) leaves a variable that ROLL ignores
+    just the same; one pass would report it as an error the user cannot fix (overrides cannot delete a key)."""
+    while _drop_pass(config, keys, pipeline, result):
+        pass
+
+
+def _drop_pass(config: dict[str, Any], keys: RollKeys, pipeline: str, result: Rendered) -> bool:
+    dropped = False
     for problem in keys.check(config, pipeline):
         if "is not a field" not in problem.message:
             continue
@@ -302,6 +313,8 @@ def _drop_non_fields(config: dict[str, Any], keys: RollKeys, pipeline: str, resu
             result.applied.append(
                 f"{problem.key}: dropped ({json.dumps(value, default=str)[:60]}), {reason}, so ROLL ignores it"
             )
+            dropped = True
+    return dropped
 
 
 # ---------------------------------------------------------------------------------------------------- render

@@ -103,6 +103,7 @@ class VerlAdapter:
             repo=self.verl.repo,
             ref=self.verl.ref,
             archive_url=self.verl.archive_url or github_archive_url(self.verl.repo, self.verl.ref),
+            mirror_repo=self.verl.mirror_repo,
             code_dir=VERL_DIR,
             requirements_file=None,
             pip_index_url=self.verl.pip_index_url,

@@ -10,6 +10,8 @@
 #   CODE_REPO (required)          git URL
 #   CODE_REF (required)           tag or full commit hash
 #   CODE_DIR (required)           absolute path in the container, the same on every node (e.g. /workspace/ROLL)
+#   CODE_MIRROR_REPO ['']         git URL of a mirror of CODE_REPO that works from mainland China (gitee), tried
+#                                 first, MIRROR_ATTEMPTS [1] times; then CODE_REPO; empty: CODE_REPO only
 #   CODE_ARCHIVE_URL ['']         .tar.gz/.tgz/.zip of the same ref, used when git fails; empty: no fallback
 #   PIP_INDEX_URL [https://mirrors.aliyun.com/pypi/simple/]
 #   REQUIREMENTS_FILE ['']        relative to CODE_DIR; empty: none
@@ -24,6 +26,8 @@
 #   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
 
 : "${CODE_ARCHIVE_URL:=}"
+: "${CODE_MIRROR_REPO:=}"
+: "${MIRROR_ATTEMPTS:=1}"
 : "${PIP_INDEX_URL:=https://mirrors.aliyun.com/pypi/simple/}"
 : "${REQUIREMENTS_FILE:=}"
 : "${INSTALL_EDITABLE:=0}"
@@ -37,7 +41,7 @@
 
 check_settings() {
   require_env CONTAINER_NAME CODE_REPO CODE_REF CODE_DIR
-  require_int CLONE_TIMEOUT_S ARCHIVE_TIMEOUT_S PIP_TIMEOUT_S CONTAINER_WAIT_TIMEOUT_S
+  require_int CLONE_TIMEOUT_S ARCHIVE_TIMEOUT_S PIP_TIMEOUT_S CONTAINER_WAIT_TIMEOUT_S MIRROR_ATTEMPTS
   [[ "$CODE_DIR" == /?* ]] || fail "CODE_DIR must be an absolute path below /, got '$CODE_DIR'"
   CODE_DIR=${CODE_DIR%/}
   : "${CODE_MARKER:=$CODE_DIR.roll-cluster-code}"
@@ -84,6 +88,8 @@ container_git_checkout() {
     mkdir -p "$dir"
     git -C "$dir" init -q
     git -C "$dir" remote add origin "$repo"
+  else
+    git -C "$dir" remote set-url origin "$repo"  # the mirror, or the repo itself after a mirror's checkout
   fi
   timeout "$timeout_s" git -C "$dir" fetch -q --depth 1 origin "$ref"
   git -C "$dir" -c advice.detachedHead=false checkout -q FETCH_HEAD
@@ -241,17 +247,41 @@ clear_code_dir() {
   fail "$CODE_DIR in container $CONTAINER_NAME already holds files that this step did not fetch${ACTUAL_ORIGIN:+ (a checkout of $ACTUAL_ORIGIN)}; remove it or choose another CODE_DIR"
 }
 
+# git_checkout_once [REPO]: one fetch of CODE_REF from REPO (default CODE_REPO) into CODE_DIR.
 git_checkout_once() {
-  local output
-  printf '+ git fetch %s %s into %s\n' "$CODE_REPO" "$CODE_REF" "$CODE_DIR" >>"$ROLL_STEP_LOG"
-  output=$(run_in_container container_git_checkout "$CODE_REPO" "$CODE_REF" "$CODE_DIR" "$CLONE_TIMEOUT_S" \
+  local output repo=${1:-$CODE_REPO}
+  printf '+ git fetch %s %s into %s\n' "$repo" "$CODE_REF" "$CODE_DIR" >>"$ROLL_STEP_LOG"
+  output=$(run_in_container container_git_checkout "$repo" "$CODE_REF" "$CODE_DIR" "$CLONE_TIMEOUT_S" \
     2>>"$ROLL_STEP_LOG") || return $?
   FETCHED_COMMIT=${output##*$'\n'}
+}
+
+# The mirror's checkout names the mirror as origin; CODE_REPO's fetch must not reuse it (another remote's
+# half-fetched state), so a failed mirror attempt leaves no checkout behind.
+mirror_checkout_once() {
+  if git_checkout_once "$CODE_MIRROR_REPO"; then
+    return 0
+  fi
+  run_in_container container_remove_dir "$CODE_DIR"
+  return 1
 }
 
 archive_once() {
   log_cmd run_in_container container_fetch_archive "$CODE_ARCHIVE_URL" "$CODE_DIR" "$ARCHIVE_TIMEOUT_S" \
     "$CONTAINER_PYTHON"
+}
+
+# fetch_git: CODE_REF from the mirror first (when one is set), then from CODE_REPO. FETCHED_FROM names the mirror
+# when it served.
+fetch_git() {
+  if [[ -n "$CODE_MIRROR_REPO" ]]; then
+    if retry "$MIRROR_ATTEMPTS" "$RETRY_DELAY_S" mirror_checkout_once; then
+      FETCHED_FROM=$CODE_MIRROR_REPO
+      return 0
+    fi
+    banner "git fetch of the mirror $CODE_MIRROR_REPO@$CODE_REF failed; trying $CODE_REPO"
+  fi
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" git_checkout_once
 }
 
 fetch_code() {
@@ -262,9 +292,9 @@ fetch_code() {
     return 0
   fi
   clear_code_dir
-  FETCHED_COMMIT='' FETCHED_SOURCE=git
-  if retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" git_checkout_once; then
-    banner "checked out $CODE_REPO@$CODE_REF ($FETCHED_COMMIT) in $CODE_DIR"
+  FETCHED_COMMIT='' FETCHED_SOURCE=git FETCHED_FROM=''
+  if fetch_git; then
+    banner "checked out $CODE_REPO@$CODE_REF ($FETCHED_COMMIT) in $CODE_DIR${FETCHED_FROM:+ from its mirror $FETCHED_FROM}"
   elif [[ -n "$CODE_ARCHIVE_URL" ]]; then
     banner "git fetch of $CODE_REPO@$CODE_REF failed; falling back to the archive $CODE_ARCHIVE_URL"
     FETCHED_SOURCE=archive

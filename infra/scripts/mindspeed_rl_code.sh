@@ -13,15 +13,29 @@
 #
 # Environment (besides fetch_code.sh's, whose CODE_* describe MindSpeed-RL itself):
 #   MSRL_SOURCES_DIR (required)          absolute directory (in the container) holding the three source checkouts
-#   MINDSPEED_REPO, MINDSPEED_REF (required), MINDSPEED_ARCHIVE_URL ['']
-#   MEGATRON_REPO, MEGATRON_REF (required), MEGATRON_ARCHIVE_URL ['']
-#   MINDSPEED_LLM_REPO, MINDSPEED_LLM_REF (required), MINDSPEED_LLM_ARCHIVE_URL ['']
+#   MINDSPEED_REPO, MINDSPEED_REF (required), MINDSPEED_ARCHIVE_URL [''], MINDSPEED_MIRROR_REPO ['']
+#   MEGATRON_REPO, MEGATRON_REF (required), MEGATRON_ARCHIVE_URL [''], MEGATRON_MIRROR_REPO ['']
+#   MINDSPEED_LLM_REPO, MINDSPEED_LLM_REF (required), MINDSPEED_LLM_ARCHIVE_URL [''], MINDSPEED_LLM_MIRROR_REPO ['']
+#   (a *_MIRROR_REPO is tried first, as fetch_code.sh's CODE_MIRROR_REPO)
 #   MSRL_ANTLR_REQUIREMENT [antlr4-python3-runtime==4.7.2]   installed last, with --no-deps
+#   MSRL_IMAGE [unknown]                 the training image, named when the runtime is missing
+#   MSRL_RUNTIME_MODULES [torch torch_npu apex vllm vllm_ascend]   Python modules the image must have
+#
+# First of all the image is checked for MindSpeed-RL's runtime (the modules above and libjemalloc.so.2): nothing
+# here installs it (docs/ascend.md says why and how to build such an image), so a missing part stops the step
+# before any download, naming roll-cluster:container.image.
 
 : "${MINDSPEED_ARCHIVE_URL:=}"
 : "${MEGATRON_ARCHIVE_URL:=}"
 : "${MINDSPEED_LLM_ARCHIVE_URL:=}"
+: "${MINDSPEED_MIRROR_REPO:=}"
+: "${MEGATRON_MIRROR_REPO:=}"
+: "${MINDSPEED_LLM_MIRROR_REPO:=}"
 : "${MSRL_ANTLR_REQUIREMENT:=antlr4-python3-runtime==4.7.2}"
+: "${MSRL_IMAGE:=unknown}"
+# Where libjemalloc.so.2 is looked for: the same places as ray_common.sh's add_jemalloc_preload.
+: "${JEMALLOC_CANDIDATES:=/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2}"
+: "${MSRL_RUNTIME_MODULES:=torch torch_npu apex vllm vllm_ascend}"
 
 # What fetch_code.sh placed: MindSpeed-RL's own directory and commit (CODE_* are reused for each source below).
 MSRL_DIR=$CODE_DIR
@@ -41,13 +55,13 @@ check_placement_settings() {
   esac
 }
 
-# fetch_source NAME REPO REF ARCHIVE_URL: one source checkout under MSRL_SOURCES_DIR with fetch_code.sh's own fetch
+# fetch_source NAME REPO REF ARCHIVE_URL MIRROR_REPO: one source checkout under MSRL_SOURCES_DIR with fetch_code.sh's own fetch
 # (git, then the archive; a marker; never over local edits). Nothing is pip-installed here.
 # The CODE_* and install settings below are read by fetch_code.sh's functions, rendered before this script.
 # shellcheck disable=SC2034
 fetch_source() {
   local name=$1
-  CODE_REPO=$2 CODE_REF=$3 CODE_ARCHIVE_URL=$4
+  CODE_REPO=$2 CODE_REF=$3 CODE_ARCHIVE_URL=$4 CODE_MIRROR_REPO=$5
   CODE_DIR="$MSRL_SOURCES_DIR/$name"
   CODE_MARKER="$CODE_DIR.roll-cluster-code"
   REQUIREMENTS_FILE='' PIP_EXTRA_PACKAGES='' INSTALL_EDITABLE=0
@@ -55,13 +69,36 @@ fetch_source() {
   SOURCE_COMMIT[$name]=${FETCHED_COMMIT:-$CODE_REF}
 }
 
-fetch_mindspeed() { fetch_source MindSpeed "$MINDSPEED_REPO" "$MINDSPEED_REF" "$MINDSPEED_ARCHIVE_URL"; }
-fetch_megatron() { fetch_source Megatron-LM "$MEGATRON_REPO" "$MEGATRON_REF" "$MEGATRON_ARCHIVE_URL"; }
+fetch_mindspeed() {
+  fetch_source MindSpeed "$MINDSPEED_REPO" "$MINDSPEED_REF" "$MINDSPEED_ARCHIVE_URL" "$MINDSPEED_MIRROR_REPO"
+}
+fetch_megatron() {
+  fetch_source Megatron-LM "$MEGATRON_REPO" "$MEGATRON_REF" "$MEGATRON_ARCHIVE_URL" "$MEGATRON_MIRROR_REPO"
+}
 fetch_mindspeed_llm() {
-  fetch_source MindSpeed-LLM "$MINDSPEED_LLM_REPO" "$MINDSPEED_LLM_REF" "$MINDSPEED_LLM_ARCHIVE_URL"
+  fetch_source MindSpeed-LLM "$MINDSPEED_LLM_REPO" "$MINDSPEED_LLM_REF" "$MINDSPEED_LLM_ARCHIVE_URL" \
+    "$MINDSPEED_LLM_MIRROR_REPO"
 }
 
 # ---- functions that run inside the container (shipped with declare -f) ----
+
+# container_missing_runtime PYTHON JEMALLOC_CANDIDATES MODULE...: print what of MindSpeed-RL's runtime is missing
+# (nothing: all there). Modules are found, not imported: importing torch_npu needs CANN's environment, which a bare
+# docker exec may lack. jemalloc is looked for where ray_common.sh's add_jemalloc_preload looks.
+container_missing_runtime() {
+  local python=$1 candidates=$2 lib
+  shift 2
+  "$python" - "$@" <<'PY' || echo "$@"
+import importlib.util
+import sys
+
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
+PY
+  for lib in $candidates; do
+    [[ -e "$lib" ]] && return 0
+  done
+  echo libjemalloc.so.2
+}
 
 # container_place SOURCE_PACKAGE_DIR TARGET_DIR: replace TARGET_DIR with a copy of SOURCE_PACKAGE_DIR; the copy is
 # made beside the target first, so an interrupted run never leaves half a package in place.
@@ -89,6 +126,18 @@ container_read_file() {
 }
 
 # ---- host side ----
+
+check_runtime() {
+  local missing modules
+  read -r -a modules <<<"$MSRL_RUNTIME_MODULES"
+  missing=$(run_in_container container_missing_runtime "$CONTAINER_PYTHON" "$JEMALLOC_CANDIDATES" "${modules[@]}") \
+    || fail "could not inspect the Python runtime of container $CONTAINER_NAME"
+  missing=${missing//$'\n'/ }
+  missing=${missing# }
+  [[ -z "$missing" ]] \
+    || fail "roll-cluster:container.image $MSRL_IMAGE lacks MindSpeed-RL's runtime: missing $missing (needed: $MSRL_RUNTIME_MODULES, libjemalloc.so.2; docs/ascend.md)"
+  banner "verified: the image has $MSRL_RUNTIME_MODULES and libjemalloc.so.2"
+}
 
 placement_record() {
   printf '%s\n' "MindSpeed-RL=$MSRL_COMMIT" "MindSpeed=${SOURCE_COMMIT[MindSpeed]}" \
@@ -143,6 +192,7 @@ install_placed_requirements() {
 }
 
 check_placement_settings
+run_step check_runtime "MindSpeed-RL's runtime in the image"
 run_step fetch_mindspeed "code $MINDSPEED_REPO@$MINDSPEED_REF in $MSRL_SOURCES_DIR/MindSpeed"
 run_step fetch_megatron "code $MEGATRON_REPO@$MEGATRON_REF in $MSRL_SOURCES_DIR/Megatron-LM"
 run_step fetch_mindspeed_llm "code $MINDSPEED_LLM_REPO@$MINDSPEED_LLM_REF in $MSRL_SOURCES_DIR/MindSpeed-LLM"
