@@ -337,7 +337,9 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
 
 def template(records: Sequence[StepRecord]) -> list[StepRecord]:
     """The head's steps and one worker's (node-1): every worker of a cluster does what node-1 does."""
-    return [r for r in records if r.node in ("node-0", "node-1")]
+    kept = [r for r in records if r.node in ("node-0", "node-1")]
+    keys = {r.key for r in kept}
+    return [replace(r, depends_on=tuple(d for d in r.depends_on if d in keys)) for r in kept]
 
 
 def first_step(config: ClusterConfig, records: Sequence[StepRecord], path: Path, nodes: int, parallel: int,
