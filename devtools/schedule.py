@@ -28,7 +28,7 @@ from typing import Literal
 
 from infra import model_cache, parallelism
 from infra.config import ClusterConfig
-from infra.image_path import image_path, inbound_mbps
+from infra.image_path import VPC_PULL_MBPS, image_path, inbound_mbps
 from infra.node.steps import StepRecord
 
 Path = Literal["new", "in-region", "warm"]
@@ -51,8 +51,8 @@ CONSTANTS: Mapping[str, Constant] = {
     "driver": Constant(15.0, "min", "[9] Alibaba's auto-installer 'may take 10 to 20 minutes' (reboot after)"),
     "pulumi-slots-per-cpu": Constant(4.0, "slots", "[35][35b] default --parallel = 4 x NumCPU; `pulumi up "
                                      "--parallel N` or PULUMI_PARALLEL changes it"),
-    "vpc-pull": Constant(35.0, "MB/s", "[3][20][22][37] stock `docker pull` of 10-20 GB ML images: 17-40 MB/s "
-                         "observed (not on Alibaba: UNCONFIRMED there)"),
+    "vpc-pull": Constant(VPC_PULL_MBPS / 8.0, "MB/s", "[3][20][22][37] stock `docker pull` of 10-20 GB ML "
+                         "images: 17-40 MB/s observed (not on Alibaba: UNCONFIRMED there)"),
     "tuned-pull": Constant(100.0, "MB/s", "ASSUMPTION (option): unpigz ~2x [20][21], max-concurrent-downloads 10 "
                            "[16d], data disk >= 220 MB/s [28]"),
     "registry-backend": Constant(10.0, "Gbit/s", "[16] ACR's P2P test at 10 Gbit/s; [26] OSS per-account cap "
