@@ -375,8 +375,3 @@ def minutes_to_first_step(config: ClusterConfig, records: Sequence[StepRecord], 
     path = configured_path(config)
     return first_step(config, records, path, config.nodes.count, slots, options).total
 
-
-def profiles(config: ClusterConfig) -> dict[Path, Profile]:
-    """The three paths' node profiles at the stack's node count, every node in one wave (the graph alone)."""
-    count = config.nodes.count
-    return {path: profile_for(config, path, count, count) for path in PATHS}
