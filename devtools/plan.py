@@ -275,7 +275,10 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         return f"  {label:62}{cells}{suffix}" + ("  <- this stack" if mark else "")
 
     for name in schedule.PATHS:
-        lines.append(row(PATH_LABELS[name], name, schedule.NO_OPTIONS, name == configured))
+        label = PATH_LABELS[name]
+        if not config.storage.shared:
+            label = label.replace("model on shared storage", "model on the data disks")
+        lines.append(row(label, name, schedule.NO_OPTIONS, name == configured))
     lines.append("  with the modelled options (maintained base image with the driver, tuned pulls, P2P above "
                  f"{schedule.c('p2p-above'):g} nodes, requirements in the image, snapshot prefetch):")
     for name in ("in-region", "warm"):

@@ -302,7 +302,10 @@ def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options)
         return size * 1000.0 / rate / 60.0, f"every node from {source} over its public IP ({rate:g} MB/s, best case)"
     if options.model_on_local_disk and path == "warm":
         return size * 1000.0 / c("local-disk") / 60.0, "read from each node's data disk (baked, prefetched)"
-    # Read from the shared cache by every node at once: the client's rate or its share of the file system's cap.
+    if not config.storage.shared:
+        # No shared storage: each node's cache on its data disk holds the model from an earlier job.
+        return size * 1000.0 / c("local-disk") / 60.0, "read from each node's cache on its data disk (an earlier job)"
+    # Read from the shared storage by every node at once: the client's rate or its share of the file system's cap.
     own = size * 1000.0 / c("client-read") / 60.0
     shared = nodes * size * 1000.0 / c("nas-read") / 60.0
     return max(own, shared), "read from the cache on the shared storage by every node"
