@@ -7,10 +7,11 @@ process of every framework (the job's driver, Ray's workers, a reward server) se
   job of the same model find the files and download nothing.
 - Not on the shared storage (/mnt/shared), although that would fetch the model once per cluster: the NAS is mounted
   NFSv3 with `nolock` (prepare_host.sh NAS_MOUNT_OPTIONS), so the hubs' file locks (huggingface_hub's `filelock`
-  on `<blob>.lock`) exclude only processes of the same node (nfs(5), `lock`/`nolock`: with `nolock` locks are
-  local to the client; wording not checked here, UNCONFIRMED), and on the first job every node's workers would
-  write the same `.incomplete` blobs at once. Sharing needs one node to download before the others read (a head-first
-  prefetch step; not implemented, docs/performance.md 'Modelled options').
+  on `<blob>.lock`) exclude only processes of the same node (nfs(5), nfs-utils utils/mount/nfs.man: local
+  locks "provide exclusion only against other applications running on the same client", the `nolock` behaviour),
+  and on the first job every node's workers would write the same `.incomplete` blobs at once. Sharing needs one
+  node to download before the others read (a head-first prefetch step; not implemented, docs/performance.md
+  'Modelled options').
 - ModelScope's in-cloud acceleration: cloud instances get OSS-internal download URLs when their region has it.
   ModelScope's docs (`models/advanced-usage/cloud-accelerator/cloud-accelerator_CN.md`) list Hangzhou, Shanghai,
   Beijing, Zhangjiakou, Wulanchabu and US (Silicon Valley, us-west-1); all models in Hangzhou, Zhangjiakou and
