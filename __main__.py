@@ -13,7 +13,7 @@ from components import known_hosts, node_source
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
-from infra import outputs, stack_config
+from infra import outputs, parallelism, runmode, stack_config
 from infra.frameworks import adapter_for
 from infra.node import accelerators, steps
 from infra.sources import source_for
@@ -26,6 +26,10 @@ facts = source.facts()
 stack_config.check_framework(config, stack, facts.accelerators_per_node, facts.bf16)
 private_key = steps.private_key(login)
 code = adapter_for(config.training, config.container).code()
+if not runmode.offline():  # the offline plan prints the same line with its own figures
+    slots_warning = parallelism.warning(config.nodes.count, *parallelism.engine_slots())
+    if slots_warning:
+        pulumi.log.warn(slots_warning)
 
 cluster = node_source.provision(source)
 known = known_hosts.register(stack, cluster.machines)

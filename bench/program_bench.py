@@ -1,7 +1,8 @@
-"""The whole program under the offline cloud at 1, 8, 32 and 64 nodes: wall time, resources registered, and the
-modelled time to a running job (devtools/schedule.py) on each path: a new cluster with the image as configured, a new
-cluster with the image in the region's registry (VPC), and nodes booted from a baked image. None may grow with the
-node count.
+"""The whole program under the offline cloud at 1, 8, 32 and 64 nodes (wall time, resources registered), and the
+modelled time from `pulumi up` to the first training step (devtools/schedule.py) at 2, 16, 64 and 256 nodes on
+each path: a new cluster as configured, a new cluster with the image in the region's registry and the model on
+the shared storage, and a warm start from a baked image; with Pulumi's parallelism at least the node count (as
+the docs' commands set it) and at a laptop's default (4 x 8 CPUs = 32 slots); and with the modelled options.
 
     python -m bench [--repeat 3] [--stack multi]
 """
@@ -12,30 +13,40 @@ import argparse
 import statistics
 import time
 
-from devtools.offline_cloud import OfflineCloud, run_program
-from devtools.schedule import PATHS, profiles, schedule
+from devtools.offline_cloud import OfflineCloud, OfflineRun, run_program
+from devtools.schedule import NO_OPTIONS, NODE_COUNTS, OPTIONS, PATHS, RESUME, Options, Path, first_step
 from infra.node import steps
 
 SIZES = (1, 8, 32, 64)
+LAPTOP_SLOTS = 32  # Pulumi's default on an 8-CPU machine: 4 x NumCPU
+# ROLL checks rollout_batch_size against Megatron's data-parallel size (every GPU here): 128 fits all sizes.
+FITS = {"roll-cluster:training": {"overrides": {"rollout_batch_size": 128}}}
 
 
-def measure(stack: str, nodes: int, repeat: int) -> tuple[float, int, dict[str, float]]:
+def measure(stack: str, nodes: int, repeat: int) -> tuple[float, int]:
     walls = []
     resources = 0
-    totals: dict[str, float] = {}
     for _ in range(repeat):
         cloud = OfflineCloud()
         started = time.perf_counter()
-        # ROLL checks rollout_batch_size against Megatron's data-parallel size (every GPU here): 128 fits all sizes.
-        config = {
-            "roll-cluster:nodes": {"count": nodes},
-            "roll-cluster:training": {"overrides": {"rollout_batch_size": 128}},
-        }
-        result = run_program(stack, cloud=cloud, config=config)
+        run_program(stack, cloud=cloud, config={"roll-cluster:nodes": {"count": nodes}, **FITS})
         walls.append(time.perf_counter() - started)
         resources = len(cloud.resources)
-        totals = {name: schedule(result.steps, p).total for name, p in profiles(steps.NOTES["config"]).items()}
-    return statistics.median(walls), resources, totals
+    return statistics.median(walls), resources
+
+
+def first_step_rows(result: OfflineRun) -> list[tuple[str, list[float]]]:
+    config = steps.NOTES["config"]
+    records = list(result.steps)
+
+    def row(path: Path, options: Options, slots: int | None = None) -> list[float]:
+        return [first_step(config, records, path, n, slots or n, options).total for n in NODE_COUNTS]
+
+    rows: list[tuple[str, list[float]]] = [(path, row(path, NO_OPTIONS)) for path in PATHS]
+    rows += [(f"{path}, {LAPTOP_SLOTS} slots", row(path, NO_OPTIONS, LAPTOP_SLOTS)) for path in ("in-region",)]
+    rows += [(f"{path} + options", row(path, OPTIONS)) for path in ("in-region", "warm")]
+    rows.append(("warm, resumed + options", row("warm", RESUME)))
+    return rows
 
 
 def main() -> None:
@@ -43,11 +54,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stack", default="multi")
     args = parser.parse_args()
-    print(f"stack {args.stack}, median of {args.repeat} runs; minutes to a running job per path")
-    print(f"{'nodes':>5} {'wall s':>8} {'resources':>10} " + " ".join(f"{p:>10}" for p in PATHS))
+    print(f"stack {args.stack}, median of {args.repeat} runs: the program under the offline cloud")
+    print(f"{'nodes':>5} {'wall s':>8} {'resources':>10}")
     for nodes in SIZES:
-        wall, resources, totals = measure(args.stack, nodes, args.repeat)
-        print(f"{nodes:>5} {wall:>8.2f} {resources:>10} " + " ".join(f"{totals[p]:>10.1f}" for p in PATHS))
+        wall, resources = measure(args.stack, nodes, args.repeat)
+        print(f"{nodes:>5} {wall:>8.2f} {resources:>10}")
+    print("\nminutes from `pulumi up` to the first training step (modelled; --parallel >= N unless said)")
+    print(f"{'path':28}" + "".join(f"{n:>8}" for n in NODE_COUNTS))
+    for label, cells in first_step_rows(run_program(args.stack, config=FITS)):
+        print(f"{label:28}" + "".join(f"{cell:>8.1f}" for cell in cells))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components import remote_steps
+from infra import model_cache
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
 from infra.node import accelerators, remote, ssh_access, steps
@@ -291,6 +292,8 @@ class NodeBootstrap(pulumi.ComponentResource):
                 # terraform-provider-docker's resource_docker_container.go, which pulumi-docker wraps): its bind
                 # mount of SHARED_MOUNT would otherwise keep the old file system after prepare-host remounts it.
                 pulumi.Output.concat("ROLL_CLUSTER_NAS=", args.nas_server or ""),
+                # Model caches on the data disk and ModelScope's in-cloud region (infra/model_cache.py).
+                *model_cache.container_env(config),
             ],
             labels=labels,
             restart="unless-stopped",

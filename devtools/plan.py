@@ -26,7 +26,7 @@ from devtools.offline_cloud import (
     stack_config,
     unwrap,
 )
-from infra import image_path
+from infra import image_path, parallelism
 from infra.config import ClusterConfig, ConfigError
 from infra.node import remote, steps
 from infra.sources.alibaba.placement import PlacementError
@@ -39,7 +39,7 @@ def section(title: str) -> str:
     return f"\n== {title} " + "=" * max(0, 96 - len(title)) + "\n"
 
 
-def render(run: OfflineRun) -> str:
+def render(run: OfflineRun, parallel: int | None = None) -> str:
     lines: list[str] = [
         f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see devtools/offline_cloud.py)"
     ]
@@ -48,7 +48,7 @@ def render(run: OfflineRun) -> str:
         lines += _hosts_section(run)
     else:
         lines += _cloud_sections(run)
-    lines += _steps_section(run, first_boot=not on_hosts)
+    lines += _steps_section(run, first_boot=not on_hosts, parallel=parallel)
     lines += _container_and_ray_sections(run)
     lines += _changes_section()
     lines += _job_and_outputs_sections(run)
@@ -130,7 +130,7 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
     return lines
 
 
-def _steps_section(run: OfflineRun, first_boot: bool) -> list[str]:
+def _steps_section(run: OfflineRun, first_boot: bool, parallel: int | None = None) -> list[str]:
     lines = [section("Steps per node (in order; '<-' lists what a step waits for)")]
     by_node: dict[str, list[steps.StepRecord]] = {}
     for record in run.steps:
@@ -145,7 +145,7 @@ def _steps_section(run: OfflineRun, first_boot: bool) -> list[str]:
         lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")
     config = steps.NOTES.get("config")
     if config is not None and first_boot:  # the schedule model is of new cloud nodes (boot, driver, pull)
-        lines += image_and_time(config, run.steps)
+        lines += image_and_time(config, run.steps, parallel)
     return lines
 
 
@@ -230,14 +230,15 @@ def _job_and_outputs_sections(run: OfflineRun) -> list[str]:
 
 
 PATH_LABELS: dict[schedule.Path, str] = {
-    "new": "new cluster, image as configured",
-    "in-region": "new cluster, image in your registry in the region (VPC)",
-    "baked": "baked image (nodes.image)",
+    "new": "new cluster, image and model as configured",
+    "in-region": "new, image in the region's registry, model on shared storage",
+    "warm": "warm start: baked image (nodes.image), model on shared storage",
 }
 
 
-def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord]) -> list[str]:
-    """The training image's path (with warnings) and the modelled time to a running job on each path."""
+def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord],
+                   parallel: int | None = None) -> list[str]:
+    """The training image's path (with warnings) and the modelled time to the first training step on each path."""
     lines = [section("Training image")]
     path = image_path.image_path(config)
     lines.append(f"  image    {config.container.image}")
@@ -250,19 +251,66 @@ def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord]) -
     if config.nodes.bake:
         lines.append("  bake     after gpu-ready the head bakes an ECS custom image (bake-prep, bake-image): kept on "
                      "pulumi destroy, output bakedImageId; the head's container waits for it this time")
+    return lines + time_to_first_step(config, records, parallel)
 
-    lines.append(section("Time to a running job (modelled: devtools/schedule.py; docs/performance.md, 'Benchmarks')"))
+
+def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord],
+                       parallel: int | None = None) -> list[str]:
+    """Minutes from `pulumi up` to the first training step: each path at 2/16/64/256 nodes (Pulumi's parallelism
+    sized from the node count, and as configured here), the critical paths, the options, the constants."""
+    slots, how = (parallel, "--parallel given to the plan") if parallel else schedule.default_parallel()
+    count = config.nodes.count
+    lines = [section("Time to the first training step (modelled: devtools/schedule.py; docs/performance.md)")]
+    lines += parallelism_lines(count, slots, how)
     configured = schedule.configured_path(config)
-    for name, profile in schedule.profiles(config).items():
-        plan = schedule.schedule(records, profile)
-        mark = "  <- this stack" if name == configured else ""
-        lines.append(f"  {PATH_LABELS[name]:58} {plan.total:5.1f} min{mark}")
-        lines.append("    critical path: " + " -> ".join(
-            [f"boot {schedule.INSTANCE_BOOT_MINUTES:g}"]
-            + [f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path]))
+    sizes = schedule.NODE_COUNTS
+    header = f"  {'minutes to the first step at N nodes':62}" + "".join(f"{n:>8}" for n in sizes)
+    lines.append(header + f"   this stack ({count} nodes, {slots} slots)")
+
+    def row(label: str, path: schedule.Path, options: schedule.Options, mark: bool) -> str:
+        cells = "".join(f"{schedule.first_step(config, records, path, n, max(n, slots), options).total:8.1f}"
+                        for n in sizes)
+        here = schedule.first_step(config, records, path, count, slots, options)
+        suffix = f"   {here.total:.1f}" + (f" ({here.waves} waves)" if here.waves > 1 else "")
+        return f"  {label:62}{cells}{suffix}" + ("  <- this stack" if mark else "")
+
+    for name in schedule.PATHS:
+        label = PATH_LABELS[name]
+        if not config.storage.shared:
+            label = label.replace("model on shared storage", "model on the data disks")
+        lines.append(row(label, name, schedule.NO_OPTIONS, name == configured))
+    lines.append("  with the modelled options (maintained base image with the driver, tuned pulls, P2P above "
+                 f"{schedule.c('p2p-above'):g} nodes, requirements in the image, snapshot prefetch):")
+    for name in ("in-region", "warm"):
+        lines.append(row(f"  {name}", name, schedule.OPTIONS, False))
+    lines.append(row("  warm, resumed from economical-mode stop", "warm", schedule.RESUME, False))
+    lines.append("  (columns: `pulumi up --parallel N` or more; last column: this machine's parallelism)")
+    for name in schedule.PATHS:
+        plan = schedule.first_step(config, records, name, 64, 64)
+        lines.append(f"  critical path, {name}, 64 nodes: " + " -> ".join(
+            f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path))
+        lines.append(f"      model: {plan.profile.model_how}")
     lines.append("  With a baked image (nodes.image) these steps find their work done and take seconds:")
     for step, what in schedule.BAKED_SKIPS.items():
         lines.append(f"    {step:13} {what}")
+    lines.append("  Constants (sources: [n] = ../shared/reference/performance-frontier.md section 8):")
+    for key, constant in schedule.CONSTANTS.items():
+        lines.append(f"    {key:24} {constant.value:>8g} {constant.unit:7} {constant.source}")
+    lines.append(f"    {'measured steps':24} {'':>8} {'s':7} measured: bench/steps_bench.py (node steps on a baked "
+                 "node, Ray and job on the real-host tier): " + ", ".join(
+                     f"{k} {v:g}" for k, v in schedule.MEASURED_SECONDS.items()))
+    lines.append(f"    {'new-node steps':24} {'':>8} {'min':7} ASSUMPTION (nominal): " + ", ".join(
+        f"{k} {v:g}" for k, v in schedule.NEW_NODE_MINUTES.items()))
+    return lines
+
+
+def parallelism_lines(count: int, slots: int, how: str) -> list[str]:
+    """Pulumi's parallelism against the node count: a warning when the node bootstraps would go in waves."""
+    lines = [f"  Pulumi parallelism: {slots} slots ({how}); `pulumi up --parallel N` (or PULUMI_PARALLEL) "
+             "changes it"]
+    warning = parallelism.warning(count, slots, how)
+    if warning:
+        lines.append(f"  WARNING  {warning}")
     return lines
 
 
@@ -293,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.plan", description=__doc__.splitlines()[0])
     parser.add_argument("stack", nargs="?", default="dev", help=f"one of: {', '.join(shipped_stacks())}")
     parser.add_argument("--nodes", type=int, help="override nodes.count")
+    parser.add_argument("--parallel", type=int, help="Pulumi's parallelism to model (default: PULUMI_PARALLEL, else "
+                        "4 x this machine's CPU count, as `pulumi up`)")
     parser.add_argument(
         "--config",
         action="append",
@@ -320,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CloudRefusal as refusal:
         print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
-    sys.stdout.write(render(run))
+    sys.stdout.write(render(run, args.parallel))
     return 0
 
 

@@ -1,45 +1,99 @@
-"""The bootstrap schedule as a graph: earliest finish of every node step, from the dependencies the program
-declares (infra/node/steps.py records them) and the duration of each kind of step on the path the nodes take.
+"""Time from `pulumi up` to the first training step, modelled: the bootstrap step graph the program declares
+(infra/node/steps.py records it), the duration of each step on the path the nodes take, the image pull as
+max(size / the node's rate, concurrent nodes x size / the registry backend's rate), Pulumi's parallelism (node
+bootstraps in waves when it is below the node count), the model's download or read and the framework's start-up.
 
-Used by the offline plan, the tests and the benchmark: nodes bootstrap in parallel, the image pull overlaps the
-driver installation, the critical path does not grow with the node count, and the time to a running job on each
-of three paths:
+Three paths (the plan prints each at 2, 16, 64 and 256 nodes, with its critical path):
 
-- new:       a new node from the public OS image: the driver installer at first boot, the image pulled at the
-             rate its path allows (infra/image_path.py: the public IP's inbound cap, or the VPC);
-- in-region: the same with the image in the user's Container Registry in the region, pulled over the VPC;
-- baked:     a node booted from a baked custom image (nodes.image): every bootstrap step finds its work done.
+- new:       a new cluster as configured: the image pulled over its path (infra/image_path.py), the driver
+             installer at first boot, and every node fetching the model from the configured source on the first job;
+- in-region: a new cluster with the image in the user's Container Registry in the region (pulled over the VPC at a
+             stock `docker pull` rate) and the model already on the shared storage (a second job, or staged);
+- warm:      nodes booted from a baked image (nodes.image): every bootstrap step finds its work done; the model in
+             the cache on the shared storage (or the data disk).
 
-Where the figures come from (docs/performance.md, 'Benchmarks'):
-- MEASURED_SECONDS: measured here by `python3 dev.py bench steps` (bench/steps_bench.py): the node scripts on a
-  node where everything is already installed (the baked path), and the Ray and job steps on the real-host tier.
-- NEW_NODE_MINUTES: nominal figures from the reference notes (driver auto-install "10 to 20 minutes", Alibaba's
-  doc) and typical installs; not measured (no cloud here).
-- The instance's boot (the cloud's part) is nominal on every path: INSTANCE_BOOT_MINUTES (UNCONFIRMED).
+`OPTIONS` applies the modelled techniques of the performance notes (maintained base image with the driver, tuned
+pulls, P2P above a node count, requirements in the image, snapshot prefetch); most are modelled, not implemented
+(docs/performance.md says which). Every constant is in `CONSTANTS`, with its source or labelled ASSUMPTION; the
+sources' [n] tags are those of ../shared/reference/performance-frontier.md, section 8.
+
+`minutes_to_first_step(config, records)` is the figure for the stack as configured (path, node count, parallelism).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from infra import model_cache, parallelism
 from infra.config import ClusterConfig
-from infra.image_path import VPC_PULL_MBPS, image_path, pull_minutes
+from infra.image_path import VPC_PULL_MBPS, image_path, inbound_mbps
 from infra.node.steps import StepRecord
 
-Path = Literal["new", "in-region", "baked"]
-PATHS: tuple[Path, ...] = ("new", "in-region", "baked")
+Path = Literal["new", "in-region", "warm"]
+PATHS: tuple[Path, ...] = ("new", "in-region", "warm")
+NODE_COUNTS: tuple[int, ...] = (2, 16, 64, 256)
 
-INSTANCE_BOOT_MINUTES = 2.0  # RunInstances to sshd answering; nominal (UNCONFIRMED)
-DRIVER_INSTALL_MINUTES = 15.0  # Alibaba's auto-install "may take 10 to 20 minutes" (reference, section 2.2)
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    unit: str
+    source: str  # "[n] ..." (performance-frontier.md section 8), "measured: ...", or "ASSUMPTION: ..."
+
+
+CONSTANTS: Mapping[str, Constant] = {
+    "preamble": Constant(1.0, "min", "ASSUMPTION: preview, data-source look-ups, VPC -> vSwitch -> SG before the "
+                         "first instance; estimate 0.5-1.5 (reference A6)"),
+    "boot": Constant(2.0, "min", "ASSUMPTION: RunInstances to sshd; GPU nodes 80-120 s [3], 1m15s-2m20s with "
+                     "custom images [5]"),
+    "driver": Constant(15.0, "min", "[9] Alibaba's auto-installer 'may take 10 to 20 minutes' (reboot after)"),
+    "pulumi-slots-per-cpu": Constant(4.0, "slots", "[35][35b] default --parallel = 4 x NumCPU; `pulumi up "
+                                     "--parallel N` or PULUMI_PARALLEL changes it"),
+    "vpc-pull": Constant(VPC_PULL_MBPS / 8.0, "MB/s", "[3][20][22][37] stock `docker pull` of 10-20 GB ML "
+                         "images: 17-40 MB/s observed (not on Alibaba: UNCONFIRMED there)"),
+    "tuned-pull": Constant(100.0, "MB/s", "ASSUMPTION (option): unpigz ~2x [20][21], max-concurrent-downloads 10 "
+                           "[16d], data disk >= 220 MB/s [28]"),
+    "registry-backend": Constant(10.0, "Gbit/s", "[16] ACR's P2P test at 10 Gbit/s; [26] OSS per-account cap "
+                                 "10 Gbit/s in most mainland regions (whether ACR counts against it: UNCONFIRMED)"),
+    "public-source": Constant(10.0, "Gbit/s", "ASSUMPTION: the public registry owner's cap is unknown (reference "
+                              "section 3 table)"),
+    "p2p-above": Constant(16.0, "nodes", "[16][16d][24] P2P (ACR EE, Kraken, Dragonfly) pays off above ~16 nodes "
+                          "(reference technique 9)"),
+    "p2p-seed-copies": Constant(2.0, "copies", "ASSUMPTION: with P2P the backend serves about 2 copies whatever N "
+                                "(ACR: -95% at 1,000 nodes [16]; Kraken 2,600 hosts p50 10 s [24])"),
+    "model-size": Constant(15.0, "GB", "ASSUMPTION: a 7B model in bf16 (reference 2.4); the plan cannot read the "
+                           "model's size"),
+    "modelscope-intra-cloud": Constant(50.0, "MB/s", "[30][31] ModelScope over OSS's internal endpoint in its "
+                                       "regions; 50-100 MB/s from one anecdote (UNCONFIRMED)"),
+    "hub-public": Constant(12.5, "MB/s", "[29] at most the node's public IP (100 Mbit/s); hf-mirror observed "
+                           "~1 MB/s [31] (UNCONFIRMED), so this is a best case"),
+    "nas-read": Constant(10000.0, "MB/s", "[32] NAS per file system read cap 10 GB/s (a small NAS is slower, "
+                         "throughput grows with capacity [32b]: UNCONFIRMED)"),
+    "client-read": Constant(300.0, "MB/s", "ASSUMPTION: one NFS client's read rate, under the node's VPC "
+                            "bandwidth (2.5-100 Gbit/s [27])"),
+    "local-disk": Constant(220.0, "MB/s", "[28] ESSD baseline max{min{120 + 0.5 x GiB, 350}, 125} MB/s at 200 GiB"),
+    "framework-start": Constant(3.0, "min", "ASSUMPTION: process start, NCCL, vLLM engine and CUDA graphs, Megatron "
+                                "init, without the weights' read; [37] first step 5-7 min after start (verl, 2xL20)"),
+    "resume-preamble": Constant(0.5, "min", "ASSUMPTION (option): a `pulumi up` that only restarts stopped "
+                                "instances: refresh and one update per instance, no new network"),
+    "resume-boot": Constant(1.0, "min", "ASSUMPTION (option): restart of an economical-mode stopped instance "
+                            "[36b]; 17 s to Running on a CPU type [2] (GPU: UNCONFIRMED)"),
+}
+
+
+def c(key: str) -> float:
+    return CONSTANTS[key].value
+
 
 # Measured by bench/steps_bench.py on the 2-core development machine while other work ran on it (seconds, median
 # of 3 runs, 2026-11-23). Node steps: the real scripts on a node where the driver, Docker, the toolkit and the
 # image are present (the baked path), with stand-ins only for what cannot run here (package manager, systemd,
 # dockerd, GPU), plus one SSH session (0.57 s, measured on the real-host tier) each. Ray and job: the project's
 # steps over SSH on the real-host tier (3 network-namespace hosts, real sshd, Ray 2.48.0); the job step includes
-# its 10 s watch for an immediate failure.
+# its 10 s watch for an immediate failure, which runs beside the job's start, so the first step waits only for the
+# submission (JOB_WATCH_SECONDS less).
 MEASURED_SECONDS: Mapping[str, float] = {
     "prepare-host": 0.13 + 0.57,
     "docker": 0.68 + 0.57,
@@ -50,6 +104,7 @@ MEASURED_SECONDS: Mapping[str, float] = {
     "ray-ready": 6.4,
     "job": 24.5,
 }
+JOB_WATCH_SECONDS = 10.0
 
 # Minutes on a new node (nominal). "pull-image" comes from the image path instead; the Ray and job steps from
 # MEASURED_SECONDS on every path (they do the same work wherever the node came from).
@@ -72,28 +127,48 @@ BAKED_NODE_MINUTES: Mapping[str, float] = {
     "container": 0.5,
     "code": 0.5,
 }
+# The steps that find their work done on a node booted from an image with the driver, Docker and the toolkit
+# (a maintained base image, OPTIONS' "driver in the image"): measured like the baked path's.
+BASE_IMAGE_STEPS = ("docker", "gpu-ready")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """How the nodes of one path spend their time."""
+    """How the nodes of one path spend their time, and what comes after the job's submission."""
 
     path: Path = "new"
-    pull_minutes: float = 15.0  # the image pull on a new node
+    pull_minutes: float = 15.0  # the image pull on one node, alone on the backend
     driver_install: bool = True  # the driver installer runs from first boot
+    baked: bool = False  # every bootstrap step finds its work done (nodes.image)
+    base_image: bool = False  # option: driver, Docker and the toolkit in the boot image
+    requirements_in_image: bool = False  # option: the code step only confirms the requirements
+    boot_minutes: float = CONSTANTS["boot"].value
+    preamble_minutes: float = CONSTANTS["preamble"].value
+    model_minutes: float = 0.0  # the model's download or read before the first step
+    model_how: str = ""
+    framework_minutes: float = 0.0
 
     def minutes(self, step: str) -> float:
-        if step in MEASURED_SECONDS and (self.path == "baked" or step.startswith(("ray-", "job"))):
-            return MEASURED_SECONDS[step] / 60.0
-        if self.path == "baked" and step in BAKED_NODE_MINUTES:
+        if step in MEASURED_SECONDS and (
+            self.baked or step.startswith(("ray-", "job")) or (self.base_image and step in BASE_IMAGE_STEPS)
+        ):
+            seconds = MEASURED_SECONDS[step] - (JOB_WATCH_SECONDS if step == "job" else 0.0)
+            return seconds / 60.0
+        if self.baked and step in BAKED_NODE_MINUTES:
             return BAKED_NODE_MINUTES[step]
+        if step == "code" and self.requirements_in_image:
+            return BAKED_NODE_MINUTES["code"]
         if step == "pull-image":
             return self.pull_minutes
+        if step == "model":
+            return self.model_minutes
+        if step == "start-up":
+            return self.framework_minutes
         return NEW_NODE_MINUTES.get(step, 0.0)
 
     @property
     def driver_minutes(self) -> float:
-        return DRIVER_INSTALL_MINUTES if self.driver_install and self.path != "baked" else 0.0
+        return c("driver") if self.driver_install and not self.baked and not self.base_image else 0.0
 
 
 # What a step does on a node booted from a baked image instead of its work (the plan prints it).
@@ -112,23 +187,37 @@ class Schedule:
     finish: dict[str, float]  # step key -> earliest finish (minutes after `pulumi up` starts)
     critical_path: list[str]
     profile: Profile = field(default_factory=Profile)
+    waves: int = 1  # node bootstraps one after another in this many groups (Pulumi's parallelism)
 
     @property
     def total(self) -> float:
         return max(self.finish.values()) if self.finish else 0.0
 
     def step_minutes(self, key: str) -> float:
-        """How long one step of the schedule takes (the virtual <node>/driver step included)."""
+        """How long one step of the schedule takes (the virtual driver, wait, model and start-up steps included)."""
+        if key == "preamble":
+            return self.profile.preamble_minutes
+        if key == "boot":
+            return self.profile.boot_minutes
         step = key.split("/", 1)[1]
-        return self.profile.driver_minutes if step == "driver" else self.profile.minutes(step)
+        if step == "driver":
+            return self.profile.driver_minutes
+        if step == "slot":
+            return self.finish[key] - self.profile.preamble_minutes - self.profile.boot_minutes
+        return self.profile.minutes(step)
 
 
-def schedule(records: Iterable[StepRecord], profile: Profile | None = None) -> Schedule:
+def schedule(records: Iterable[StepRecord], profile: Profile | None = None, worker_start: float | None = None,
+             to_first_step: bool = False) -> Schedule:
+    """Earliest finish of every step. Nodes other than node-0 start their steps at worker_start (minutes after
+    boot; a later wave of Pulumi's parallelism), else at boot. to_first_step adds the model and the framework's
+    start-up after the job's submission."""
     profile = profile or Profile()
     by_key = {r.key: r for r in records}
-    finish: dict[str, float] = {}
-    previous: dict[str, str | None] = {}
-    driver_done = INSTANCE_BOOT_MINUTES + profile.driver_minutes
+    booted = profile.preamble_minutes + profile.boot_minutes
+    driver_done = booted + profile.driver_minutes
+    finish: dict[str, float] = {"preamble": profile.preamble_minutes, "boot": booted}
+    previous: dict[str, str | None] = {"preamble": None, "boot": "preamble"}
 
     def visit(key: str, trail: tuple[str, ...] = ()) -> float:
         if key in finish:
@@ -136,20 +225,31 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None) -> S
         if key in trail:
             raise ValueError(f"dependency cycle: {' -> '.join((*trail, key))}")
         record = by_key[key]
-        start, before = INSTANCE_BOOT_MINUTES, None
+        start, before = booted, "boot"
+        if record.node != "node-0" and worker_start is not None and worker_start > 0:
+            wait = f"{record.node}/slot"
+            finish[wait], previous[wait] = booted + worker_start, "boot"
+            start, before = finish[wait], wait
         for dependency in record.depends_on:
             done = visit(dependency, (*trail, key))
             if done > start:
                 start, before = done, dependency
         # The driver installer starts at first boot (user data), on its own: a virtual step gpu-ready waits for.
         if record.step == "gpu-ready" and driver_done > start:
-            start, before = driver_done, f"{record.node}/driver"
+            driver = f"{record.node}/driver"
+            finish[driver], previous[driver] = driver_done, "boot"
+            start, before = driver_done, driver
         finish[key] = start + profile.minutes(record.step)
         previous[key] = before
         return finish[key]
 
     for key in by_key:
         visit(key)
+    job = next((k for k in by_key if by_key[k].step == "job"), None)
+    if to_first_step and job is not None:
+        finish["node-0/model"], previous["node-0/model"] = finish[job] + profile.model_minutes, job
+        finish["node-0/start-up"] = finish["node-0/model"] + profile.framework_minutes
+        previous["node-0/start-up"] = "node-0/model"
     last = max(finish, key=lambda k: finish[k]) if finish else None
     path: list[str] = []
     while last is not None:
@@ -158,19 +258,123 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None) -> S
     return Schedule(finish, list(reversed(path)), profile)
 
 
-def profiles(config: ClusterConfig) -> dict[Path, Profile]:
-    """The three paths for a stack: its image's own path, the same image over the VPC, and a baked image."""
+# ------------------------------------------------------------------------------------------- node count and paths
+default_parallel = parallelism.default_slots
+waves = parallelism.waves
+
+
+def pull_minutes(size_gb: float, node_mbyte_s: float, backend_gbit_s: float, pullers: int, p2p: bool) -> float:
+    """One node's pull while `pullers` nodes pull at once: the node's own rate, or its share of the backend."""
+    own = size_gb * 1000.0 / node_mbyte_s / 60.0
+    copies = min(pullers, c("p2p-seed-copies")) if p2p else pullers
+    shared = copies * size_gb * 8.0 / backend_gbit_s / 60.0
+    return max(own, shared)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The modelled techniques (docs/performance.md, 'Modelled options'): which are on."""
+
+    base_image: bool = False  # driver, Docker, the toolkit (and pigz) in a maintained boot image
+    tuned_pull: bool = False  # unpigz, more concurrent downloads, a disk that keeps up
+    p2p: bool = False  # P2P image distribution above CONSTANTS["p2p-above"] nodes
+    requirements_in_image: bool = False
+    snapshot_prefetch: bool = False  # the baked disk's data is there at first read [7]
+    model_on_local_disk: bool = False  # the weights in the baked data disk (with prefetch)
+    resume: bool = False  # the nodes restart from an economical-mode stop: no new resources, disks intact [36b]
+
+
+NO_OPTIONS = Options()
+OPTIONS = Options(True, True, True, True, True, True)
+RESUME = Options(True, True, True, True, True, True, resume=True)
+
+
+def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options) -> tuple[float, str]:
+    size = c("model-size")
+    if path == "new":
+        # Every node's job processes fetch the weights on the first job, each over its own path.
+        source = config.model_source
+        if model_cache.intra_cloud_region(config) and source == "modelscope":
+            rate = c("modelscope-intra-cloud")
+            shared = nodes * size * 8.0 / c("registry-backend") / 60.0
+            return max(size * 1000.0 / rate / 60.0, shared), f"every node from ModelScope in-cloud ({rate:g} MB/s)"
+        rate = min(c("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
+        return size * 1000.0 / rate / 60.0, f"every node from {source} over its public IP ({rate:g} MB/s, best case)"
+    if options.model_on_local_disk and path == "warm":
+        return size * 1000.0 / c("local-disk") / 60.0, "read from each node's data disk (baked, prefetched)"
+    if not config.storage.shared:
+        # No shared storage: each node's cache on its data disk holds the model from an earlier job.
+        return size * 1000.0 / c("local-disk") / 60.0, "read from each node's cache on its data disk (an earlier job)"
+    # Read from the shared storage by every node at once: the client's rate or its share of the file system's cap.
+    own = size * 1000.0 / c("client-read") / 60.0
+    shared = nodes * size * 1000.0 / c("nas-read") / 60.0
+    return max(own, shared), "read from the cache on the shared storage by every node"
+
+
+def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
+                options: Options = NO_OPTIONS) -> Profile:
     image = image_path(config)
+    pullers = min(nodes, parallel)
+    p2p = options.p2p and nodes > c("p2p-above")
+    if path == "new" and image.kind == "public":
+        pull = pull_minutes(image.size_gb, image.rate_mbps / 8.0, c("public-source"), pullers, p2p)
+    else:
+        rate = c("tuned-pull") if options.tuned_pull else c("vpc-pull")
+        pull = pull_minutes(image.size_gb, rate, c("registry-backend"), pullers, p2p)
+    model, how = _model_step(config, path, nodes, options)
     driver = config.nodes.gpu_driver == "auto-install"
-    return {
-        "new": Profile("new", image.minutes, driver),
-        "in-region": Profile("in-region", pull_minutes(image.size_gb, VPC_PULL_MBPS), driver),
-        "baked": Profile("baked", 0.0, False),
-    }
+    return Profile(
+        path=path,
+        pull_minutes=0.0 if path == "warm" else pull,
+        driver_install=driver,
+        baked=path == "warm",
+        base_image=options.base_image,
+        requirements_in_image=options.requirements_in_image,
+        model_minutes=model,
+        model_how=how,
+        framework_minutes=c("framework-start"),
+        boot_minutes=c("resume-boot") if options.resume else c("boot"),
+        preamble_minutes=c("resume-preamble") if options.resume else c("preamble"),
+    )
+
+
+def template(records: Sequence[StepRecord]) -> list[StepRecord]:
+    """The head's steps and one worker's (node-1): every worker of a cluster does what node-1 does."""
+    kept = [r for r in records if r.node in ("node-0", "node-1")]
+    keys = {r.key for r in kept}
+    return [replace(r, depends_on=tuple(d for d in r.depends_on if d in keys)) for r in kept]
+
+
+def first_step(config: ClusterConfig, records: Sequence[StepRecord], path: Path, nodes: int, parallel: int,
+               options: Options = NO_OPTIONS) -> Schedule:
+    """The schedule to the first training step of `nodes` nodes on `path` with `parallel` Pulumi slots: node-0 in
+    the first wave, node-1 standing for a worker of the last one."""
+    steps = template(records)
+    profile = profile_for(config, path, nodes, parallel, options)
+    count = waves(nodes, parallel)
+    if count == 1 or not any(r.node == "node-1" for r in steps):
+        return replace(schedule(steps, profile, to_first_step=True), waves=count)
+    # A wave ends when its nodes' last bootstrap step (before Ray) ends; the next wave's nodes start then.
+    bootstrap = [r for r in steps if r.node == "node-1" and not r.step.startswith(("ray-", "job"))]
+    start = 0.0
+    for _ in range(count - 1):
+        alone = schedule(bootstrap, profile, worker_start=start)
+        start = max(alone.finish[r.key] for r in bootstrap) - profile.preamble_minutes - profile.boot_minutes
+    return replace(schedule(steps, profile, worker_start=start, to_first_step=True), waves=count)
 
 
 def configured_path(config: ClusterConfig) -> Path:
     """The path this stack's nodes take as configured."""
     if config.nodes.image is not None:
-        return "baked"
+        return "warm"
     return "in-region" if image_path(config).kind == "vpc" else "new"
+
+
+def minutes_to_first_step(config: ClusterConfig, records: Sequence[StepRecord], parallel: int | None = None,
+                          options: Options = NO_OPTIONS) -> float:
+    """Modelled minutes from `pulumi up` to the first training step for the stack as configured: its path, its
+    node count (config.nodes.count) and Pulumi's parallelism (default: this machine's, default_parallel())."""
+    slots = parallel if parallel is not None else default_parallel()[0]
+    path = configured_path(config)
+    return first_step(config, records, path, config.nodes.count, slots, options).total
+

@@ -18,8 +18,11 @@ endpoint) or over its public IP. Facts (../shared/reference/alibaba-cloud-verifi
 - Pulls from outside China (Docker Hub, GCR, Quay) from mainland regions "can fail due to network issues"
   (acr/user-guide/subscribe-to-image-tags); the per-account Docker Hub accelerator's current scope is UNCONFIRMED.
 
-The VPC pull rate is an assumption, not a documented figure (UNCONFIRMED): a pull over the VPC is bounded by the
-node's layer extraction rather than the network; 800 Mbit/s (100 MB/s) is used. Image sizes are compressed sizes;
+The VPC pull rate is not a documented Alibaba figure (UNCONFIRMED there): a pull over the VPC is bounded by the
+node's layer decompression and extraction rather than the network; public measurements of a stock `docker pull` of
+10-20 GB ML images give 17-40 MB/s (../shared/reference/performance-frontier.md section 2.3: moby #21814, Alibaba's
+Compute Nest verl template, Tensorfuse, Union.ai), so 35 MB/s (280 Mbit/s) is used. With many nodes the registry's
+shared backend bounds it further (devtools/schedule.py). Image sizes are compressed sizes;
 the known ones below are estimates (UNCONFIRMED) that `container.imageSizeGb` overrides.
 """
 
@@ -31,7 +34,7 @@ from typing import Literal
 
 from infra.config import ClusterConfig, acr_vpc_region
 
-VPC_PULL_MBPS = 800.0
+VPC_PULL_MBPS = 280.0  # 35 MB/s: a stock docker pull of a large ML image (see above)
 DEFAULT_IMAGE_SIZE_GB = 20.0
 # Compressed sizes of images the shipped stacks use, found by repository and tag wherever they are copied to
 # (pattern -> GB). Estimates: the issue's "20-30 GB" for ROLL's images; NGC PyTorch and verl's vLLM images are
@@ -63,8 +66,9 @@ class ImagePath:
     def describe(self) -> str:
         size = f"{self.size_gb:g} GB" + ("" if self.size_known else " (assumed; set container.imageSizeGb)")
         if self.kind == "vpc":
-            return (f"{size} from {self.host} over the VPC (ACR VPC endpoint; assumed {self.rate_mbps:g} Mbit/s): "
-                    f"{self.minutes:.1f} min per node")
+            return (f"{size} from {self.host} over the VPC (ACR VPC endpoint; a stock docker pull, about "
+                    f"{self.rate_mbps:g} Mbit/s): {self.minutes:.1f} min per node alone, more when many nodes share "
+                    "the registry's backend")
         return (f"{size} from {self.host} over each node's public IP at {self.rate_mbps:g} Mbit/s: "
                 f"{self.minutes:.1f} min per node")
 

@@ -64,7 +64,7 @@ def test_no_worker_step_depends_on_another_worker_and_bootstrap_never_crosses_no
 def test_critical_path_does_not_grow_with_node_count(count):
     base = schedule(run("multi", config={"roll-cluster:nodes": {"count": 2}}).steps).total
     total = schedule(run("multi", config={"roll-cluster:nodes": {"count": count}}).steps).total
-    assert total == base
+    assert total == base  # the graph alone (every node in one wave, no shared backend): workers wait only for the head
 
 
 def test_critical_path_goes_through_the_later_of_pull_and_driver_not_their_sum():
@@ -97,6 +97,9 @@ def test_training_container_has_gpus_host_network_ipc_shm_mounts_and_node_env():
     assert envs == {
         "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "MASTER_ADDR": head_private,
         "MASTER_PORT": "6379", "RANK": "1", "NODE_RANK": "1",
+        # Model caches on the data disk, ModelScope's in-cloud download in cn-hangzhou (infra/model_cache.py).
+        "HF_HOME": "/data/cache/huggingface", "MODELSCOPE_CACHE": "/data/cache/modelscope",
+        "MODELSCOPE_DOWNLOAD_INTRA_CLOUD_REGION": "cn-hangzhou", "INTRA_CLOUD_ACCELERATION_REGION": "cn-hangzhou",
     }
     assert container["image"].startswith("sha256:")  # the pulled image's id
 

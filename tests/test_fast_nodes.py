@@ -13,7 +13,15 @@ from script_harness import FakeNode
 
 from devtools import plan
 from devtools.offline_cloud import OfflineCloud, unwrap
-from devtools.schedule import configured_path, profiles, schedule
+from devtools.schedule import (
+    CONSTANTS,
+    NO_OPTIONS,
+    OPTIONS,
+    Options,
+    configured_path,
+    first_step,
+    minutes_to_first_step,
+)
 from infra.config import ConfigError, parse_cluster_config
 from infra.node import steps
 from infra.sources.alibaba.placement import PlacementError
@@ -143,50 +151,121 @@ def test_a_baked_image_with_a_data_disk_needs_one_on_the_nodes() -> None:
     assert cloud.of_type(INSTANCE) == []
 
 
-# ------------------------------------------------------------------------------------ time to a running job
-def totals(stack: str, count: int, **nodes: Any) -> dict[str, float]:
+# ------------------------------------------------------------------------- time to the first training step
+def records_and_config(stack: str, **nodes: Any) -> tuple[list[steps.StepRecord], Any]:
     # 128 rollouts divide over Megatron's data-parallel ranks at every size here (ROLL refuses the demo's 64 on
     # 128 GPUs); the schedule does not depend on it.
     fits = {"roll-cluster:training": {"overrides": {"rollout_batch_size": 128}}}
-    result = run(stack, config={"roll-cluster:nodes": {"count": count, **nodes}, **fits})
-    config = steps.NOTES["config"]
-    return {name: schedule(result.steps, profile).total for name, profile in profiles(config).items()}
+    result = run(stack, config={"roll-cluster:nodes": nodes, **fits} if nodes else fits)
+    return list(result.steps), steps.NOTES["config"]
 
 
-def test_the_baked_path_of_the_multi_stack_takes_at_most_6_minutes_flat_from_1_to_64_nodes() -> None:
-    by_count = {count: totals("multi", count) for count in (1, 8, 64)}
-    for count, paths in by_count.items():
-        assert paths["baked"] <= 6.0, (count, paths)
-        assert paths["baked"] < paths["in-region"] < paths["new"], (count, paths)
-    assert by_count[8]["baked"] == by_count[64]["baked"]
-    assert by_count[64]["baked"] - by_count[1]["baked"] < 0.5  # one node has no worker to join
+def at(count: int, path: str, options: Options = NO_OPTIONS, parallel: int | None = None, **nodes: Any) -> float:
+    records, config = records_and_config("multi", **nodes)
+    return first_step(config, records, path, count, parallel or count, options).total  # type: ignore[arg-type]
+
+
+def test_the_model_goes_to_the_first_step_with_the_model_download_and_the_frameworks_start_up() -> None:
+    records, config = records_and_config("multi")
+    plan = first_step(config, records, "new", 2, 2)
+    assert plan.critical_path[:2] == ["preamble", "boot"]
+    assert plan.critical_path[-2:] == ["node-0/model", "node-0/start-up"]
+    # hf-mirror (the mainland default) over each node's 100 Mbit/s public IP: 15 GB at 12.5 MB/s = 20 min at best.
+    assert plan.step_minutes("node-0/model") == pytest.approx(20.0)
+    assert plan.step_minutes("node-0/start-up") == CONSTANTS["framework-start"].value
+    # The job's 10 s watch runs beside the job's start: only the submission is on the path.
+    assert plan.step_minutes("node-0/job") == pytest.approx((24.5 - 10) / 60)
+
+
+def test_the_in_region_pull_is_bounded_by_the_registry_backend_as_nodes_are_added() -> None:
+    # 25 GB at 35 MB/s is 11.9 min alone; 64 nodes share a 10 Gbit/s backend: 64 x 25 x 8 / 10 / 60 = 21.3 min.
+    small, large = at(2, "in-region"), at(64, "in-region")
+    records, config = records_and_config("multi")
+    plan = first_step(config, records, "in-region", 64, 64)
+    assert plan.step_minutes("node-0/pull-image") == pytest.approx(21.33, abs=0.01)
+    assert large > small
+    # With P2P above 16 nodes the backend serves a few copies: the pull is the node's own rate again.
+    assert at(64, "in-region", Options(p2p=True)) < large
+
+
+def test_too_few_pulumi_slots_bootstrap_the_nodes_in_waves() -> None:
+    records, config = records_and_config("multi")
+    enough = first_step(config, records, "in-region", 64, 64)
+    halves = first_step(config, records, "in-region", 64, 32)
+    assert (enough.waves, halves.waves) == (1, 2)
+    assert "node-1/slot" in halves.critical_path  # the last wave's worker waits for a slot
+    assert halves.total > enough.total
+
+
+def test_the_modelled_options_meet_or_miss_the_issue_targets_as_the_docs_say() -> None:
+    # docs/performance.md states these figures; the targets (12 min at 64 nodes, 16 at 256, warm 5 at 64) are not
+    # met by the model: the framework's start-up (3 min, assumed) and the weights' read remain.
+    assert at(64, "in-region", OPTIONS) == pytest.approx(15.0, abs=0.1)
+    assert at(256, "in-region", OPTIONS) == pytest.approx(19.8, abs=0.1)
+    assert at(64, "warm", OPTIONS) == pytest.approx(9.4, abs=0.1)
+    assert at(64, "in-region", OPTIONS) < at(64, "in-region") - 20  # driver, backend and code off the path
+
+
+def test_the_warm_path_is_the_fastest_and_flat_up_to_64_nodes_on_local_weights() -> None:
+    by_count = {count: at(count, "warm", OPTIONS) for count in (2, 16, 64, 256)}
+    assert len(set(by_count.values())) == 1, by_count  # nothing shared is read at once
+    for count in (2, 64):
+        assert at(count, "warm") < at(count, "in-region") < at(count, "new")
 
 
 def test_the_model_uses_the_image_size_and_the_node_bandwidth() -> None:
-    base = totals("multi", 2)
-    half_bandwidth = totals("multi", 2, internetBandwidthMbps=50)
+    base = at(2, "new")
+    half_bandwidth = at(2, "new", internetBandwidthMbps=50)
     result = run("multi", config={"roll-cluster:container": {"imageSizeGb": 50}})
-    bigger = {n: schedule(result.steps, p).total for n, p in profiles(steps.NOTES["config"]).items()}
-    # 25 GB over 100 Mbit/s is 33.3 min; at 50 Mbit/s twice that, and so is 50 GB at 100 Mbit/s.
-    assert half_bandwidth["new"] - base["new"] == pytest.approx(33.3, abs=0.1)
-    assert bigger["new"] - base["new"] == pytest.approx(33.3, abs=0.1)
-    assert half_bandwidth["baked"] == base["baked"]  # nothing is pulled on a baked node
+    bigger = first_step(steps.NOTES["config"], list(result.steps), "new", 2, 2).total
+    # 25 GB over 100 Mbit/s is 33.3 min; at 50 Mbit/s twice that, and so is 50 GB at 100 Mbit/s. At 50 Mbit/s the
+    # model's download over the public IP also halves its rate: 15 GB at 6.25 MB/s is 20 min more.
+    assert half_bandwidth - base == pytest.approx(33.3 + 20.0, abs=0.1)
+    assert bigger - base == pytest.approx(33.3, abs=0.1)
+    assert at(2, "warm", internetBandwidthMbps=50) == at(2, "warm")  # nothing is pulled on a baked node
 
 
-def test_the_plan_prints_each_path_with_its_critical_path_and_warns_about_the_public_pull(capsys) -> None:
-    assert plan.main(["multi"]) == 0
+def test_minutes_to_first_step_follows_the_configured_path_count_and_parallelism() -> None:
+    records, config = records_and_config("multi", count=64)
+    assert minutes_to_first_step(config, records, parallel=64) == pytest.approx(
+        first_step(config, records, "new", 64, 64).total)
+    assert minutes_to_first_step(config, records, parallel=8) > minutes_to_first_step(config, records, parallel=64)
+
+
+def test_the_plan_prints_each_path_at_four_node_counts_with_critical_paths_and_constants(capsys) -> None:
+    assert plan.main(["multi", "--parallel", "8"]) == 0
     text = capsys.readouterr().out
-    assert "== Time to a running job" in text
-    for label in ("new cluster, image as configured", "image in your registry in the region (VPC)",
-                  "baked image (nodes.image)"):
-        line = next(line for line in text.splitlines() if label in line)
-        assert " min" in line
-    assert text.count("critical path: boot 2 -> ") == 3
-    assert "node-0/pull-image 33.3" in text  # today's path: the pull dominates
+    assert "== Time to the first training step" in text
+    header = next(line for line in text.splitlines() if "minutes to the first step at N nodes" in line)
+    assert header.split()[8:12] == ["2", "16", "64", "256"]
+    for label in plan.PATH_LABELS.values():
+        cells = next(line for line in text.splitlines() if line.startswith(f"  {label}"))[64:].split()
+        assert len(cells) >= 5 and all(float(cell) > 0 for cell in cells[:5]), cells
+    for name in ("new", "in-region", "warm"):
+        line = next(line for line in text.splitlines() if line.startswith(f"  critical path, {name}, 64 nodes"))
+        assert line.split(": ", 1)[1].startswith("preamble 1.0 -> boot 2.0 -> ")
+        assert "node-0/model" in line and line.endswith("node-0/start-up 3.0")
+    assert "node-0/pull-image 33.3" in text  # today's path: the public pull dominates
+    assert "node-0/model 20.0" in text  # and every node's download of the model
+    for key, constant in CONSTANTS.items():
+        assert any(line.startswith(f"    {key} ") and line.endswith(constant.source) for line in text.splitlines())
+        assert constant.source.startswith(("[", "ASSUMPTION")), key  # cited or labelled
+    assert "Pulumi parallelism: 8 slots (--parallel given to the plan)" in text
     assert "WARNING  the 25 GB image comes over each node's public IP at 100 Mbit/s" in text
     assert "registry-vpc.cn-hangzhou.aliyuncs.com/<namespace>/<repo>:<tag>" in text
     for step in ("driver", "prepare-host", "docker", "pull-image", "gpu-ready", "code"):
         assert any(line.startswith(f"    {step} ") for line in text.splitlines()), step
+
+
+def test_the_plan_warns_when_pulumis_parallelism_would_serialise_the_node_bootstraps(capsys) -> None:
+    fits = ["--config", 'roll-cluster:training={"overrides": {"rollout_batch_size": 128}}']
+    assert plan.main(["multi", "--nodes", "64", "--parallel", "32", *fits]) == 0
+    text = capsys.readouterr().out
+    assert ("WARNING  64 nodes with 32 Pulumi slots (--parallel given to the plan): each node's bootstrap holds a "
+            "slot, so the nodes bootstrap in 2 waves") in text
+    assert "`pulumi up --parallel 80`" in text
+    assert plan.main(["multi", "--nodes", "64", "--parallel", "80", *fits]) == 0
+    assert "Pulumi slots" not in capsys.readouterr().out
 
 
 def test_an_image_in_the_regions_registry_comes_over_the_vpc_without_a_warning(capsys) -> None:
@@ -196,7 +275,7 @@ def test_an_image_in_the_regions_registry_comes_over_the_vpc_without_a_warning(c
     text = plan.render(result)
     assert "25 GB from registry-vpc.cn-hangzhou.aliyuncs.com over the VPC" in text
     assert "  WARNING  " not in text
-    assert "<- this stack" in next(line for line in text.splitlines() if "(VPC)" in line)
+    assert "<- this stack" in next(line for line in text.splitlines() if "in the region's registry" in line)
 
 
 def test_a_registry_outside_china_in_a_mainland_region_is_warned_about() -> None:
@@ -206,3 +285,15 @@ def test_a_registry_outside_china_in_a_mainland_region_is_warned_about() -> None
     result = run("multi", config={"roll-cluster:container": {"image": abroad}})
     text = plan.render(result)
     assert "nvcr.io is outside China" in text
+
+
+def test_without_shared_storage_the_model_is_read_from_each_nodes_data_disk_flat_in_the_node_count() -> None:
+    result = run("multi", config={"roll-cluster:storage": {"nas": False}})
+    config, records = steps.NOTES["config"], list(result.steps)
+    plans = {n: first_step(config, records, "warm", n, n) for n in (2, 256)}
+    # 15 GB at the ESSD's 220 MB/s: 1.1 min on every node at once, nothing shared.
+    assert plans[2].step_minutes("node-0/model") == plans[256].step_minutes("node-0/model") == pytest.approx(1.14,
+                                                                                                            abs=0.01)
+    assert "data disk" in plans[2].profile.model_how
+    text = plan.render(result, parallel=8)
+    assert "warm start: baked image (nodes.image), model on the data disks" in text

@@ -197,6 +197,7 @@ def test_install_docker_on_alinux_then_a_second_run_changes_nothing(node: FakeNo
     config = json.loads((node.etc / "docker" / "daemon.json").read_text())
     assert config["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
     assert config["data-root"] == data_root
+    assert config["max-concurrent-downloads"] == 10  # pulls fetch 10 layers at once, not Docker's 3
     assert docker_info(node) == config  # dockerd runs with the final configuration
     assert "enable --now docker" in node.calls("systemctl")
     assert not any(call.startswith("restart") for call in node.calls("systemctl"))
@@ -214,6 +215,7 @@ def test_install_docker_on_alinux_then_a_second_run_changes_nothing(node: FakeNo
         "already installed: docker-ce docker-ce-cli containerd.io nvidia-container-toolkit; skipped",
         "nvidia runtime already in",
         f"data-root already {data_root}",
+        "max-concurrent-downloads already 10",
         "docker already enabled and running with this configuration; restart skipped",
     ):
         assert skipped in second.stdout
