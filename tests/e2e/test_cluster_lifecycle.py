@@ -153,6 +153,12 @@ def job_status_until(network: TestNetwork, command: str, reached: Callable[[Comm
         time.sleep(3)
 
 
+def dashboard_log_tail(host: TestHost, lines: int = 40) -> str:
+    """The end of the head's Ray dashboard logs (the Jobs API), for a failure message."""
+    logs = sorted((host.root / "tmp" / "ray").glob("session_*/logs/dashboard*.*"), key=lambda p: p.stat().st_mtime)
+    return "".join(f"\n--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) for p in logs[-3:])
+
+
 def is_running(result: CommandResult) -> bool:
     return result.returncode == 0 and "RUNNING" in result.stdout
 
@@ -183,7 +189,7 @@ def test_a_rebooted_head_comes_back_the_workers_rejoin_and_job_status_says_the_j
         # The head's Jobs API (its dashboard process) answers some time after the GCS that `ray status` reads:
         # jobStatus waits for it (bounded, saying so) and the test waits for the answer, not for a guessed time.
         lost = job_status_until(network, long.outputs["jobStatus"], lambda r: r.returncode == 3, timeout=600)
-        assert lost.returncode == 3, lost.output
+        assert lost.returncode == 3, lost.output + dashboard_log_tail(head)
         assert f"job {long.outputs['jobId']}: LOST" in lost.stdout and "Traceback" not in lost.output
         assert long.outputs["jobResubmit"] in lost.stdout
         # What `pulumi up --replace <job URN>` runs: the job's delete (nothing to stop), then its create, which
