@@ -1,7 +1,7 @@
 """The Alibaba Cloud the offline cloud models: its zones, stock, images, answer shapes and two of its limits.
 
 The regions' zones, the zones with stock of each GPU family and the public images; the shapes of its answers
-(resource ids, disk records, the properties whose change replaces a resource, generated host keys); the key types
+(resource ids, disk records, generated host keys); the key types
 ImportKeyPair takes and the size of user data. Data only, kept apart from the mocks in devtools/offline_cloud.py
 that answer with it."""
 
@@ -55,21 +55,7 @@ ID_PREFIX = {
 }
 
 
-# Properties whose change replaces the resource (ForceNew in aliyun/terraform-provider-alicloud:
-# resource_alicloud_vswitch.go cidr_block/vpc_id/zone_id; alicloud_instance vswitch_id (availability_zone follows
-# it); alicloud_nas_mount_target file_system_id/vswitch_id/vpc_id/network_type; alicloud_nas_file_system
-# zone_id/protocol_type/storage_type/file_system_type; the VPC cidr_block is kept ForceNew here for safety).
-FORCE_NEW: dict[str, set[str]] = {
-    "alicloud:vpc/switch:Switch": {"cidrBlock", "vpcId", "zoneId"},
-    "alicloud:vpc/network:Network": {"cidrBlock"},
-    "alicloud:ecs/instance:Instance": {"vswitchId", "availabilityZone"},
-    "alicloud:nas/mountTarget:MountTarget": {"fileSystemId", "vswitchId", "vpcId", "networkType"},
-    "alicloud:nas/fileSystem:FileSystem": {"zoneId", "protocolType", "storageType", "fileSystemType"},
-    "alicloud:ecs/securityGroupRule:SecurityGroupRule": {
-        "type", "ipProtocol", "portRange", "securityGroupId", "sourceSecurityGroupId", "cidrIp", "ipv6CidrIp",
-        "nicType", "policy", "priority",
-    },
-}
+# Which property changes replace a resource: the provider's own rules, devtools/provider_rules (generated).
 
 
 DISK_FIELDS = (

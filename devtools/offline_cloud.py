@@ -35,7 +35,6 @@ from pulumi.runtime import settings as pulumi_settings
 from devtools.alibaba_shapes import (
     DEFAULT_FAMILY_ZONES,
     DISK_FIELDS,
-    FORCE_NEW,
     ID_PREFIX,
     IMPORT_KEY_PAIR_TYPES,
     OS_IMAGES,
@@ -43,6 +42,7 @@ from devtools.alibaba_shapes import (
     USER_DATA_LIMIT_BYTES,
     offline_host_key,
 )
+from devtools import provider_rules
 from devtools.mock_secrets import is_secret, reveal, unwrap
 from infra import runmode
 from infra.layout import PROJECT_DIR
@@ -128,6 +128,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             return {}
         try:
             self._check_region()
+            _refuse_by_rules(provider_rules.check_invoke(args.token, args.args))
             return handler(dict(args.args))
         except CloudRefusal as refusal:
             # The engine reports a data source's error as a failed invoke: the program sees an exception.
@@ -316,6 +317,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
         typ = args.typ
         _refuse_like_alibaba(typ, args.name, inputs)
+        _refuse_by_rules(provider_rules.check_resource(typ, args.name, inputs))
         old = self._prior(typ, args.name)
         change = self._change(typ, args.name, inputs, old)
         self.changes[args.name] = change
@@ -380,11 +382,13 @@ class OfflineCloud(pulumi.runtime.Mocks):
             return "create"
         options = self.options.get(name)
         ignored = set(options.ignore_changes or []) if options is not None else set()
+        if typ.startswith("alicloud:"):
+            return _provider_change(typ, old.inputs, inputs, ignored, options)
         keys = (set(inputs) | set(old.inputs)) - ignored
         changed = {k for k in keys if _canonical(inputs.get(k)) != _canonical(old.inputs.get(k))}
         if not changed:
             return "same"
-        return "replace" if changed & FORCE_NEW.get(typ, set()) or not typ.startswith("alicloud:") else "update"
+        return "replace"
 
     def live(self, typ: str) -> list[Registered]:
         """Resources of a type that exist while this run creates: this run's, and the prior ones not yet deleted
@@ -526,6 +530,23 @@ class OfflineCloud(pulumi.runtime.Mocks):
         if not found:
             raise KeyError(f"no resource named {name}; have {[r.name for r in self.resources]}")
         return found[0]
+
+
+def _provider_change(typ: str, old: Mapping[str, Any], new: Mapping[str, Any], ignored: set[str],
+                     options: pulumi.ResourceOptions | None) -> str:
+    """An alicloud resource's diff: the provider's ForceNew fields (devtools/provider_rules), or a path the
+    program named in replace_on_changes (the engine's PropertyPath.Contains, pkg/resource/deploy/
+    step_generator.go:3170-3198), replace; any other change updates in place."""
+    paths = provider_rules.changed_paths(typ, old, new, ignored)
+    replace_on = list(options.replace_on_changes or []) if options is not None else []
+    named = [p for p in paths for r in replace_on
+             if r == "*" or re.sub(r"\[\d+\]", "[*]", p) == r or p.startswith((r + ".", r + "["))]
+    return "same" if not paths else "replace" if any(paths.values()) or named else "update"
+
+
+def _refuse_by_rules(errors: Sequence[str]) -> None:
+    if errors:  # the provider's schema validation, before any API call (devtools/provider_rules)
+        raise CloudRefusal("; ".join(errors))
 
 
 def _canonical(value: Any) -> str:
