@@ -99,7 +99,7 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
                 identity=node.instance_id,
                 data_disk_serial=node.data_disk_serial,
                 host_key=node.host_public_key,
-                depends_on=[node],
+                depends_on=[node, *network.ssh_rules],
                 bake=_baker(stack, node) if config.nodes.bake and rank == 0 else None,
             )
         )

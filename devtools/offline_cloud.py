@@ -89,6 +89,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
     preview: bool = False
     previous: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing_images: set[str] = field(default_factory=set)  # custom image ids the account does not have
+    creating_images: set[str] = field(default_factory=set)  # custom image ids still being made (status Creating)
+    # Zones that sell a family or type (DescribeZones' catalogue, what get_zones answers); None: the stock zones.
+    catalogue: dict[str, list[str]] | None = None
+    bss_denied: bool = False  # the account may not read prices (BSS): get_instance_types(sorted_by="Price") fails
     prior: list[Registered] = field(default_factory=list)
     external_file_systems: dict[str, str] = field(default_factory=dict)
     currency: str | None = "CNY"
@@ -107,7 +111,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         changes: fields that differ next time (stock, prices, ...)."""
         fields: dict[str, Any] = {
             "stock": self.stock, "prices": self.prices, "external_file_systems": self.external_file_systems,
-            "currency": self.currency,
+            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied,
         }
         fields.update(changes)
         return OfflineCloud(prior=list(self.resources), **fields)
@@ -142,9 +146,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
         if region not in REGION_ZONES:
             raise CloudRefusal(f"the offline cloud does not model region {region} (it knows {', '.join(REGION_ZONES)})")
 
-    def zones_with_stock(self, type_name: str, region: str) -> list[str]:
-        family = catalog.family_of(type_name) or ""
-        listed = self.stock.get(type_name, self.stock.get(family, []))
+    def zones_with_stock(self, type_name: str, region: str, table: dict[str, list[str]] | None = None) -> list[str]:
+        family, table = catalog.family_of(type_name) or "", self.stock if table is None else table
+        listed = table.get(type_name, table.get(family, []))
         return [z for z in REGION_ZONES.get(region, []) if z in listed]
 
     @staticmethod
@@ -154,7 +158,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
     def _zones(self, args: dict[str, Any]) -> dict[str, Any]:
         region = self.region()
         wanted = args.get("availableInstanceType")
-        zones = self.zones_with_stock(wanted, region) if wanted else REGION_ZONES.get(region, [])
+        # DescribeZones' catalogue: a zone that sells the type, stock or not (TF data_source_alicloud_zones.go:437).
+        zones = self.zones_with_stock(wanted, region, self.catalogue) if wanted else REGION_ZONES.get(region, [])
         return {
             "ids": zones,
             "zones": [
@@ -186,7 +191,11 @@ class OfflineCloud(pulumi.runtime.Mocks):
             # available in the region %s" (the data source fails; it does not answer empty).
             raise CloudRefusal(f"Availability zone {zone} status is not available in the region {region}")
         zones = self.zones_with_stock(name, region) if name else []
-        if info is None or not zones or (zone and zone not in zones):
+        if zone and zone not in zones:  # TF service_alicloud_ecs.go:513-516: the data source fails
+            raise CloudRefusal(f"Availability zone {zone} status is sold out")
+        if args.get("sortedBy") == "Price" and self.bss_denied:  # BSS GetPayAsYouGoPrice (instance_types.go:431)
+            raise CloudRefusal("Forbidden.RAM: User not authorized to operate on the specified resource (bss)")
+        if info is None or not zones:
             return {"ids": [], "instanceTypes": []}  # sold-out types are omitted, like the real API
         # `price` only with sorted_by = "Price" (data_source_alicloud_instance_types.go; the `price` docstring).
         price = self.price(info.name) if args.get("sortedBy") == "Price" else None
@@ -227,8 +236,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
         return {"ids": [disk_id], "disks": [disk], "totalCount": 1}
 
     def _images(self, args: dict[str, Any]) -> dict[str, Any]:
-        if args.get("imageId"):
-            return self._custom_image(str(args["imageId"]))
+        if args.get("imageId"):  # a custom image is the account's own ("self"); status filter default Available
+            found = self._custom_image(str(args["imageId"])) if args.get("owners") in ("self", None) else {}
+            status = "Creating" if args["imageId"] in self.creating_images else "Available"
+            return found if found and status == (args.get("status") or "Available") else {"ids": [], "images": []}
         pattern = re.compile(args.get("nameRegex") or ".*")
         matches = [(n, os_name) for n, os_name in OS_IMAGES if pattern.search(n)]
         if args.get("mostRecent"):
@@ -534,9 +545,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
 
 def _provider_change(typ: str, old: Mapping[str, Any], new: Mapping[str, Any], ignored: set[str],
                      options: pulumi.ResourceOptions | None) -> str:
-    """An alicloud resource's diff: the provider's ForceNew fields (devtools/provider_rules), or a path the
-    program named in replace_on_changes (the engine's PropertyPath.Contains, pkg/resource/deploy/
-    step_generator.go:3170-3198), replace; any other change updates in place."""
+    """Replace on a changed ForceNew field (devtools/provider_rules) or replace_on_changes path (engine
+    step_generator.go:3170-3198, PropertyPath.Contains); any other change is an update in place."""
     paths = provider_rules.changed_paths(typ, old, new, ignored)
     replace_on = list(options.replace_on_changes or []) if options is not None else []
     named = [p for p in paths for r in replace_on
@@ -544,8 +554,8 @@ def _provider_change(typ: str, old: Mapping[str, Any], new: Mapping[str, Any], i
     return "same" if not paths else "replace" if any(paths.values()) or named else "update"
 
 
-def _refuse_by_rules(errors: Sequence[str]) -> None:
-    if errors:  # the provider's schema validation, before any API call (devtools/provider_rules)
+def _refuse_by_rules(errors: Sequence[str]) -> None:  # the provider's schema validation (devtools/provider_rules)
+    if errors:
         raise CloudRefusal("; ".join(errors))
 
 

@@ -48,6 +48,7 @@ def _check(what: str, fields: Mapping[str, Any], values: Mapping[str, Any]) -> l
     validateAtLeastOneAttribute, validateExactlyOneAttribute, validateConflictingAttributes, ValidateFunc),
     worded as the SDK words it, with the Pulumi names."""
     errors: list[str] = []
+    groups: set[tuple[str, ...]] = set()  # an AtLeastOneOf/ExactlyOneOf group is checked once
     for name, field in fields.items():
         if "." in name or "[" in name:
             continue
@@ -56,13 +57,17 @@ def _check(what: str, fields: Mapping[str, Any], values: Mapping[str, Any]) -> l
             continue
         if field.get("required") and not _set(value):
             errors.append(f"{what}: {name!r} is required")
+        for kind in ("atLeastOneOf", "exactlyOneOf"):
+            group = tuple(sorted(field.get(kind, [])))
+            if not group or (kind, *group) in groups or any(_unknown(values.get(g)) for g in group):
+                continue
+            groups.add((kind, *group))
+            count = sum(_set(values.get(g)) for g in group)
+            if kind == "atLeastOneOf" and count == 0:
+                errors.append(f"{what}: one of `{','.join(group)}` must be specified")
+            if kind == "exactlyOneOf" and count != 1:
+                errors.append(f"{what}: exactly one of `{','.join(group)}` must be specified")
         if not _set(value):
-            group = field.get("atLeastOneOf")
-            if group and name == sorted(group)[0] and not any(_set(values.get(g)) for g in group):
-                errors.append(f"{what}: one of `{','.join(sorted(group))}` must be specified")
-            group = field.get("exactlyOneOf")
-            if group and name == sorted(group)[0] and sum(_set(values.get(g)) for g in group) != 1:
-                errors.append(f"{what}: exactly one of `{','.join(sorted(group))}` must be specified")
             continue
         for other in field.get("conflictsWith", []):
             if "." not in other and _set(values.get(other)):
