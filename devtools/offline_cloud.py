@@ -32,6 +32,7 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
+from devtools import provider_rules
 from devtools.alibaba_shapes import (
     DEFAULT_FAMILY_ZONES,
     DISK_FIELDS,
@@ -42,7 +43,6 @@ from devtools.alibaba_shapes import (
     USER_DATA_LIMIT_BYTES,
     offline_host_key,
 )
-from devtools import provider_rules
 from devtools.mock_secrets import is_secret, reveal, unwrap
 from infra import runmode
 from infra.layout import PROJECT_DIR

@@ -50,7 +50,7 @@ def test_an_image_still_being_created_is_reported_as_not_available_yet() -> None
 def test_a_type_listed_in_a_zone_but_sold_out_there_stops_before_anything_is_created() -> None:
     # get_zones lists the zone (DescribeZones: the type is sold there); the type's own answer has no stock.
     cloud = OfflineCloud(catalogue={"ecs.gn6v": ["cn-hangzhou-i"]}, stock={"ecs.gn6v": []})
-    with pytest.raises(PlacementError, match="ecs.gn6v-c8g1.2xlarge: no stock in any zone of cn-hangzhou"):
+    with pytest.raises(PlacementError, match=r"ecs\.gn6v-c8g1\.2xlarge: no stock in any zone of cn-hangzhou"):
         run("dev", cloud=cloud)
     assert cloud.resources == []
 

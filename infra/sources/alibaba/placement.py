@@ -353,8 +353,9 @@ def _own_image(config: ClusterConfig, type_name: str | None = None) -> Any:
 
 
 def image_data_disk(config: ClusterConfig) -> tuple[str, int, str] | None:
-    """The data-disk snapshot (id, GB, device) of nodes.image, or None. A baked image carries the head's data disk (Docker's
-    images are on it when nodes.dataDiskGb > 0): the nodes' data disks are made from that snapshot.
+    """The data-disk snapshot (id, GB, device) of nodes.image, or None. A baked image carries the head's data disk
+    (Docker's images are on it when nodes.dataDiskGb > 0): the nodes' data disks are made from that snapshot, each
+    at the device of the image's mapping, so that it sets the size of the disk ECS makes from the image.
 
     The device names of DescribeImages' disk mappings (/dev/xvda for the system disk) are the convention of the
     API's examples; that the system disk is always `...a` is UNCONFIRMED.
