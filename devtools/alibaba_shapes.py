@@ -86,3 +86,11 @@ IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha
 # (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2; counted on the bytes
 # before Base64, as the RunInstances UserData parameter states (docs/verified-facts.md 1).
 USER_DATA_LIMIT_BYTES = 32 * 1024
+
+
+def nas_zones(region: str, sold: dict[str, list[str]]) -> dict[str, object]:
+    """NAS DescribeZones (alicloud.nas.get_zones): per zone the storage types it sells; `sold` overrides a zone's
+    (default: Capacity, Performance and Premium everywhere, a plausible picture, not a live one)."""
+    default = ["Capacity", "Performance", "Premium"]
+    return {"zones": [{"zoneId": z, "instanceTypes": [{"storageType": t, "protocolType": "NFS"}
+                                                      for t in sold.get(z, default)]} for z in REGION_ZONES[region]]}

@@ -32,7 +32,7 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
-from devtools import provider_rules
+from devtools import alibaba_shapes, provider_rules
 from devtools.alibaba_shapes import (
     DEFAULT_FAMILY_ZONES,
     DISK_FIELDS,
@@ -90,8 +90,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
     previous: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing_images: set[str] = field(default_factory=set)  # custom image ids the account does not have
     creating_images: set[str] = field(default_factory=set)  # custom image ids still being made (status Creating)
-    # Zones that sell a family or type (DescribeZones' catalogue, what get_zones answers); None: the stock zones.
-    catalogue: dict[str, list[str]] | None = None
+    catalogue: dict[str, list[str]] | None = None  # zones that sell a type (get_zones' answer); None: the stock ones
+    nas_types: dict[str, list[str]] = field(default_factory=dict)  # zone -> NAS storage types sold (default: all)
     bss_denied: bool = False  # the account may not read prices (BSS): get_instance_types(sorted_by="Price") fails
     prior: list[Registered] = field(default_factory=list)
     external_file_systems: dict[str, str] = field(default_factory=dict)
@@ -127,6 +127,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             "alicloud:ecs/getInstances:getInstances": self._instances_answer,
             "alicloud:cloudcontrol/getPrices:getPrices": self._prices,
             "alicloud:ecs/getEcsDisks:getEcsDisks": self._disks,
+            "alicloud:nas/getZones:getZones": lambda _: alibaba_shapes.nas_zones(self.region(), self.nas_types),
         }.get(args.token)
         if handler is None:
             return {}
@@ -194,7 +195,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         if zone and zone not in zones:  # TF service_alicloud_ecs.go:513-516: the data source fails
             raise CloudRefusal(f"Availability zone {zone} status is sold out")
         if args.get("sortedBy") == "Price" and self.bss_denied:  # BSS GetPayAsYouGoPrice (instance_types.go:431)
-            raise CloudRefusal("Forbidden.RAM: User not authorized to operate on the specified resource (bss)")
+            raise CloudRefusal("Forbidden.RAM: User not authorized to operate on the specified resource (BSS)")
         if info is None or not zones:
             return {"ids": [], "instanceTypes": []}  # sold-out types are omitted, like the real API
         # `price` only with sorted_by = "Price" (data_source_alicloud_instance_types.go; the `price` docstring).
@@ -545,8 +546,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
 
 def _provider_change(typ: str, old: Mapping[str, Any], new: Mapping[str, Any], ignored: set[str],
                      options: pulumi.ResourceOptions | None) -> str:
-    """Replace on a changed ForceNew field (devtools/provider_rules) or replace_on_changes path (engine
-    step_generator.go:3170-3198, PropertyPath.Contains); any other change is an update in place."""
+    """ForceNew (devtools/provider_rules) or replace_on_changes (step_generator.go:3170-3198) replace; else update."""
     paths = provider_rules.changed_paths(typ, old, new, ignored)
     replace_on = list(options.replace_on_changes or []) if options is not None else []
     named = [p for p in paths for r in replace_on

@@ -168,3 +168,26 @@ def test_the_offline_cloud_refuses_inputs_the_provider_schema_refuses() -> None:
     with pytest.raises(CloudRefusal):
         from devtools.offline_cloud import _refuse_by_rules
         _refuse_by_rules(errors)
+
+
+# ------------------------------------------------------------------------------------------ the rest (F8-F11)
+def test_a_zone_whose_nas_does_not_sell_the_storage_type_is_skipped_before_anything_is_created() -> None:
+    # NAS DescribeZones: cn-hangzhou-i sells only Capacity; the stack asks for Performance.
+    cloud = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i", "cn-hangzhou-k"]},
+                         nas_types={"cn-hangzhou-i": ["Capacity"]})
+    result = run("multi", cloud=cloud, config={"roll-cluster:storage": {"nasStorageType": "Performance"}})
+    assert result.outputs["zone"] == "cn-hangzhou-k"
+    nowhere = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i"]}, nas_types={"cn-hangzhou-i": ["Capacity"]})
+    with pytest.raises(PlacementError, match="NAS does not sell roll-cluster:storage.nasStorageType Performance"):
+        run("multi", cloud=nowhere, config={"roll-cluster:storage": {"nasStorageType": "Performance"}})
+    assert nowhere.resources == []
+
+
+def test_the_plan_names_what_the_first_real_up_is_the_first_test_of(capsys: Any) -> None:
+    assert plan.main(["verl"]) == 0
+    text = capsys.readouterr().out
+    assert "UNCONFIRMED: Alibaba's installer mirror holds driver 575.57.08 / CUDA 12.9.1 / cuDNN 9.10.2.21" in text
+    assert "QuotaExceed.ElasticQuota" in text
+    assert plan.main(["large"]) == 0
+    text = capsys.readouterr().out
+    assert "nvidia-fabricmanager does not start" in text and "sold only after Alibaba's approval" in text

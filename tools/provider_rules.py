@@ -50,6 +50,7 @@ DATA_SOURCES: dict[str, tuple[str, str]] = {
     "alicloud:vpc/getSwitches:getSwitches": ("alicloud_vswitches", "data_source_alicloud_vswitches.go"),
     "alicloud:ecs/getInstances:getInstances": ("alicloud_instances", "data_source_alicloud_instances.go"),
     "alicloud:ecs/getEcsDisks:getEcsDisks": ("alicloud_ecs_disks", "data_source_alicloud_ecs_disks.go"),
+    "alicloud:nas/getZones:getZones": ("alicloud_nas_zones", "data_source_alicloud_nas_zones.go"),
     "alicloud:cloudcontrol/getPrices:getPrices": (
         "alicloud_cloud_control_prices", "data_source_alicloud_cloud_control_prices.go"),
 }

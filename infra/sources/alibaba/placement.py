@@ -176,6 +176,7 @@ def _available(config: ClusterConfig, type_name: str) -> Any:
 def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
     nodes = config.nodes
     tried: list[str] = []
+    nas = _nas_zones(config)
     for type_name in nodes.instance_types:
         live = _available(config, type_name)
         zones = list(live.availability_zones) if live is not None else []
@@ -185,7 +186,12 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
             where = f"zone {nodes.zone}" if nodes.zone != "auto" else f"any zone of {config.region}"
             tried.append(f"{type_name}: no stock in {where}")
             continue
-        zone = sorted(zones)[0]
+        nas_zones = zones if nas is None else [z for z in zones if z in nas]
+        if not nas_zones:
+            tried.append(f"{type_name}: stock in {', '.join(sorted(zones))}, where NAS does not sell "
+                         f"roll-cluster:storage.nasStorageType {config.storage.nas_storage_type}")
+            continue
+        zone = sorted(nas_zones)[0]
         known = catalog.lookup(type_name)
         gpus, model = _gpus(live.gpus, known)
         if gpus is None:
@@ -208,6 +214,20 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
         + (", or nodes.zone: auto" if nodes.zone != "auto" else "")
         + ". Nothing was created."
     )
+
+
+def _nas_zones(config: ClusterConfig) -> set[str] | None:
+    """Zones where the cluster's new NAS file system can be created (None: no NAS is created, any zone).
+
+    NAS DescribeZones lists per zone the storage types it sells (alicloud.nas.get_zones, TF
+    data_source_alicloud_nas_zones.go), and not every zone sells every type: CreateFileSystem would fail after the
+    network exists. Asked once per placement, only for a new cluster (an existing one keeps its NAS)."""
+    storage = config.storage
+    if not storage.nas or storage.existing_file_system_id:
+        return None
+    answer = alicloud.nas.get_zones(file_system_type="standard").zones or []
+    return {z.zone_id for z in answer
+            if any(t.storage_type == storage.nas_storage_type for t in (z.instance_types or []))}
 
 
 def _live_price(type_name: str) -> Any:
