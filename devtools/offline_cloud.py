@@ -119,7 +119,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     # ------------------------------------------------------------------ invokes
     def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
         self.invokes.append((args.token, dict(args.args)))
-        handler = {
+        handler: Callable[[dict[str, Any]], Any] | None = {
             "alicloud:index/getZones:getZones": self._zones,
             "alicloud:ecs/getInstanceTypes:getInstanceTypes": self._instance_types,
             "alicloud:ecs/getImages:getImages": self._images,

@@ -178,7 +178,7 @@ def test_a_zone_whose_nas_does_not_sell_the_storage_type_is_skipped_before_anyth
     result = run("multi", cloud=cloud, config={"roll-cluster:storage": {"nasStorageType": "Performance"}})
     assert result.outputs["zone"] == "cn-hangzhou-k"
     nowhere = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i"]}, nas_types={"cn-hangzhou-i": ["Capacity"]})
-    with pytest.raises(PlacementError, match="NAS does not sell roll-cluster:storage.nasStorageType Performance"):
+    with pytest.raises(PlacementError, match=r"NAS does not sell roll-cluster:storage\.nasStorageType Performance"):
         run("multi", cloud=nowhere, config={"roll-cluster:storage": {"nasStorageType": "Performance"}})
     assert nowhere.resources == []
 
