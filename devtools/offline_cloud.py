@@ -89,7 +89,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     preview: bool = False
     previous: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing_images: set[str] = field(default_factory=set)  # custom image ids the account does not have
-    creating_images: set[str] = field(default_factory=set)  # custom image ids still being made (status Creating)
+    image_owners: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (owner, status); ("self", Available)
     catalogue: dict[str, list[str]] | None = None  # zones that sell a type (get_zones' answer); None: the stock ones
     nas_types: dict[str, list[str]] = field(default_factory=dict)  # zone -> NAS storage types sold (default: all)
     bss_denied: bool = False  # the account may not read prices (BSS): get_instance_types(sorted_by="Price") fails
@@ -237,9 +237,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
         return {"ids": [disk_id], "disks": [disk], "totalCount": 1}
 
     def _images(self, args: dict[str, Any]) -> dict[str, Any]:
-        if args.get("imageId"):  # a custom image is the account's own ("self"); status filter default Available
-            found = self._custom_image(str(args["imageId"])) if args.get("owners") in ("self", None) else {}
-            status = "Creating" if args["imageId"] in self.creating_images else "Available"
+        if args.get("imageId"):  # owners and status filter as the API does (status default Available)
+            owner, status = self.image_owners.get(str(args["imageId"]), ("self", "Available"))
+            found = self._custom_image(str(args["imageId"])) if args.get("owners") in (owner, None) else {}
             return found if found and status == (args.get("status") or "Available") else {"ids": [], "images": []}
         pattern = re.compile(args.get("nameRegex") or ".*")
         matches = [(n, os_name) for n, os_name in OS_IMAGES if pattern.search(n)]

@@ -40,7 +40,7 @@ def test_a_stack_booting_from_its_own_image_plans_and_asks_with_an_owner() -> No
 
 
 def test_an_image_still_being_created_is_reported_as_not_available_yet() -> None:
-    cloud = OfflineCloud(creating_images={IMAGE})
+    cloud = OfflineCloud(image_owners={IMAGE: ("self", "Creating")})
     with pytest.raises(PlacementError, match=f"roll-cluster:nodes.image: {IMAGE} is Creating, not Available yet"):
         run("multi", cloud=cloud, config=BAKED)
     assert cloud.resources == []
