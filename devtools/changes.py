@@ -36,6 +36,10 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
      "replaces every node: each new instance is created before its old one is deleted (twice the GPU quota and "
      "stock during the `up`), the nodes bootstrap again, /data and the containers are lost, the job is submitted "
      "again"),
+    ("access.sshPublicKey (Alibaba)",
+     "switching from ed25519 to an RSA or ECDSA key adds an ECS key pair to the running instances, which the provider "
+     "applies in place by rebooting them; rotating a key changes no running node (user data is ignored on running "
+     "instances): new nodes get the new key, running ones keep the old one"),
     ("nodes.placementGeneration (Alibaba: moving the cluster)",
      "replaces every node, in the newly placed zone and type (a new vSwitch beside the old one, a new NAS mount "
      "target); as above, /data and the containers are lost and the job is submitted again"),

@@ -55,6 +55,15 @@ def test_a_type_listed_in_a_zone_but_sold_out_there_stops_before_anything_is_cre
     assert cloud.resources == []
 
 
+def test_stock_is_asked_for_the_type_with_the_nodes_system_disk_without_zone_or_price() -> None:
+    cloud = OfflineCloud()
+    run("dev", cloud=cloud, config={"roll-cluster:nodes": {"spot": True}})
+    stock = [a for token, a in cloud.invokes
+             if token == "alicloud:ecs/getInstanceTypes:getInstanceTypes" and "sortedBy" not in a]
+    assert stock and all(a["systemDiskCategory"] == "cloud_essd" and a["spotStrategy"] == "SpotAsPriceGo"
+                         and "availabilityZone" not in a for a in stock)
+
+
 def test_a_network_left_by_a_failed_up_does_not_keep_a_sold_out_zone() -> None:
     first = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i"]})
     run("multi", cloud=first)

@@ -366,6 +366,10 @@ class NodesConfig(Section):
     def _price_limit_needs_spot(cls, limit: float | None, info: ValidationInfo) -> float | None:
         # `spot` is declared before `spotPriceLimit`, so info.data holds it when it is valid; a field validator
         # (unlike a model validator) runs even when other fields of the section are wrong.
+        if limit is not None and round(limit, 3) != limit:
+            # RunInstances SpotPriceLimit: "three decimal places at most" (pulumi_alicloud ecs/instance.py
+            # spot_price_limit docstring).
+            raise _problem(f"must have at most three decimal places (Alibaba's precision); got {_shown(limit)}")
         if limit is not None and info.data.get("spot") is False:
             raise _problem(
                 "must not be false when spotPriceLimit is set (a price limit implies spot: leave spot out or set "

@@ -39,6 +39,14 @@ def unchecked(config: ClusterConfig, placement: Placement) -> list[str]:
         + (f"; {family} is sold only after Alibaba's approval (InvalidInstanceType.*)" if family in RESTRICTED_FAMILIES
            else "")
     )
+    if family == "ecs.ebmgn8v":
+        lines.append("UNCONFIRMED: the OS image boots with UEFI, which ebmgn8v requires; if not, no image matches "
+                     "and placement stops with an error")
+    if nodes.image is not None and config.storage.nas:
+        lines.append("UNCONFIRMED: a baked image's fstab entry for its stack's NAS (hard, nofail) delays each boot by "
+                     "the mount timeout when this stack's NAS is another one")
+    lines.append("note: each node's SSH host private key travels in its user data, which any process on the node "
+                 "(the training container too) and any RAM user with ecs:DescribeUserData can read")
     if config.storage.nas and not config.storage.existing_file_system_id:
         lines.append("UNCONFIRMED: NAS accepts the file system's description with spaces (its documented character "
                      "set is letters, digits, ':', '_' and '-'); the storage type per zone is checked at placement")
