@@ -329,7 +329,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
         typ = args.typ
         _refuse_like_alibaba(typ, args.name, inputs)
-        _refuse_by_rules(provider_rules.check_resource(typ, args.name, inputs))
+        _refuse_by_rules(provider_rules.check_resource(typ, args.name, inputs, self.preview))
         old = self._prior(typ, args.name)
         change = self._change(typ, args.name, inputs, old)
         self.changes[args.name] = change

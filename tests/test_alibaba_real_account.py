@@ -177,6 +177,13 @@ def test_the_offline_cloud_refuses_inputs_the_provider_schema_refuses() -> None:
     with pytest.raises(CloudRefusal):
         from devtools.offline_cloud import _refuse_by_rules
         _refuse_by_rules(errors)
+    # In a preview a missing value may be one not known yet (a new security group's id): not refused; a known
+    # value the provider does not allow still is.
+    rule = {"type": "ingress", "ipProtocol": "tcp", "portRange": "22/22", "cidrIp": "203.0.113.0/24"}
+    token = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
+    assert provider_rules.check_resource(token, "r", rule) == [f"r ({token}): 'securityGroupId' is required"]
+    assert provider_rules.check_resource(token, "r", rule, preview=True) == []
+    assert provider_rules.check_resource(token, "r", {**rule, "type": "inbound"}, preview=True)
 
 
 # ------------------------------------------------------------------------------------------ the rest (F8-F11)

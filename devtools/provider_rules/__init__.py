@@ -43,10 +43,11 @@ def _fields(kind: str, token: str) -> dict[str, Any] | None:
     return None if entry is None else dict(entry["fields"])
 
 
-def _check(what: str, fields: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+def _check(what: str, fields: Mapping[str, Any], values: Mapping[str, Any], partial: bool = False) -> list[str]:
     """The TF SDK's schema validation of one level (terraform-plugin-sdk helper/schema: validateRequired,
     validateAtLeastOneAttribute, validateExactlyOneAttribute, validateConflictingAttributes, ValidateFunc),
-    worded as the SDK words it, with the Pulumi names."""
+    worded as the SDK words it, with the Pulumi names. partial: a missing value may be one not known yet (the
+    mocks deserialize an unknown as None), so only the values that are set are checked."""
     errors: list[str] = []
     groups: set[tuple[str, ...]] = set()  # an AtLeastOneOf/ExactlyOneOf group is checked once
     for name, field in fields.items():
@@ -55,11 +56,11 @@ def _check(what: str, fields: Mapping[str, Any], values: Mapping[str, Any]) -> l
         value = values.get(name)
         if _unknown(value):
             continue
-        if field.get("required") and not _set(value):
+        if field.get("required") and not _set(value) and not partial:
             errors.append(f"{what}: {name!r} is required")
         for kind in ("atLeastOneOf", "exactlyOneOf"):
             group = tuple(sorted(field.get(kind, [])))
-            if not group or (kind, *group) in groups or any(_unknown(values.get(g)) for g in group):
+            if not group or partial or (kind, *group) in groups or any(_unknown(values.get(g)) for g in group):
                 continue
             groups.add((kind, *group))
             count = sum(_set(values.get(g)) for g in group)
@@ -89,18 +90,19 @@ def check_invoke(token: str, args: Mapping[str, Any]) -> list[str]:
     return [] if fields is None else _check(token, fields, args)
 
 
-def check_resource(token: str, name: str, inputs: Mapping[str, Any]) -> list[str]:
-    """What the provider's schema validation refuses in a resource's inputs, nested blocks included."""
+def check_resource(token: str, name: str, inputs: Mapping[str, Any], preview: bool = False) -> list[str]:
+    """What the provider's schema validation refuses in a resource's inputs, nested blocks included (in a preview,
+    only the values that are known)."""
     fields = _fields("resources", token)
     if fields is None:
         return []
-    errors = _check(f"{name} ({token})", fields, inputs)
+    errors = _check(f"{name} ({token})", fields, inputs, preview)
     for block in {n.split("[*].", 1)[0] for n in fields if "[*]." in n and n.count("[*].") == 1}:
         nested = {n.split("[*].", 1)[1]: f for n, f in fields.items() if n.startswith(block + "[*].")}
         items = inputs.get(block)
         for index, item in enumerate(items if isinstance(items, list) else []):
             if isinstance(item, Mapping):
-                errors += _check(f"{name} ({token}) {block}[{index}]", nested, item)
+                errors += _check(f"{name} ({token}) {block}[{index}]", nested, item, preview)
     return errors
 
 
