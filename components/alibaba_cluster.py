@@ -20,6 +20,7 @@ from infra.node import ssh_access
 from infra.sources.alibaba.network_plan import NetworkArgs
 from infra.sources.alibaba.placement import image_data_disk
 from infra.sources.alibaba.source import AlibabaSource, checkpoint_note
+from infra.sources.alibaba.unchecked import unchecked
 from infra.sources.base import Machine, ProvisionedCluster, SourceError
 
 
@@ -99,7 +100,7 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
                 identity=node.instance_id,
                 data_disk_serial=node.data_disk_serial,
                 host_key=node.host_public_key,
-                depends_on=[node],
+                depends_on=[node, *network.ssh_rules],
                 bake=_baker(stack, node) if config.nodes.bake and rank == 0 else None,
             )
         )
@@ -123,6 +124,7 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
             "checkpoints": checkpoint_note(config),
             "ssh_login": ssh_login,
             "fabric_manager": placement.nvswitch,
+            "unchecked": unchecked(config, placement),
         },
     )
 

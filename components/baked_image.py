@@ -37,8 +37,11 @@ def bake_image(
             depends_on=list(after),
             retain_on_delete=True,
             custom_timeouts=pulumi.CustomTimeouts(create=CREATE_TIMEOUT),
-            # A re-bake is a new image (and a new id for other stacks), made only when the head is a new instance.
+            # A re-bake is a new image (and a new id for other stacks), made only when the head is a new instance:
+            # the provider would rename the old image instead (TF resource_alicloud_image.go:150 instance_id is not
+            # ForceNew; its update only calls ModifyImageAttribute). retain_on_delete keeps the old image.
             ignore_changes=["description", "tags"],
+            replace_on_changes=["instanceId"],
         ),
     )
     return image, image.id

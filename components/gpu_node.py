@@ -37,7 +37,7 @@ class GpuNodeArgs:
     key_pair_name: pulumi.Input[str] | None  # an ECS key pair for importable key types; None: user data only
     ssh_public_key: str
     fabric_manager: bool
-    data_snapshot: tuple[str, int] | None = None  # (snapshot id, GB) of a baked image's data disk
+    data_snapshot: tuple[str, int, str] | None = None  # (snapshot id, GB, device) of a baked image's data disk
 
     @property
     def role(self) -> str:
@@ -63,6 +63,11 @@ class GpuNode(pulumi.ComponentResource):
                     category="cloud_essd", name=f"{host_name}-data", delete_with_instance=True,
                     # Booted from a baked image: the data disk is the image's (Docker's images are on it).
                     snapshot_id=args.data_snapshot[0] if args.data_snapshot else None,
+                    # The image's own disk mapping: ECS creates a full image's data disks by itself, and this entry
+                    # then sets that disk's size and category instead of adding a second disk (TF
+                    # resource_alicloud_instance.go:294 data_disks.device, added for this case in PR #5290;
+                    # aliyun/terraform-provider-alicloud#1595). UNCONFIRMED on a real account.
+                    device=args.data_snapshot[2] if args.data_snapshot else None,
                 )
             ]
         host_key = generate_host_key(name, parent=self)
@@ -107,7 +112,12 @@ class GpuNode(pulumi.ComponentResource):
                 # a changed driver version takes effect on new nodes only (docs/operations.md, 'What a later change
                 # does'). Likewise a new nodes.image, with the data disk made from its snapshot: an existing node keeps
                 # its disks.
-                ignore_changes=["userData", "imageId", "dataDisks[0].snapshotId"],
+                ignore_changes=["userData", "imageId", "dataDisks[0].snapshotId", "dataDisks[0].device"],
+                # Moving the cluster (nodes.placementGeneration: a new vSwitch, maybe another zone or type) must
+                # replace the node: the provider updates both fields in place (TF resource_alicloud_instance.go:377
+                # vswitch_id and :48 instance_type are not ForceNew; the update stops the instance, then
+                # ModifyInstanceVpcAttribute refuses another zone and leaves it stopped, :1940-1995).
+                replace_on_changes=["vswitchId", "instanceType"],
             ),
         )
         self.instance_id = instance.id

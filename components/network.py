@@ -9,7 +9,9 @@ instance type and the placement generation in tags; placement.py finds it at pla
 any stock look-up. To move a cluster on purpose, bump `nodes.placementGeneration`: the vSwitch gets the other
 of two CIDRs, so its replacement is created beside the old one (Alibaba refuses overlapping vSwitch CIDRs in a
 VPC: CreateVSwitch `InvalidCidrBlock.Overlapped`, reference/alibaba-cloud-verified.md §7) and the default
-create-before-delete works; the instances and the NAS mount target (vswitch_id is ForceNew for both) follow it.
+create-before-delete works; the NAS mount target (vswitch_id is ForceNew) and the instances follow it: the
+instances by replace_on_changes on vswitchId and instanceType (components/gpu_node.py; the provider itself would
+move them in place, stopped, and refuse another zone).
 """
 
 from __future__ import annotations
@@ -62,10 +64,15 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
         self.rules = ingress_rules(args)
+        # The rules that let `pulumi up`'s machine reach the nodes over SSH: every node's SSH steps, and so their
+        # teardowns, depend on them, so that `pulumi destroy` revokes them only after the teardowns ran (it deletes
+        # dependents first; a rule nothing depends on goes in the first wave, and the teardowns then find the nodes
+        # unreachable and skip the graceful stop).
+        self.ssh_rules: list[pulumi.Resource] = []
         for rule in self.rules:
             source_is_group = rule.source == "this security group"
             is_v6 = not source_is_group and ipaddress.ip_network(rule.source).version == 6
-            alicloud.ecs.SecurityGroupRule(
+            resource = alicloud.ecs.SecurityGroupRule(
                 f"{name}-{rule.name}",
                 type="ingress",
                 ip_protocol=rule.protocol,
@@ -80,6 +87,8 @@ class Network(pulumi.ComponentResource):
                 description=rule.description,
                 opts=child,
             )
+            if rule.ports == "22/22" and not source_is_group:
+                self.ssh_rules.append(resource)
         self.vpc_id = vpc.id
         self.vswitch_id = vswitch.id
         self.vswitch_cidr = cidr

@@ -1,7 +1,7 @@
 """The Alibaba Cloud the offline cloud models: its zones, stock, images, answer shapes and two of its limits.
 
 The regions' zones, the zones with stock of each GPU family and the public images; the shapes of its answers
-(resource ids, disk records, the properties whose change replaces a resource, generated host keys); the key types
+(resource ids, disk records, generated host keys); the key types
 ImportKeyPair takes and the size of user data. Data only, kept apart from the mocks in devtools/offline_cloud.py
 that answer with it."""
 
@@ -55,21 +55,7 @@ ID_PREFIX = {
 }
 
 
-# Properties whose change replaces the resource (ForceNew in aliyun/terraform-provider-alicloud:
-# resource_alicloud_vswitch.go cidr_block/vpc_id/zone_id; alicloud_instance vswitch_id (availability_zone follows
-# it); alicloud_nas_mount_target file_system_id/vswitch_id/vpc_id/network_type; alicloud_nas_file_system
-# zone_id/protocol_type/storage_type/file_system_type; the VPC cidr_block is kept ForceNew here for safety).
-FORCE_NEW: dict[str, set[str]] = {
-    "alicloud:vpc/switch:Switch": {"cidrBlock", "vpcId", "zoneId"},
-    "alicloud:vpc/network:Network": {"cidrBlock"},
-    "alicloud:ecs/instance:Instance": {"vswitchId", "availabilityZone"},
-    "alicloud:nas/mountTarget:MountTarget": {"fileSystemId", "vswitchId", "vpcId", "networkType"},
-    "alicloud:nas/fileSystem:FileSystem": {"zoneId", "protocolType", "storageType", "fileSystemType"},
-    "alicloud:ecs/securityGroupRule:SecurityGroupRule": {
-        "type", "ipProtocol", "portRange", "securityGroupId", "sourceSecurityGroupId", "cidrIp", "ipv6CidrIp",
-        "nicType", "policy", "priority",
-    },
-}
+# Which property changes replace a resource: the provider's own rules, devtools/provider_rules (generated).
 
 
 DISK_FIELDS = (
@@ -100,3 +86,11 @@ IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha
 # (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2; counted on the bytes
 # before Base64, as the RunInstances UserData parameter states (docs/verified-facts.md 1).
 USER_DATA_LIMIT_BYTES = 32 * 1024
+
+
+def nas_zones(region: str, sold: dict[str, list[str]]) -> dict[str, object]:
+    """NAS DescribeZones (alicloud.nas.get_zones): per zone the storage types it sells; `sold` overrides a zone's
+    (default: Capacity, Performance and Premium everywhere, a plausible picture, not a live one)."""
+    default = ["Capacity", "Performance", "Premium"]
+    return {"zones": [{"zoneId": z, "instanceTypes": [{"storageType": t, "protocolType": "NFS"}
+                                                      for t in sold.get(z, default)]} for z in REGION_ZONES[region]]}

@@ -28,6 +28,21 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
     ("nodes.count",
      "Ray keeps running on the nodes that stay; new nodes join, removed ones leave (`ray stop`), the readiness gate "
      "checks again; a job whose configuration depends on the node count is replaced as for training.*"),
+    # Alibaba: the provider's ForceNew fields of the instance (devtools/provider_rules/alicloud.json: data_disks.*,
+    # spot_strategy, spot_price_limit, system_disk_category) and the program's replace_on_changes (vswitchId,
+    # instanceType: components/gpu_node.py). tests/test_alibaba_real_account.py holds the offline cloud to these rows.
+    ("nodes.dataDiskGb (0 to N too), nodes.spot, nodes.spotPriceLimit (Alibaba); nodes.image set later with a data "
+     "disk larger than nodes.dataDiskGb",
+     "replaces every node: each new instance is created before its old one is deleted (twice the GPU quota and "
+     "stock during the `up`), the nodes bootstrap again, /data and the containers are lost, the job is submitted "
+     "again"),
+    ("access.sshPublicKey (Alibaba)",
+     "switching from ed25519 to an RSA or ECDSA key adds an ECS key pair to the running instances, which the provider "
+     "applies in place by rebooting them; rotating a key changes no running node (user data is ignored on running "
+     "instances): new nodes get the new key, running ones keep the old one"),
+    ("nodes.placementGeneration (Alibaba: moving the cluster)",
+     "replaces every node, in the newly placed zone and type (a new vSwitch beside the old one, a new NAS mount "
+     "target); as above, /data and the containers are lost and the job is submitted again"),
 )
 
 REBOOT_EFFECTS: tuple[tuple[str, str], ...] = (

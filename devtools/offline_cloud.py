@@ -32,10 +32,10 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
+from devtools import alibaba_shapes, provider_rules
 from devtools.alibaba_shapes import (
     DEFAULT_FAMILY_ZONES,
     DISK_FIELDS,
-    FORCE_NEW,
     ID_PREFIX,
     IMPORT_KEY_PAIR_TYPES,
     OS_IMAGES,
@@ -89,6 +89,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
     preview: bool = False
     previous: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing_images: set[str] = field(default_factory=set)  # custom image ids the account does not have
+    image_owners: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (owner, status); ("self", Available)
+    catalogue: dict[str, list[str]] | None = None  # zones that sell a type (get_zones' answer); None: the stock ones
+    nas_types: dict[str, list[str]] = field(default_factory=dict)  # zone -> NAS storage types sold (default: all)
+    bss_denied: bool = False  # the account may not read prices (BSS): get_instance_types(sorted_by="Price") fails
     prior: list[Registered] = field(default_factory=list)
     external_file_systems: dict[str, str] = field(default_factory=dict)
     currency: str | None = "CNY"
@@ -107,7 +111,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         changes: fields that differ next time (stock, prices, ...)."""
         fields: dict[str, Any] = {
             "stock": self.stock, "prices": self.prices, "external_file_systems": self.external_file_systems,
-            "currency": self.currency,
+            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied,
         }
         fields.update(changes)
         return OfflineCloud(prior=list(self.resources), **fields)
@@ -115,7 +119,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     # ------------------------------------------------------------------ invokes
     def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
         self.invokes.append((args.token, dict(args.args)))
-        handler = {
+        handler: Callable[[dict[str, Any]], Any] | None = {
             "alicloud:index/getZones:getZones": self._zones,
             "alicloud:ecs/getInstanceTypes:getInstanceTypes": self._instance_types,
             "alicloud:ecs/getImages:getImages": self._images,
@@ -123,11 +127,13 @@ class OfflineCloud(pulumi.runtime.Mocks):
             "alicloud:ecs/getInstances:getInstances": self._instances_answer,
             "alicloud:cloudcontrol/getPrices:getPrices": self._prices,
             "alicloud:ecs/getEcsDisks:getEcsDisks": self._disks,
+            "alicloud:nas/getZones:getZones": lambda _: alibaba_shapes.nas_zones(self.region(), self.nas_types),
         }.get(args.token)
         if handler is None:
             return {}
         try:
             self._check_region()
+            _refuse_by_rules(provider_rules.check_invoke(args.token, args.args))
             return handler(dict(args.args))
         except CloudRefusal as refusal:
             # The engine reports a data source's error as a failed invoke: the program sees an exception.
@@ -141,9 +147,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
         if region not in REGION_ZONES:
             raise CloudRefusal(f"the offline cloud does not model region {region} (it knows {', '.join(REGION_ZONES)})")
 
-    def zones_with_stock(self, type_name: str, region: str) -> list[str]:
-        family = catalog.family_of(type_name) or ""
-        listed = self.stock.get(type_name, self.stock.get(family, []))
+    def zones_with_stock(self, type_name: str, region: str, table: dict[str, list[str]] | None = None) -> list[str]:
+        family, table = catalog.family_of(type_name) or "", self.stock if table is None else table
+        listed = table.get(type_name, table.get(family, []))
         return [z for z in REGION_ZONES.get(region, []) if z in listed]
 
     @staticmethod
@@ -153,7 +159,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
     def _zones(self, args: dict[str, Any]) -> dict[str, Any]:
         region = self.region()
         wanted = args.get("availableInstanceType")
-        zones = self.zones_with_stock(wanted, region) if wanted else REGION_ZONES.get(region, [])
+        # DescribeZones' catalogue: a zone that sells the type, stock or not (TF data_source_alicloud_zones.go:437).
+        zones = self.zones_with_stock(wanted, region, self.catalogue) if wanted else REGION_ZONES.get(region, [])
         return {
             "ids": zones,
             "zones": [
@@ -185,7 +192,11 @@ class OfflineCloud(pulumi.runtime.Mocks):
             # available in the region %s" (the data source fails; it does not answer empty).
             raise CloudRefusal(f"Availability zone {zone} status is not available in the region {region}")
         zones = self.zones_with_stock(name, region) if name else []
-        if info is None or not zones or (zone and zone not in zones):
+        if zone and zone not in zones:  # TF service_alicloud_ecs.go:513-516: the data source fails
+            raise CloudRefusal(f"Availability zone {zone} status is sold out")
+        if args.get("sortedBy") == "Price" and self.bss_denied:  # BSS GetPayAsYouGoPrice (instance_types.go:431)
+            raise CloudRefusal("Forbidden.RAM: User not authorized to operate on the specified resource (BSS)")
+        if info is None or not zones:
             return {"ids": [], "instanceTypes": []}  # sold-out types are omitted, like the real API
         # `price` only with sorted_by = "Price" (data_source_alicloud_instance_types.go; the `price` docstring).
         price = self.price(info.name) if args.get("sortedBy") == "Price" else None
@@ -226,8 +237,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
         return {"ids": [disk_id], "disks": [disk], "totalCount": 1}
 
     def _images(self, args: dict[str, Any]) -> dict[str, Any]:
-        if args.get("imageId"):
-            return self._custom_image(str(args["imageId"]))
+        if args.get("imageId"):  # owners and status filter as the API does (status default Available)
+            owner, status = self.image_owners.get(str(args["imageId"]), ("self", "Available"))
+            found = self._custom_image(str(args["imageId"])) if args.get("owners") in (owner, None) else {}
+            return found if found and status == (args.get("status") or "Available") else {"ids": [], "images": []}
         pattern = re.compile(args.get("nameRegex") or ".*")
         matches = [(n, os_name) for n, os_name in OS_IMAGES if pattern.search(n)]
         if args.get("mostRecent"):
@@ -316,6 +329,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
         typ = args.typ
         _refuse_like_alibaba(typ, args.name, inputs)
+        _refuse_by_rules(provider_rules.check_resource(typ, args.name, inputs, self.preview))
         old = self._prior(typ, args.name)
         change = self._change(typ, args.name, inputs, old)
         self.changes[args.name] = change
@@ -380,11 +394,13 @@ class OfflineCloud(pulumi.runtime.Mocks):
             return "create"
         options = self.options.get(name)
         ignored = set(options.ignore_changes or []) if options is not None else set()
+        if typ.startswith("alicloud:"):
+            return _provider_change(typ, old.inputs, inputs, ignored, options)
         keys = (set(inputs) | set(old.inputs)) - ignored
         changed = {k for k in keys if _canonical(inputs.get(k)) != _canonical(old.inputs.get(k))}
         if not changed:
             return "same"
-        return "replace" if changed & FORCE_NEW.get(typ, set()) or not typ.startswith("alicloud:") else "update"
+        return "replace"
 
     def live(self, typ: str) -> list[Registered]:
         """Resources of a type that exist while this run creates: this run's, and the prior ones not yet deleted
@@ -526,6 +542,21 @@ class OfflineCloud(pulumi.runtime.Mocks):
         if not found:
             raise KeyError(f"no resource named {name}; have {[r.name for r in self.resources]}")
         return found[0]
+
+
+def _provider_change(typ: str, old: Mapping[str, Any], new: Mapping[str, Any], ignored: set[str],
+                     options: pulumi.ResourceOptions | None) -> str:
+    """ForceNew (devtools/provider_rules) or replace_on_changes (step_generator.go:3170-3198) replace; else update."""
+    paths = provider_rules.changed_paths(typ, old, new, ignored)
+    replace_on = list(options.replace_on_changes or []) if options is not None else []
+    named = [p for p in paths for r in replace_on
+             if r == "*" or re.sub(r"\[\d+\]", "[*]", p) == r or p.startswith((r + ".", r + "["))]
+    return "same" if not paths else "replace" if any(paths.values()) or named else "update"
+
+
+def _refuse_by_rules(errors: Sequence[str]) -> None:  # the provider's schema validation (devtools/provider_rules)
+    if errors:
+        raise CloudRefusal("; ".join(errors))
 
 
 def _canonical(value: Any) -> str:

@@ -87,6 +87,8 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
     if steps.NOTES.get("ssh_client"):
         lines.append(f"  SSH clients   {steps.NOTES.get('ssh_client')}")
     lines.extend(price_lines(out.get("hourlyPrice")))
+    for note in steps.NOTES.get("unchecked") or []:  # infra/sources/alibaba/unchecked.py
+        lines.append(f"  ! {note}")
 
     lines.append(section("Network"))
     for r in cloud.resources:

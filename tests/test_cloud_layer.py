@@ -157,8 +157,9 @@ def test_spot_options_reach_stock_queries_and_instances():
     run("dev", cloud=cloud, config={"roll-cluster:nodes": {"spotPriceLimit": 9.5}})
     instance = cloud.of_type(INSTANCE)[0].inputs
     assert instance["spotStrategy"] == "SpotWithPriceLimit" and instance["spotPriceLimit"] == 9.5
-    zone_queries = [args for token, args in cloud.invokes if token == "alicloud:index/getZones:getZones"]
-    assert zone_queries and all(q["spotStrategy"] == "SpotWithPriceLimit" for q in zone_queries)
+    stock_queries = [args for token, args in cloud.invokes
+                     if token == "alicloud:ecs/getInstanceTypes:getInstanceTypes" and "sortedBy" not in args]
+    assert stock_queries and all(q["spotStrategy"] == "SpotWithPriceLimit" for q in stock_queries)
     market = OfflineCloud()
     run("dev", cloud=market, config={"roll-cluster:nodes": {"spot": True}})
     assert market.of_type(INSTANCE)[0].inputs["spotStrategy"] == "SpotAsPriceGo"

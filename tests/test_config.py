@@ -211,6 +211,7 @@ BAD_VALUES: list[tuple[dict[str, Any], str, tuple[str, ...]]] = [
     (stack(nodes={"spotPriceLimit": 0}), "nodes.spotPriceLimit", ("greater than 0", "got 0")),
     (stack(nodes={"spotPriceLimit": -2.5}), "nodes.spotPriceLimit", ("greater than 0", "got -2.5")),
     (stack(nodes={"spotPriceLimit": "cheap"}), "nodes.spotPriceLimit", ("must be a number", 'got "cheap"')),
+    (stack(nodes={"spotPriceLimit": 4.1234}), "nodes.spotPriceLimit", ("at most three decimal places", "got 4.1234")),
     (stack(nodes={"systemDiskGb": 99}), "nodes.systemDiskGb", ("between 100 and 2048", "got 99")),
     (stack(nodes={"systemDiskGb": 2049}), "nodes.systemDiskGb", ("between 100 and 2048", "got 2049")),
     (stack(nodes={"dataDiskGb": 50}), "nodes.dataDiskGb", ("0 (no data disk) or between 100 and 32768", "got 50")),

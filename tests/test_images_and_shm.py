@@ -16,14 +16,18 @@ def first_boot_env(result, node: str = "node-0") -> str:  # type: ignore[no-unty
     return decode_user_data(str(reveal(result.cloud.named(f"{node}-instance").inputs["userData"])))
 
 
-def test_an_explicit_image_id_is_booted_whoever_owns_it() -> None:
-    cloud = OfflineCloud()
+@pytest.mark.parametrize("owner", ["self", "others", "marketplace"])
+def test_an_explicit_image_id_is_booted_whoever_owns_it(owner: str) -> None:
+    cloud = OfflineCloud(image_owners={"m-bp1custom0driver550": (owner, "Available")})
     result = run("dev", cloud=cloud, config={"roll-cluster:nodes": {"image": "m-bp1custom0driver550",
                                                                      "gpuDriver": "preinstalled"}})
 
     assert cloud.of_type(INSTANCE)[0].inputs["imageId"] == "m-bp1custom0driver550"
     lookups = [args for token, args in cloud.invokes if token == "alicloud:ecs/getImages:getImages"]
-    assert lookups and all("owners" not in args for args in lookups)  # custom and Marketplace images too
+    # Own, shared and Marketplace images alike; each look-up names an owner, which the provider requires
+    # (TF data_source_alicloud_images.go:29 AtLeastOneOf name_regex/owners/image_owner_id).
+    assert lookups and all(args.get("owners") in ("self", "others", "marketplace") for args in lookups)
+    assert any(args.get("owners") == owner for args in lookups)
     assert "export GPU_DRIVER=preinstalled" in first_boot_env(result)
 
 

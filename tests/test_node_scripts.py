@@ -65,6 +65,28 @@ def test_prepare_host_never_reformats_a_disk_that_has_a_filesystem(node: FakeNod
     )
 
 
+@pytest.mark.parametrize(("fs_type", "tool", "target"), [("xfs", "xfs_growfs", "mount"), ("ext4", "resize2fs", "disk")])
+def test_prepare_host_grows_a_kept_filesystem_to_its_disk(node: FakeNode, fs_type: str, tool: str,
+                                                          target: str) -> None:
+    # A node booted from a baked image: its data disk is made from the image's snapshot at nodes.dataDiskGb, larger
+    # than the filesystem on it; /data must get the whole disk.
+    disk = node.root / "dev-vdb"
+    disk.write_text(f"TYPE={fs_type}\nUUID=0f1e2d3c-aaaa-bbbb-cccc-123456789abc\n")
+
+    result = node.run_step("prepare-host", ["prepare_host.sh"], DATA_DISK_DEVICE=str(disk))
+
+    assert_ok(result)
+    assert node.calls(tool) == [f"-- {node.data_mount if target == 'mount' else disk}"]
+
+
+def test_prepare_host_does_not_grow_a_filesystem_it_just_made(node: FakeNode) -> None:
+    disk = node.root / "dev-vdb"
+    disk.write_text("")
+
+    assert_ok(node.run_step("prepare-host", ["prepare_host.sh"], DATA_DISK_DEVICE=str(disk)))
+    assert node.calls("resize2fs") == [] and node.calls("xfs_growfs") == []
+
+
 def test_prepare_host_refuses_a_disk_with_a_partition_table_and_no_filesystem(node: FakeNode) -> None:
     disk = node.root / "dev-vdb"
     disk.write_text("PTTYPE=gpt\n")

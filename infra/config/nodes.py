@@ -144,15 +144,18 @@ class NodesConfig(Section):
         "afresh by stock and replaces its vSwitch, nodes and NAS mount target (the NAS file system and its data "
         "stay). Unchanged, the cluster keeps its zone and type whatever the stock.",
     )
-    spot: bool = Field(False, description="Preemptible (spot) instances at the market price.")
+    spot: bool = Field(False, description="Preemptible (spot) instances at the market price. Changing it on a "
+                       "running cluster replaces every node (docs/alibaba.md, 'Changes that replace every node').")
     spot_price_limit: float | None = Field(
-        None, gt=0, description="Hourly price cap per instance; implies spot with a price limit."
+        None, gt=0, description="Hourly price cap per instance; implies spot with a price limit. Changing it on a "
+        "running cluster replaces every node."
     )
     system_disk_gb: int = Field(200, ge=100, le=2048, description="ESSD system disk size in GB.")
     data_disk_gb: int = Field(
         0,
         description="ESSD data disk in GB (0, or 100 to 32768) mounted at `/data`: Docker's root, Ray's temp and "
-        "spill directories. 0: no data disk.",
+        "spill directories. 0: no data disk. Changing it on a running cluster (0 to N too) replaces every node: "
+        "/data starts empty.",
     )
     os_image: str = Field(
         "^aliyun_3_x64_20G_alibase_.*",
@@ -363,6 +366,10 @@ class NodesConfig(Section):
     def _price_limit_needs_spot(cls, limit: float | None, info: ValidationInfo) -> float | None:
         # `spot` is declared before `spotPriceLimit`, so info.data holds it when it is valid; a field validator
         # (unlike a model validator) runs even when other fields of the section are wrong.
+        if limit is not None and round(limit, 3) != limit:
+            # RunInstances SpotPriceLimit: "three decimal places at most" (pulumi_alicloud ecs/instance.py
+            # spot_price_limit docstring).
+            raise _problem(f"must have at most three decimal places (Alibaba's precision); got {_shown(limit)}")
         if limit is not None and info.data.get("spot") is False:
             raise _problem(
                 "must not be false when spotPriceLimit is set (a price limit implies spot: leave spot out or set "

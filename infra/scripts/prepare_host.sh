@@ -181,7 +181,7 @@ find_data_disk() {
 }
 
 prepare_data_disk() {
-  local signature fs_type uuid
+  local signature fs_type uuid kept=false
   find_data_disk
   if [[ -z "$DATA_DISK_DEVICE" ]]; then
     mkdir -p "$DATA_MOUNT"
@@ -202,12 +202,25 @@ prepare_data_disk() {
     [[ -n "$fs_type" ]] || fail "no filesystem found on $DATA_DISK_DEVICE after mkfs"
   else
     banner "$DATA_DISK_DEVICE already has a filesystem ($fs_type): kept as is, never reformatted; mkfs skipped"
+    kept=true
   fi
   uuid=$(sed -n 's/^UUID=//p' <<<"$signature")
   [[ -n "$uuid" ]] || fail "the filesystem on $DATA_DISK_DEVICE has no UUID"
   # By UUID: device names can change between boots. nofail: a missing disk must not stop the boot (SSH stays up).
   ensure_fstab_entry "$DATA_MOUNT" "UUID=$uuid $DATA_MOUNT $fs_type defaults,nofail 0 2"
   mount_from_fstab "$DATA_MOUNT"
+  if [[ "$kept" == true ]]; then grow_data_filesystem "$fs_type"; fi
+}
+
+# grow_data_filesystem TYPE: a kept filesystem (a disk made from a baked image's snapshot, sized to nodes.dataDiskGb)
+# may be smaller than its disk: grow it online to the whole disk. Both tools are no-ops on a filesystem that already
+# fills its disk, so a second run changes nothing.
+grow_data_filesystem() {
+  case $1 in
+    ext2 | ext3 | ext4) logged resize2fs -- "$DATA_DISK_DEVICE" ;;
+    xfs) logged xfs_growfs -- "$DATA_MOUNT" ;;
+    *) banner "$DATA_MOUNT is $1, which this script does not grow; it keeps its size" ;;
+  esac
 }
 
 create_data_dirs() {

@@ -4,9 +4,9 @@
   `vpc.get_switches`) records both, and no stock look-up is made for it, so an update succeeds even when that type
   has no stock left anywhere. GPU count, model, bf16 and price are those of the type it runs.
 - A new cluster (or one moved on purpose with `nodes.placementGeneration`) takes the first type of
-  `nodes.instanceTypes` that has stock in a zone of the region, with Alibaba's stock-aware data sources (sold-out
-  zones and types are omitted from their answers), so "no stock anywhere" stops the update with a useful message
-  instead of failing half-way.
+  `nodes.instanceTypes` that has stock in a zone of the region, by the type's own availability answer
+  (get_instance_types: sold-out zones are omitted), so "no stock anywhere" stops the update with a useful message
+  before the network or the NAS exists, instead of failing half-way at RunInstances with NoStock.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pulumi
 import pulumi_alicloud as alicloud
 from pulumi.errors import RunError
 
@@ -100,7 +101,7 @@ def choose_placement(config: ClusterConfig, stack: str) -> Placement:
 
 def _keep(config: ClusterConfig, stack: str, existing: ExistingCluster) -> Placement:
     type_name = existing.instance_type
-    live = _live_type(config, type_name, zone=None)  # no zone: a sold-out zone makes the data source fail
+    live = _live_price(type_name)
     known = catalog.lookup(type_name)
     gpus, model = _gpus(live.gpus if live else None, known)
     family = catalog.FAMILIES.get(catalog.family_of(type_name) or "")
@@ -128,44 +129,75 @@ def _keep(config: ClusterConfig, stack: str, existing: ExistingCluster) -> Place
 
 def _check_growth(config: ClusterConfig, stack: str, existing: ExistingCluster) -> None:
     """New nodes of an existing cluster need stock of its type in its zone: asked only when the cluster grows, so
-    that a sold-out type stops the update before anything is touched, not half-way through creating nodes."""
+    that a sold-out type stops the update before anything is touched, not half-way through creating nodes. A
+    cluster whose network exists but no node runs yet (an earlier `up` stopped) is no reason to keep a zone that
+    has no stock: the message then says where there is some."""
     nodes = config.nodes
     running = alicloud.ecs.get_instances(vswitch_id=existing.vswitch_id, tags={STACK_TAG: stack}).ids or []
     if nodes.count <= len(running):
         return
-    zones = alicloud.get_zones(
-        available_instance_type=existing.instance_type, available_resource_creation="Instance",
-        instance_charge_type="PostPaid", spot_strategy=nodes.spot_strategy,
-    ).ids or []
-    if existing.zone not in zones:
+    live = _available(config, existing.instance_type)
+    if existing.zone in (live.availability_zones if live is not None else []):
+        return
+    elsewhere = sorted(live.availability_zones) if live is not None else []
+    if not running:
         raise PlacementError(
-            f"roll-cluster:nodes.count: the cluster runs {len(running)} nodes of {existing.instance_type} in "
-            f"{existing.zone}, which has no stock of that type now, so {nodes.count - len(running)} more cannot be "
-            f"created. The running nodes are untouched; keep nodes.count at {len(running)}, try again later, or "
-            "move the cluster (bump nodes.placementGeneration). Nothing was changed."
+            f"roll-cluster:nodes.placementGeneration: this stack's network is in {existing.zone} (kept from an earlier "
+            f"`pulumi up`), where {existing.instance_type} has no stock now, and no node runs yet; bump "
+            f"nodes.placementGeneration (now {nodes.placement_generation}) to place the cluster anew"
+            + (f" (stock now in {', '.join(elsewhere)})" if elsewhere else " (no zone of the region has stock now)")
+            + ". Nothing was changed."
         )
+    raise PlacementError(
+        f"roll-cluster:nodes.count: the cluster runs {len(running)} nodes of {existing.instance_type} in "
+        f"{existing.zone}, which has no stock of that type now, so {nodes.count - len(running)} more cannot be "
+        f"created. The running nodes are untouched; keep nodes.count at {len(running)}, try again later, or "
+        "move the cluster (bump nodes.placementGeneration). Nothing was changed."
+    )
+
+
+def _available(config: ClusterConfig, type_name: str) -> Any:
+    """The type's own availability answer, or None when it has no stock anywhere in the region.
+
+    get_instance_types asks DescribeAvailableResource for the type and omits sold-out zones and types from
+    `availability_zones` (TF data_source_alicloud_instance_types.go:257-279). get_zones does not: it lists the
+    zones that sell the type (DescribeZones) and drops only a zone sold out as a whole (TF
+    data_source_alicloud_zones.go:403-437), so a zone it names can still answer RunInstances with NoStock.
+    No zone and no sorted_by here: a sold-out zone makes the data source fail (TF service_alicloud_ecs.go:513-516),
+    and the price needs billing permission (_live_price).
+    """
+    answer = alicloud.ecs.get_instance_types(
+        instance_type=type_name, instance_charge_type="PostPaid", spot_strategy=config.nodes.spot_strategy,
+        # The nodes' system disk (components/gpu_node.py): a zone without ESSD for the type is no zone for it
+        # (DescribeAvailableResource SystemDiskCategory, TF service_alicloud_ecs.go:459-460; RunInstances would
+        # answer OperationDenied.ZoneSystemCategoryNotMatch).
+        system_disk_category="cloud_essd",
+    ).instance_types or []
+    found = [t for t in answer if t.id == type_name and t.availability_zones]
+    return found[0] if found else None
 
 
 def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
     nodes = config.nodes
     tried: list[str] = []
+    nas = _nas_zones(config)
     for type_name in nodes.instance_types:
-        zones = alicloud.get_zones(
-            available_instance_type=type_name,
-            available_resource_creation="VSwitch",
-            instance_charge_type="PostPaid",
-            spot_strategy=nodes.spot_strategy,
-        ).ids or []
+        live = _available(config, type_name)
+        zones = list(live.availability_zones) if live is not None else []
         if nodes.zone != "auto":
             zones = [z for z in zones if z == nodes.zone]
         if not zones:
             where = f"zone {nodes.zone}" if nodes.zone != "auto" else f"any zone of {config.region}"
             tried.append(f"{type_name}: no stock in {where}")
             continue
-        zone = sorted(zones)[0]
-        live = _live_type(config, type_name, zone=zone)
+        nas_zones = zones if nas is None else [z for z in zones if z in nas]
+        if not nas_zones:
+            tried.append(f"{type_name}: stock in {', '.join(sorted(zones))}, where NAS does not sell "
+                         f"roll-cluster:storage.nasStorageType {config.storage.nas_storage_type}")
+            continue
+        zone = sorted(nas_zones)[0]
         known = catalog.lookup(type_name)
-        gpus, model = _gpus(live.gpus if live else None, known)
+        gpus, model = _gpus(live.gpus, known)
         if gpus is None:
             tried.append(f"{type_name}: the region reports no GPUs for it")
             continue
@@ -173,8 +205,9 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
         family = catalog.FAMILIES.get(catalog.family_of(type_name) or "")
         return Placement(
             zone=zone, instance_type=type_name, gpus_per_node=gpus, gpu_model=model,
-            bf16=family.bf16 if family else True, price=_price(config, type_name, live), tried=tuple(tried),
-            image_id=image_id, image_name=image_name, existing=False, vswitch_name=vswitch_name(stack),
+            bf16=family.bf16 if family else True, price=_price(config, type_name, _live_price(type_name)),
+            tried=tuple(tried), image_id=image_id, image_name=image_name, existing=False,
+            vswitch_name=vswitch_name(stack),
             nvswitch=catalog.family_of(type_name) in catalog.NVSWITCH_FAMILIES and gpus == 8,
         )
     spot_hint = "" if nodes.spot else ", or spot instances (nodes.spot: true), whose stock differs"
@@ -187,22 +220,37 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
     )
 
 
-def _live_type(config: ClusterConfig, type_name: str, zone: str | None) -> Any:
-    """The region's description of the type, with its pay-as-you-go list price, or None.
+def _nas_zones(config: ClusterConfig) -> set[str] | None:
+    """Zones where the cluster's new NAS file system can be created (None: no NAS is created, any zone).
 
-    `price` is filled only with sorted_by="Price" (pulumi_alicloud ecs/outputs.py, the `price` docstring; the
-    provider asks BSS GetPayAsYouGoPrice with PriceType "Hour", alicloud/data_source_alicloud_instance_types.go).
-    The data source omits sold-out types and fails for a sold-out zone: for an existing cluster that is no reason
-    to fail, so an error here only means "no live answer".
+    NAS DescribeZones lists per zone the storage types it sells (alicloud.nas.get_zones, TF
+    data_source_alicloud_nas_zones.go), and not every zone sells every type: CreateFileSystem would fail after the
+    network exists. Asked once per placement, only for a new cluster (an existing one keeps its NAS)."""
+    storage = config.storage
+    if not storage.nas or storage.existing_file_system_id:
+        return None
+    answer = alicloud.nas.get_zones(file_system_type="standard").zones or []
+    return {z.zone_id for z in answer
+            if any(t.storage_type == storage.nas_storage_type for t in (z.instance_types or []))}
+
+
+def _live_price(type_name: str) -> Any:
+    """The region's description of the type with its pay-as-you-go list price, or None.
+
+    `price` is filled only with sorted_by="Price" (pulumi_alicloud ecs/outputs.py, the `price` docstring), for
+    which the provider asks BSS GetPayAsYouGoPrice (TF data_source_alicloud_instance_types.go:431-469): an account
+    without billing-read permission (AliyunBSSReadOnlyAccess) gets an error. The price is information, so any
+    failure is a warning and the catalog's labelled estimate stands in.
     """
     try:
         answer = alicloud.ecs.get_instance_types(
-            instance_type=type_name, availability_zone=zone, instance_charge_type="PostPaid",
-            spot_strategy=config.nodes.spot_strategy if zone else None, sorted_by="Price",
+            instance_type=type_name, instance_charge_type="PostPaid", sorted_by="Price",
         ).instance_types
-    except Exception:  # any failure of this look-up is "no live answer"; the catalog stands in
-        if zone is not None:
-            raise
+    except Exception as error:  # the price only; its absence is stated in the plan and the output's basis
+        pulumi.log.warn(
+            f"no live price for {type_name} (the price look-up needs billing read permission, e.g. "
+            f"AliyunBSSReadOnlyAccess): {str(error).splitlines()[0][:300]}; the catalog's estimate is shown instead"
+        )
         return None
     return answer[0] if answer else None
 
@@ -298,29 +346,40 @@ def _custom_image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
     return image.id, image.name
 
 
+# Who may own nodes.image: the account itself, another account that shared it, or the Marketplace. get_images needs
+# one of name_regex, owners or image_owner_id (TF data_source_alicloud_images.go:29 AtLeastOneOf; `owners` allows
+# system, self, others, marketplace: :36), so each owner is asked in turn.
+IMAGE_OWNERS = ("self", "others", "marketplace")
+# Its `status` filter defaults to "Available" and takes one value (:55-59): an image still being made is only
+# found by asking for these.
+NOT_READY_STATUSES = ("Creating", "Waiting")
+
+
 def _own_image(config: ClusterConfig, type_name: str | None = None) -> Any:
     image_id = config.nodes.image
-    # Any owner (no `owners` filter): the account's own, shared and Marketplace images alike.
-    images = alicloud.ecs.get_images(image_id=image_id, instance_type=type_name).images
-    if not images:
-        raise PlacementError(
-            f"roll-cluster:nodes.image: no image {image_id} in {config.region}"
-            + (f" that {type_name} can boot" if type_name else "")
-            + " (images are regional: bake in this region, copy the image here, or share it with this account); "
-            "leave nodes.image out to boot from nodes.osImage. Nothing was created."
-        )
-    status = getattr(images[0], "status", "Available") or "Available"
-    if status != "Available":
-        raise PlacementError(
-            f"roll-cluster:nodes.image: {image_id} is {status}, not Available yet (an image is usable once a snapshot "
-            "of every disk is made); run again when it is. Nothing was created."
-        )
-    return images[0]
+    for owners in IMAGE_OWNERS:
+        images = alicloud.ecs.get_images(image_id=image_id, owners=owners, instance_type=type_name).images
+        if images:
+            return images[0]
+    for status in NOT_READY_STATUSES:
+        for owners in IMAGE_OWNERS:
+            if alicloud.ecs.get_images(image_id=image_id, owners=owners, status=status).images:
+                raise PlacementError(
+                    f"roll-cluster:nodes.image: {image_id} is {status}, not Available yet (an image is usable once "
+                    "a snapshot of every disk is made); run again when it is. Nothing was created."
+                )
+    raise PlacementError(
+        f"roll-cluster:nodes.image: no image {image_id} in {config.region}"
+        + (f" that {type_name} can boot" if type_name else "")
+        + " (images are regional: bake in this region, copy the image here, or share it with this account); "
+        "leave nodes.image out to boot from nodes.osImage. Nothing was created."
+    )
 
 
-def image_data_disk(config: ClusterConfig) -> tuple[str, int] | None:
-    """The data-disk snapshot (id, GB) of nodes.image, or None. A baked image carries the head's data disk (Docker's
-    images are on it when nodes.dataDiskGb > 0): the nodes' data disks are made from that snapshot.
+def image_data_disk(config: ClusterConfig) -> tuple[str, int, str] | None:
+    """The data-disk snapshot (id, GB, device) of nodes.image, or None. A baked image carries the head's data disk
+    (Docker's images are on it when nodes.dataDiskGb > 0): the nodes' data disks are made from that snapshot, each
+    at the device of the image's mapping, so that it sets the size of the disk ECS makes from the image.
 
     The device names of DescribeImages' disk mappings (/dev/xvda for the system disk) are the convention of the
     API's examples; that the system disk is always `...a` is UNCONFIRMED.
@@ -337,5 +396,5 @@ def image_data_disk(config: ClusterConfig) -> tuple[str, int] | None:
                     f"(Docker's images are on it); set nodes.dataDiskGb to at least {max(size, 100)}; got 0. "
                     "Nothing was created."
                 )
-            return str(snapshot), size
+            return str(snapshot), size, device
     return None
