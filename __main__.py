@@ -9,7 +9,7 @@ resource is registered.
 
 import pulumi
 
-from components import known_hosts, node_source
+from components import known_hosts, node_source, pause
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
@@ -27,6 +27,7 @@ stack_config.check_framework(config, stack, facts.accelerators_per_node, facts.b
 private_key = steps.private_key(login)
 code = adapter_for(config.training, config.container).code()
 
+pause.freeze_while_paused(config)  # nodes.paused: nothing that needs a running node changes
 cluster = node_source.provision(source)
 known = known_hosts.register(stack, cluster.machines)
 ray_nodes: list[RayNode] = []

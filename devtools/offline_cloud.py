@@ -322,6 +322,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
         if old is not None and change in ("same", "update"):
             # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
             outputs = {**old.outputs, **inputs}
+            if typ == "alicloud:ecs/instance:Instance":
+                outputs.update(self._power_state(args.name, inputs, old.outputs))
             self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
                                              args.provider or None))
             if change == "update":
@@ -332,7 +334,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         self._refuse(typ, args.name, inputs, replacing=old)
         if typ == "alicloud:ecs/instance:Instance":
             outputs.update(self._instance_addresses(args.name))
-            outputs["status"] = "Running"
+            outputs.update(self._power_state(args.name, inputs, None))
             outputs["osName"] = "Alibaba Cloud Linux 3.2104 LTS 64 bit"
         elif typ == "alicloud:vpc/switch:Switch":
             outputs["availabilityZone"] = inputs.get("zoneId")
@@ -511,6 +513,24 @@ class OfflineCloud(pulumi.runtime.Mocks):
             public = next(str(base + 37 * i) for i in range(index, 100000) if str(base + 37 * i) not in taken)
         return {"privateIp": private, "publicIp": public, "primaryIpAddress": private}
 
+    def _power_state(self, name: str, inputs: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+        """`status` Stopped/Running as StopInstance/StartInstance leave it (nodes.paused, autostop). The provider's
+        Read sets `public_ip` "" when the instance has none (resource_alicloud_instance.go:1370-1374 at 81c43b67),
+        which is the case after a stop in economical mode ("its resources such as vCPUs, memory, and public IP
+        address are released", the `stopped_mode` doc); a start assigns one and sets `start_time` (:1389)."""
+        stopped = inputs.get("status") == "Stopped"
+        if old is None:
+            started = {"startTime": f"2026-01-01T00:00:{self._instances:02d}Z"}
+            return {"status": "Stopped", "publicIp": ""} if stopped else {"status": "Running", **started}
+        if stopped:
+            released = inputs.get("stoppedMode") == "StopCharging"
+            return {"status": "Stopped", "publicIp": "" if released else old.get("publicIp")}
+        if old.get("status") == "Stopped":  # started again: a public IP from the pool and a new start time
+            first, _, restarts = str(old.get("startTime", "")).partition("+")
+            public = old.get("publicIp") or self._instance_addresses(name)["publicIp"]
+            return {"status": "Running", "publicIp": public, "startTime": f"{first}+{int(restarts or 0) + 1}"}
+        return {"status": "Running"}
+
     def _vswitch_cidr(self) -> str:
         for r in reversed(self.resources):
             if r.type == "alicloud:vpc/switch:Switch":
@@ -631,7 +651,13 @@ def run_program(
     cloud.options.clear()
 
     def capture_options(args: pulumi.ResourceTransformationArgs) -> None:
-        # Mocks do not see resource options; the tests and the engine emulation above need them.
+        # Mocks do not see resource options; the tests and the engine emulation above need them: as the program's
+        # own stack transformations (registered after this one, e.g. components/pause.py) leave them.
+        later = pulumi_settings.get_root_resource()._transformations  # type: ignore[union-attr]
+        for transformation in later[later.index(capture_options) + 1:]:
+            result = transformation(args)
+            args = pulumi.ResourceTransformationArgs(args.resource, args.type_, args.name, result.props, result.opts) \
+                if result is not None else args
         cloud.options[args.name] = args.opts
         return None
 

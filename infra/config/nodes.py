@@ -18,7 +18,7 @@ _NOT_GIVEN = object()  # a required key of one source only, left out
 # Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
 ALIBABA_ONLY_NODE_KEYS = (
     "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "osImage", "gpuDriver",
-    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps",
+    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps", "paused",
 )
 # Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
 HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
@@ -110,6 +110,25 @@ class HostConfig(Section):
         return self.private_address or self.address
 
 
+class AutostopConfig(Section):
+    """When the head stops the cluster by itself (docs/operations.md, 'Pause, resume and autostop')."""
+
+    after_job_minutes: int | None = Field(
+        None, ge=1, le=10080,
+        description="Stop the cluster this many minutes after the job ended (SUCCEEDED, FAILED, STOPPED or LOST) "
+        "and no other job started. Left out: never for this reason.",
+    )
+    idle_minutes: int | None = Field(
+        None, ge=1, le=10080,
+        description="Stop the cluster when no job has run and every GPU has been idle (0 % utilisation in "
+        "`nvidia-smi`) for this many minutes. Left out: never for this reason.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.after_job_minutes is not None or self.idle_minutes is not None
+
+
 class NodesConfig(Section):
     source: Literal["alibaba", "hosts"] = Field(
         "alibaba",
@@ -117,7 +136,7 @@ class NodesConfig(Section):
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
         "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
-        "cudnnVersion, internetBandwidthMbps) are refused; see docs/own-hosts.md.",
+        "cudnnVersion, internetBandwidthMbps, paused) are refused; see docs/own-hosts.md.",
     )
     count: int = Field(
         1, ge=1, le=256,
@@ -194,6 +213,22 @@ class NodesConfig(Section):
         description="The accelerators on the nodes: `nvidia` GPUs or `ascend` NPUs (Ascend 910B; `hosts` only, ECS "
         "sells none). Decides the readiness check (`nvidia-smi` / `npu-smi info`), the devices and driver mounts "
         "of the container and the Ray resource (`GPU` / `NPU`); see infra/node/accelerators.py.",
+    )
+    paused: bool = Field(
+        False,
+        description="Pause the cluster: every instance is stopped in Alibaba's economical mode (ECS `status: "
+        "Stopped`, `stoppedMode: StopCharging`): compute, GPUs and the public IP stop billing; disks, NAS, snapshots "
+        "and baked images keep billing. Remove it (or set false) and `pulumi up` starts them again: Ray comes back "
+        "with the containers and the job is submitted again, resuming from its newest checkpoint (training.resume). "
+        "A restart needs the instance type in stock in the zone again. Alibaba only; docs/operations.md, 'Pause, "
+        "resume and autostop'.",
+    )
+    autostop: AutostopConfig = Field(
+        default_factory=lambda: AutostopConfig(),
+        description="Stop the cluster by itself when it idles: `afterJobMinutes` after the job ended, `idleMinutes` "
+        "with no job and idle GPUs. On Alibaba the head stops this stack's instances (StopCharging) with an instance "
+        "RAM role that may stop only instances tagged with this stack; the next `pulumi up` starts them again as "
+        "after `paused`. On your own hosts it stops the job and Ray, never the machines.",
     )
     hosts: list[HostConfig] | None = Field(
         None,
