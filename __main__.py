@@ -9,11 +9,12 @@ resource is registered.
 
 import pulumi
 
-from components import known_hosts, node_source, pause
+from components import known_hosts, node_source
+from components.autostop import Autostop
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
-from infra import outputs, stack_config
+from infra import outputs, pause, stack_config
 from infra.frameworks import adapter_for
 from infra.node import accelerators, steps
 from infra.sources import source_for
@@ -86,5 +87,13 @@ job = TrainingJob(
         secret_env=secret_env,
     ),
 )
+
+if config.nodes.autostop.enabled:
+    Autostop(
+        "autostop-cluster", config, stack, ray_nodes, job.job_id,
+        after=[(f"{ray_nodes[0].name}/job", job.submission)] if job.submission is not None
+        else [(f"{ray_nodes[0].name}/ray-ready", ray.ready)],
+        private_key=private_key, login=login,
+    )
 
 outputs.export_all(config, facts, cluster, ray_nodes, job, login, known)

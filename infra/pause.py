@@ -1,6 +1,6 @@
 """nodes.paused: while the instances are stopped nothing may reach them, so every resource that works over SSH
 (the node steps, the Docker provider and its image and container, the local steps keyed on a node's address)
-keeps what the state holds.
+keeps what the state holds. A stack transformation, registered before any resource; it registers none itself.
 
 Stopping in economical mode releases the public IP (`stopped_mode` doc of pulumi_alicloud ecs/instance.py; the
 provider's Read then sets `public_ip` "": terraform-provider-alicloud alicloud/resource_alicloud_instance.go:1370-1374
