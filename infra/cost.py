@@ -69,7 +69,7 @@ def autostop_note(config: ClusterConfig) -> str:
     auto = config.nodes.autostop
     if not auto.enabled:
         return "off: the cluster bills until `pulumi destroy` or nodes.paused"
-    what = ("stops the job and Ray (own hosts: never the machines)" if config.nodes.source == "hosts"
+    what = ("stops the job (own hosts: never the machines)" if config.nodes.source == "hosts"
             else "stops every instance of this stack (StopCharging)")
     when = []
     if auto.after_job_minutes is not None:

@@ -53,7 +53,7 @@ def test_without_autostop_there_is_no_role_and_no_watcher():
     assert not [r for r in result.cloud.resources if r.name == "autostop"]
 
 
-def test_on_own_hosts_autostop_stops_the_job_and_ray_and_creates_no_cloud_role():
+def test_on_own_hosts_autostop_stops_the_job_and_creates_no_cloud_role():
     result = run("hosts", config=AUTOSTOP)
     assert not [r for r in result.cloud.resources if r.type in RAM]
     env = env_of(step_command(result, "autostop"))

@@ -140,10 +140,10 @@ def test_busy_gpus_are_not_idle(tmp_path, endpoint):
     assert result.returncode == 1 and StandIn.calls == []
 
 
-def test_on_own_hosts_it_stops_the_job_and_ray_never_the_machines(tmp_path, endpoint):
+def test_on_own_hosts_it_stops_the_job_never_the_machines(tmp_path, endpoint):
     _ended_long_ago(tmp_path)
     result = _run(tmp_path, endpoint, "ray", "STOPPED", "0", AUTOSTOP_AFTER_JOB_MINUTES="5")
     assert result.returncode == 0, result.stderr
     assert StandIn.calls == []  # no cloud API
     calls = (tmp_path / "bin" / "calls").read_text()
-    assert "ray job stop" in calls and "exec roll ray stop" in calls
+    assert "exec roll ray job stop --address http://127.0.0.1:8265 -- roll-multi-1" in calls

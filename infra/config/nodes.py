@@ -227,8 +227,8 @@ class NodesConfig(Section):
         default_factory=lambda: AutostopConfig(),
         description="Stop the cluster by itself when it idles: `afterJobMinutes` after the job ended, `idleMinutes` "
         "with no job and idle GPUs. On Alibaba the head stops this stack's instances (StopCharging) with an instance "
-        "RAM role that may stop only instances tagged with this stack; the next `pulumi up` starts them again as "
-        "after `paused`. On your own hosts it stops the job and Ray, never the machines.",
+        "RAM role that may stop only instances tagged with this stack; `pulumi up --refresh` starts them again as "
+        "after `paused`. On your own hosts it stops the job (freeing the GPUs), never the machines.",
     )
     hosts: list[HostConfig] | None = Field(
         None,

@@ -10,7 +10,9 @@
 # it stops the cluster. On Alibaba (AUTOSTOP_MODE=instances) that is ECS StopInstances with StoppedMode
 # StopCharging for INSTANCE_IDS, signed with the temporary credentials of the head's instance RAM role from the
 # metadata service (never a long-lived key on a node; the role may stop only this stack's instances:
-# infra/autostop.py). On your own hosts (AUTOSTOP_MODE=ray) it stops the job and Ray, never the machines.
+# infra/autostop.py). On your own hosts (AUTOSTOP_MODE=ray) it stops the job, which frees the GPUs, and never
+# the machines; Ray's daemons stay (they hold no GPU, and the container's main process would start a stopped Ray
+# again: container_main.sh), so the next job needs no Ray step.
 #
 # Environment:
 #   AUTOSTOP_ACTION             install | watch | once (one decision, for tests) | remove         required
@@ -196,13 +198,11 @@ stop_instances() {
     fail "StopInstances was refused (see the answer above)"
 }
 
-# stop_job_and_ray: own hosts: the machines stay up; the job and the head's Ray stop (the workers' raylets exit
-# once the head's GCS is gone).
-stop_job_and_ray() {
-  banner "stopping job $JOB_ID and Ray on the head (own hosts: the machines stay up)"
+# stop_job_on_hosts: own hosts: the machines and Ray's daemons stay up; the job stops and frees the GPUs.
+stop_job_on_hosts() {
+  banner "stopping job $JOB_ID (own hosts: the machines stay up)"
   logged timeout -k 10 120 docker exec "$CONTAINER_NAME" ray job stop --address "http://127.0.0.1:$DASHBOARD_PORT" \
     -- "$JOB_ID" || true
-  logged timeout -k 10 120 docker exec "$CONTAINER_NAME" ray stop || true
 }
 
 act() {
@@ -213,7 +213,7 @@ act() {
   if [[ "$AUTOSTOP_MODE" == instances ]]; then
     stop_instances
   else
-    stop_job_and_ray
+    stop_job_on_hosts
     date +%s >"$AUTOSTOP_STATE_DIR/stopped"
   fi
 }
@@ -221,7 +221,7 @@ act() {
 watch_cluster() {
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   while true; do
-    # Own hosts: once the job and Ray are stopped, nothing is left to stop until the next `pulumi up`.
+    # Own hosts: once the job is stopped, nothing is left to stop until the step installs the watcher again.
     [[ -f "$AUTOSTOP_STATE_DIR/stopped" ]] || act || true
     sleep "$AUTOSTOP_POLL_S"
   done
