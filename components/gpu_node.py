@@ -94,8 +94,9 @@ class GpuNode(pulumi.ComponentResource):
             internet_charge_type="PayByTraffic",
             internet_max_bandwidth_out=nodes.internet_bandwidth_mbps,
             key_name=args.key_pair_name,
-            spot_strategy=nodes.spot_strategy,
-            spot_price_limit=nodes.spot_price_limit,
+            # nodes.spotHead: the head is pay-as-you-go unless opted in (a reclaimed head ends Ray and the job).
+            spot_strategy=nodes.spot_strategy if args.rank > 0 or nodes.head_on_spot else "NoSpot",
+            spot_price_limit=nodes.spot_price_limit if args.rank > 0 or nodes.head_on_spot else None,
             user_data=user_data,
             # nodes.paused: stopped in economical mode, started again when it is removed. The provider stops with
             # StopInstance(StoppedMode) and starts with StartInstance on a `status` change (terraform-provider-

@@ -87,3 +87,16 @@ def test_plan_says_when_autostop_fires(capsys):
     text = capsys.readouterr().out
     assert "30 min after the job ended" in text and "after 60 min with no job and idle GPUs" in text
 
+
+
+def test_with_spot_the_head_is_pay_as_you_go_unless_opted_in():
+    workers_only = run("multi", config={"roll-cluster:nodes": {"spot": True}})
+    strategies = {n.name: n.inputs["spotStrategy"] for n in workers_only.cloud.of_type(INSTANCE)}
+    assert strategies == {"node-0-instance": "NoSpot", "node-1-instance": "SpotAsPriceGo"}
+    everything = run("multi", config={"roll-cluster:nodes": {"spot": True, "spotHead": True}})
+    assert {n.inputs["spotStrategy"] for n in everything.cloud.of_type(INSTANCE)} == {"SpotAsPriceGo"}
+
+
+def test_spot_on_a_one_node_cluster_is_the_head_on_spot():
+    only = run("dev", config={"roll-cluster:nodes": {"spot": True}})
+    assert [n.inputs["spotStrategy"] for n in only.cloud.of_type(INSTANCE)] == ["SpotAsPriceGo"]

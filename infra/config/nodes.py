@@ -18,7 +18,7 @@ _NOT_GIVEN = object()  # a required key of one source only, left out
 # Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
 ALIBABA_ONLY_NODE_KEYS = (
     "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "osImage", "gpuDriver",
-    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps", "paused",
+    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps", "paused", "spotHead",
 )
 # Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
 HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
@@ -136,7 +136,7 @@ class NodesConfig(Section):
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
         "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
-        "cudnnVersion, internetBandwidthMbps, paused) are refused; see docs/own-hosts.md.",
+        "cudnnVersion, internetBandwidthMbps, paused, spotHead) are refused; see docs/own-hosts.md.",
     )
     count: int = Field(
         1, ge=1, le=256,
@@ -167,6 +167,17 @@ class NodesConfig(Section):
     spot_price_limit: float | None = Field(
         None, gt=0, description="Hourly price cap per instance; implies spot with a price limit."
     )
+    spot_head: bool = Field(
+        False,
+        description="With spot: the head (rank 0) is a spot instance too. Alibaba may reclaim a spot instance at "
+        "5 minutes' notice, and the head takes Ray, the job's driver and the dashboard with it, so by default the "
+        "head is pay-as-you-go and only the workers are spot. On a one-node cluster `spot` can only mean the head, "
+        "which is then spot without this.",
+    )
+
+    @property
+    def head_on_spot(self) -> bool:
+        return self.spot and (self.spot_head or self.count == 1)
     system_disk_gb: int = Field(200, ge=100, le=2048, description="ESSD system disk size in GB.")
     data_disk_gb: int = Field(
         0,
