@@ -15,7 +15,7 @@ from typing import Any
 from infra.config import ClusterConfig
 
 HOURS_PER_MONTH = 730.0
-RATE_SOURCE = "estimate: China-site pay-as-you-go list price, cn-hangzhou (UNCONFIRMED; not from a price API)"
+RATE_SOURCE = "estimate: China-site list price, cn-hangzhou, UNCONFIRMED (no price API asked)"
 ESSD_PL1_CNY_PER_GB_MONTH = 1.0  # cloud_essd PL1 (UNCONFIRMED)
 NAS_CNY_PER_GB_MONTH = {"Capacity": 0.35, "Performance": 1.85, "Premium": 1.85}  # by used GB (UNCONFIRMED)
 SNAPSHOT_CNY_PER_GB_MONTH = 0.12  # a baked image's snapshots, by their size (UNCONFIRMED)
