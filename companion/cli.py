@@ -103,9 +103,10 @@ def pause(stack: str, _outputs: Mapping[str, Any], _: argparse.Namespace) -> int
 
 
 def resume(stack: str, _outputs: Mapping[str, Any], _: argparse.Namespace) -> int:
-    """nodes.paused removed and `pulumi up --refresh`: the refresh sees instances that autostop stopped too."""
-    status = _pulumi("config", "rm", "--stack", stack, "--path", "roll-cluster:nodes.paused")
-    return status or _pulumi("up", "--refresh", "--stack", stack)
+    """nodes.paused removed and `pulumi up --refresh`: the refresh sees instances that autostop stopped too. After
+    autostop the setting was never there: the removal's complaint, if any, does not stop the update."""
+    _pulumi("config", "rm", "--stack", stack, "--path", "roll-cluster:nodes.paused")
+    return _pulumi("up", "--refresh", "--stack", stack)
 
 
 def cost(stack: str, outputs: Mapping[str, Any], _: argparse.Namespace) -> int:

@@ -163,7 +163,10 @@ class NodesConfig(Section):
         "afresh by stock and replaces its vSwitch, nodes and NAS mount target (the NAS file system and its data "
         "stay). Unchanged, the cluster keeps its zone and type whatever the stock.",
     )
-    spot: bool = Field(False, description="Preemptible (spot) instances at the market price.")
+    spot: bool = Field(
+        False, description="Preemptible (spot) instances at the market price: the workers, and the head with "
+        "`spotHead` (or when it is the only node)."
+    )
     spot_price_limit: float | None = Field(
         None, gt=0, description="Hourly price cap per instance; implies spot with a price limit."
     )
