@@ -10,7 +10,7 @@ resource is registered.
 import pulumi
 
 from components import known_hosts, node_source
-from components.autostop import Autostop
+from components.autostop import Autostop, spot_notices
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
@@ -88,6 +88,7 @@ job = TrainingJob(
     ),
 )
 
+spot_notices(config, stack, ray_nodes, private_key, login)  # RECLAIMED in jobStatus (spot nodes, shared storage)
 if config.nodes.autostop.enabled:
     Autostop(
         "autostop-cluster", config, stack, ray_nodes, job.job_id,

@@ -74,3 +74,24 @@ class Autostop(pulumi.ComponentResource):
             resource_name="autostop",
         )
         self.register_outputs({})
+
+
+def spot_notices(
+    config: ClusterConfig, stack: str, nodes: Sequence[RayNode], private_key: pulumi.Output[str] | None,
+    login: ssh_access.LoginKey,
+) -> list[pulumi.Resource]:
+    """The spot notice watcher on every spot node (infra/scripts/spot_notice.sh), where shared storage can carry
+    its record to the head's `jobStatus`. A child of each node's bootstrap: it runs once the node is ready."""
+    directory = autostop.reclaim_dir(config, stack)
+    if not directory:
+        return []
+    steps: list[pulumi.Resource] = []
+    for rank in autostop.spot_nodes(config):
+        node = nodes[rank]
+        ctx = remote_steps.context_for(node.machine, private_key, node.bootstrap, login=login, running=True)
+        steps.append(remote_steps.remote_step(
+            ctx, "spot-notice", autostop.SPOT_NOTICE_SCRIPTS, {"SPOT_ACTION": "install", "RECLAIM_DIR": directory},
+            after=[(node.bootstrap.ready_key, node.bootstrap.ready)],
+            triggers=[node.machine.identity],
+        ))
+    return steps

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from infra.config import ClusterConfig
+from infra.layout import SHARED_MOUNT
 from infra.ray.commands import RAY_COMMON_SCRIPT
 
 STACK_TAG = "roll-cluster-stack"  # the tag every instance carries (components/gpu_node.py)
@@ -63,3 +64,22 @@ def watcher_env(config: ClusterConfig, job_id: str, instance_ids: list[str], reg
     if config.nodes.source != "hosts":
         env.update(INSTANCE_IDS=" ".join(instance_ids), REGION_ID=region, RAM_ROLE=role_name(stack))
     return env
+
+
+SPOT_NOTICE_SCRIPTS = ("spot_notice.sh",)
+
+
+def reclaim_dir(config: ClusterConfig, stack: str) -> str:
+    """Where spot nodes record Alibaba's reclaim notice (infra/scripts/spot_notice.sh) and `jobStatus` looks: on
+    the shared storage, the same path on every host and in every container. Empty: no spot node, or no shared
+    storage to carry a worker's notice to the head (then jobStatus cannot say RECLAIMED)."""
+    if not config.nodes.spot or not config.storage.shared or config.nodes.source == "hosts":
+        return ""
+    return f"{SHARED_MOUNT}/.roll-cluster/reclaimed/{stack}"
+
+
+def spot_nodes(config: ClusterConfig) -> list[int]:
+    """The ranks that are spot instances (components/gpu_node.py: the head only with nodes.spotHead or alone)."""
+    if not config.nodes.spot or config.nodes.source == "hosts":
+        return []
+    return [rank for rank in range(config.nodes.count) if rank > 0 or config.nodes.head_on_spot]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
+from infra import autostop
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
 from infra.node import known_hosts as known_hosts_module
@@ -86,7 +87,8 @@ def export_all(
             "jobStatus",
             pulumi.Output.all(head_host, job.job_id, resubmit).apply(_running(
                 lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
-                                                          hosts, user, port, pinned, resubmit=v[2])
+                                                          hosts, user, port, pinned, resubmit=v[2],
+                                                          reclaim_dir=autostop.reclaim_dir(config, stack))
             )),
         )
         pulumi.export(
