@@ -42,6 +42,7 @@ from devtools.alibaba_shapes import (
     REGION_ZONES,
     USER_DATA_LIMIT_BYTES,
     offline_host_key,
+    power_state,
 )
 from devtools.mock_secrets import is_secret, reveal, unwrap
 from infra import runmode
@@ -323,7 +324,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
             # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
             outputs = {**old.outputs, **inputs}
             if typ == "alicloud:ecs/instance:Instance":
-                outputs.update(self._power_state(args.name, inputs, old.outputs))
+                addresses = lambda: self._instance_addresses(args.name)  # noqa: E731 (only if it restarts)
+                outputs.update(power_state(inputs, old.outputs, self._instances, addresses))
             self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
                                              args.provider or None))
             if change == "update":
@@ -334,7 +336,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         self._refuse(typ, args.name, inputs, replacing=old)
         if typ == "alicloud:ecs/instance:Instance":
             outputs.update(self._instance_addresses(args.name))
-            outputs.update(self._power_state(args.name, inputs, None))
+            outputs.update(power_state(inputs, None, self._instances, lambda: self._instance_addresses(args.name)))
             outputs["osName"] = "Alibaba Cloud Linux 3.2104 LTS 64 bit"
         elif typ == "alicloud:vpc/switch:Switch":
             outputs["availabilityZone"] = inputs.get("zoneId")
@@ -512,24 +514,6 @@ class OfflineCloud(pulumi.runtime.Mocks):
             base = ipaddress.ip_address("47.96.0.0") + 0x10000 + 11
             public = next(str(base + 37 * i) for i in range(index, 100000) if str(base + 37 * i) not in taken)
         return {"privateIp": private, "publicIp": public, "primaryIpAddress": private}
-
-    def _power_state(self, name: str, inputs: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
-        """`status` Stopped/Running as StopInstance/StartInstance leave it (nodes.paused, autostop). The provider's
-        Read sets `public_ip` "" when the instance has none (resource_alicloud_instance.go:1370-1374 at 81c43b67),
-        which is the case after a stop in economical mode ("its resources such as vCPUs, memory, and public IP
-        address are released", the `stopped_mode` doc); a start assigns one and sets `start_time` (:1389)."""
-        stopped = inputs.get("status") == "Stopped"
-        if old is None:
-            started = {"startTime": f"2026-01-01T00:00:{self._instances:02d}Z"}
-            return {"status": "Stopped", "publicIp": ""} if stopped else {"status": "Running", **started}
-        if stopped:
-            released = inputs.get("stoppedMode") == "StopCharging"
-            return {"status": "Stopped", "publicIp": "" if released else old.get("publicIp")}
-        if old.get("status") == "Stopped":  # started again: a public IP from the pool and a new start time
-            first, _, restarts = str(old.get("startTime", "")).partition("+")
-            public = old.get("publicIp") or self._instance_addresses(name)["publicIp"]
-            return {"status": "Running", "publicIp": public, "startTime": f"{first}+{int(restarts or 0) + 1}"}
-        return {"status": "Running"}
 
     def _vswitch_cidr(self) -> str:
         for r in reversed(self.resources):
