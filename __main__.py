@@ -10,10 +10,11 @@ resource is registered.
 import pulumi
 
 from components import known_hosts, node_source
+from components.autostop import Autostop, spot_notices
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
-from infra import outputs, parallelism, runmode, stack_config
+from infra import outputs, parallelism, pause, runmode, stack_config
 from infra.frameworks import adapter_for
 from infra.node import accelerators, steps
 from infra.sources import source_for
@@ -31,6 +32,7 @@ if not runmode.offline():  # the offline plan prints the same line with its own 
     if slots_warning:
         pulumi.log.warn(slots_warning)
 
+pause.freeze_while_paused(config)  # nodes.paused: nothing that needs a running node changes
 cluster = node_source.provision(source)
 known = known_hosts.register(stack, cluster.machines)
 ray_nodes: list[RayNode] = []
@@ -89,5 +91,14 @@ job = TrainingJob(
         secret_env=secret_env,
     ),
 )
+
+spot_notices(config, stack, ray_nodes, private_key, login)  # RECLAIMED in jobStatus (spot nodes, shared storage)
+if config.nodes.autostop.enabled:
+    Autostop(
+        "autostop-cluster", config, stack, ray_nodes, job.job_id,
+        after=[(f"{ray_nodes[0].name}/job", job.submission)] if job.submission is not None
+        else [(f"{ray_nodes[0].name}/ray-ready", ray.ready)],
+        private_key=private_key, login=login,
+    )
 
 outputs.export_all(config, facts, cluster, ray_nodes, job, login, known)

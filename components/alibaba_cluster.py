@@ -16,6 +16,7 @@ from components.baked_image import bake_image
 from components.gpu_node import GpuNode, GpuNodeArgs
 from components.network import Network
 from components.shared_storage import SharedStorage, SharedStorageArgs
+from infra.cost import cost_summary
 from infra.node import ssh_access
 from infra.sources.alibaba.network_plan import NetworkArgs
 from infra.sources.alibaba.placement import image_data_disk
@@ -101,13 +102,16 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
                 data_disk_serial=node.data_disk_serial,
                 host_key=node.host_public_key,
                 depends_on=[node, *network.ssh_rules],
+                started=node.start_time,
                 bake=_baker(stack, node) if config.nodes.bake and rank == 0 else None,
             )
         )
+    hourly = placement.price.total(config.nodes.count)
     outputs: dict[str, object] = {
         "zone": network.zone,
         "instanceType": network.instance_type,
-        "hourlyPrice": placement.price.total(config.nodes.count),
+        "hourlyPrice": hourly,
+        "cost": cost_summary(config, hourly),
     }
     if storage is not None:
         outputs["nasFileSystemId"] = storage.file_system_id

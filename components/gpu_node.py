@@ -49,6 +49,7 @@ class GpuNode(pulumi.ComponentResource):
     public_ip: pulumi.Output[str]
     private_ip: pulumi.Output[str]
     host_public_key: pulumi.Output[str]
+    start_time: pulumi.Output[str]
     data_disk_serial: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
@@ -98,9 +99,16 @@ class GpuNode(pulumi.ComponentResource):
             internet_charge_type="PayByTraffic",
             internet_max_bandwidth_out=nodes.internet_bandwidth_mbps,
             key_name=args.key_pair_name,
-            spot_strategy=nodes.spot_strategy,
-            spot_price_limit=nodes.spot_price_limit,
+            # nodes.spotHead: the head is pay-as-you-go unless opted in (a reclaimed head ends Ray and the job).
+            spot_strategy=nodes.spot_strategy if args.rank > 0 or nodes.head_on_spot else "NoSpot",
+            spot_price_limit=nodes.spot_price_limit if args.rank > 0 or nodes.head_on_spot else None,
             user_data=user_data,
+            # nodes.paused: stopped in economical mode, started again when it is removed. The provider stops with
+            # StopInstance(StoppedMode) and starts with StartInstance on a `status` change (terraform-provider-
+            # alicloud alicloud/resource_alicloud_instance.go:1935-2031 at 81c43b67; `status` Running|Stopped :441,
+            # `stopped_mode` StopCharging|KeepCharging|Not-applicable :557).
+            status="Stopped" if nodes.paused else "Running",
+            stopped_mode="StopCharging" if nodes.paused else None,
             tags={
                 "roll-cluster-stack": args.stack,
                 "roll-cluster-rank": str(args.rank),
@@ -124,6 +132,7 @@ class GpuNode(pulumi.ComponentResource):
         self.public_ip = instance.public_ip
         self.private_ip = instance.private_ip
         self.host_public_key = host_key.public_key
+        self.start_time = instance.start_time
         self.data_disk_serial = None
         if nodes.data_disk_gb:
             # The instance's outputs do not carry the data disk's id; DescribeDisks of the instance does.

@@ -60,6 +60,10 @@ class TrainingJob(pulumi.ComponentResource):
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
         submission = self.spec.apply(to_submission)
+        # The head's last start (ECS start_time): a resumed cluster (nodes.paused removed, or autostop followed by
+        # `pulumi up --refresh`) has no job and no reward server; a new start time reruns both, and the job resumes
+        # from its newest checkpoint (training.resume). Own hosts: none (the program never starts them).
+        started = [args.head.machine.started] if args.head.machine.started is not None else []
         if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
             # The server downloads its model: it gets HF_TOKEN (and the other secrets) like the job's prepare step.
             # Removing it (destroy, or rewardServer dropped from the config) stops it.
@@ -78,6 +82,7 @@ class TrainingJob(pulumi.ComponentResource):
                 delete_env=ray_commands.reward_stop_env(settings),
                 # The stop ends every reward server in the container: the old one must go before the new starts.
                 delete_before_replace=True,
+                triggers=started or None,
                 resource_name="reward-server",
             )
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
@@ -99,7 +104,7 @@ class TrainingJob(pulumi.ComponentResource):
                 after=after,
                 delete_scripts=ray_commands.JOB_STOP_STEP.scripts,
                 delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),
-                triggers=[self.job_id, *([self.rendered_config] if self.rendered_config else [])],
+                triggers=[self.job_id, *([self.rendered_config] if self.rendered_config else []), *started],
                 delete_before_replace=True,
                 resource_name="training-job",
             )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
 
 # Zones of the regions the shipped stacks use, as DescribeZones lists them.
 REGION_ZONES: dict[str, list[str]] = {
@@ -94,3 +96,25 @@ def nas_zones(region: str, sold: dict[str, list[str]]) -> dict[str, object]:
     default = ["Capacity", "Performance", "Premium"]
     return {"zones": [{"zoneId": z, "instanceTypes": [{"storageType": t, "protocolType": "NFS"}
                                                       for t in sold.get(z, default)]} for z in REGION_ZONES[region]]}
+
+
+def power_state(
+    inputs: Mapping[str, Any], old: Mapping[str, Any] | None, serial: int, addresses: Callable[[], dict[str, str]]
+) -> dict[str, Any]:
+    """An instance's `status`, `publicIp` and `startTime` as StopInstance/StartInstance leave them (nodes.paused,
+    autostop). The provider's Read sets `public_ip` "" when the instance has none (terraform-provider-alicloud
+    alicloud/resource_alicloud_instance.go:1370-1374 at 81c43b67), which is the case after a stop in economical mode
+    ("its resources such as vCPUs, memory, and public IP address are released", pulumi_alicloud's `stopped_mode`
+    doc); a start assigns one from the pool (`addresses`) and sets `start_time` (:1389)."""
+    stopped = inputs.get("status") == "Stopped"
+    if old is None:
+        return {"status": "Stopped", "publicIp": ""} if stopped else {
+            "status": "Running", "startTime": f"2026-01-01T00:00:{serial:02d}Z"}
+    if stopped:
+        released = inputs.get("stoppedMode") == "StopCharging"
+        return {"status": "Stopped", "publicIp": "" if released else old.get("publicIp")}
+    if old.get("status") == "Stopped":  # started again: a public IP from the pool and a new start time
+        first, _, restarts = str(old.get("startTime", "")).partition("+")
+        public = old.get("publicIp") or addresses()["publicIp"]
+        return {"status": "Running", "publicIp": public, "startTime": f"{first}+{int(restarts or 0) + 1}"}
+    return {"status": "Running"}

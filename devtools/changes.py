@@ -25,6 +25,12 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
     ("training.openrlhf.rewardServer (added, removed, its gpus) or train.colocate_all with one",
      "the GPUs the head's Ray may use change (without colocate_all it leaves the server's out): Ray restarts on "
      "every node naming --num-gpus and CUDA_VISIBLE_DEVICES; the job is submitted again"),
+    ("nodes.paused set (python3 -m companion pause)",
+     "every instance stops in economical mode (StopCharging: compute, GPUs and public IPs stop billing; disks and NAS "
+     "do not); no node step runs (tests/test_pause_and_cost.py)"),
+    ("nodes.paused removed (python3 -m companion resume, with --refresh)",
+     "the instances start (stock in the zone needed), new public IPs: the node steps run again, Ray re-forms, and the "
+     "job (it carries the head's start time) is submitted again and resumes from its newest checkpoint"),
     ("nodes.count",
      "Ray keeps running on the nodes that stay; new nodes join, removed ones leave (`ray stop`), the readiness gate "
      "checks again; a job whose configuration depends on the node count is replaced as for training.*"),

@@ -16,7 +16,6 @@ data sources see them, unchanged resources keep their ids and outputs, `changes`
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import ipaddress
 import json
@@ -33,15 +32,16 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
 from devtools import alibaba_shapes, provider_rules
+from devtools.alibaba_refusals import AlibabaRefused as AlibabaRefused
+from devtools.alibaba_refusals import _refuse_like_alibaba
 from devtools.alibaba_shapes import (
     DEFAULT_FAMILY_ZONES,
     DISK_FIELDS,
     ID_PREFIX,
-    IMPORT_KEY_PAIR_TYPES,
     OS_IMAGES,
     REGION_ZONES,
-    USER_DATA_LIMIT_BYTES,
     offline_host_key,
+    power_state,
 )
 from devtools.mock_secrets import is_secret, reveal, unwrap
 from infra import runmode
@@ -336,6 +336,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
         if old is not None and change in ("same", "update"):
             # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
             outputs = {**old.outputs, **inputs}
+            if typ == "alicloud:ecs/instance:Instance":
+                addresses = lambda: self._instance_addresses(args.name)  # noqa: E731 (only if it restarts)
+                outputs.update(power_state(inputs, old.outputs, self._instances, addresses))
             self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
                                              args.provider or None))
             if change == "update":
@@ -346,7 +349,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         self._refuse(typ, args.name, inputs, replacing=old)
         if typ == "alicloud:ecs/instance:Instance":
             outputs.update(self._instance_addresses(args.name))
-            outputs["status"] = "Running"
+            outputs.update(power_state(inputs, None, self._instances, lambda: self._instance_addresses(args.name)))
             outputs["osName"] = "Alibaba Cloud Linux 3.2104 LTS 64 bit"
         elif typ == "alicloud:vpc/switch:Switch":
             outputs["availabilityZone"] = inputs.get("zoneId")
@@ -573,27 +576,6 @@ def _digest(text: str, length: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
-class AlibabaRefused(RuntimeError):
-    """What a real Alibaba Cloud API call would answer with an error for."""
-
-
-def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None:
-    if typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
-        key_type = str(reveal(inputs.get("publicKey")) or "").split(maxsplit=1)[:1]
-        if key_type and key_type[0] not in IMPORT_KEY_PAIR_TYPES:
-            raise AlibabaRefused(
-                f"{name}: ImportKeyPair refuses a {key_type[0]} key (it accepts rsa, dsa and ecdsa)"
-            )
-    if typ == "alicloud:ecs/instance:Instance":
-        user_data = reveal(inputs.get("userData"))
-        if user_data:
-            size = len(base64.b64decode(str(user_data)))  # gzip-compressed or not: the bytes before Base64
-            if size > USER_DATA_LIMIT_BYTES:
-                raise AlibabaRefused(
-                    f"{name}: user data of {size} bytes (before Base64) is over the {USER_DATA_LIMIT_BYTES}-byte limit"
-                )
-
-
 # ------------------------------------------------------------------------------------------------ the runner
 def stack_config(stack: str) -> dict[str, Any]:
     """The `config:` block of Pulumi.<stack>.yaml."""
@@ -662,7 +644,13 @@ def run_program(
     cloud.options.clear()
 
     def capture_options(args: pulumi.ResourceTransformationArgs) -> None:
-        # Mocks do not see resource options; the tests and the engine emulation above need them.
+        # Mocks do not see resource options; the tests and the engine emulation above need them: as the program's
+        # own stack transformations (registered after this one, e.g. components/pause.py) leave them.
+        later = pulumi_settings.get_root_resource()._transformations  # type: ignore[union-attr]
+        for transformation in later[later.index(capture_options) + 1:]:
+            result = transformation(args)
+            args = pulumi.ResourceTransformationArgs(args.resource, args.type_, args.name, result.props, result.opts) \
+                if result is not None else args
         cloud.options[args.name] = args.opts
         return None
 

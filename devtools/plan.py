@@ -39,7 +39,25 @@ def section(title: str) -> str:
     return f"\n== {title} " + "=" * max(0, 96 - len(title)) + "\n"
 
 
+OFFLINE_PRICE = ("the offline catalog's estimate (the offline cloud answers the region's price look-up from "
+                 "infra/sources/alibaba/catalog.py, cn-hangzhou list prices, 2025; a real `pulumi up` shows the "
+                 "region's live list price)")
+LIVE_PRICE = "live pay-as-you-go list price of the region"
+
+
+def offline_labels(value: Any) -> Any:
+    """The offline cloud's price is the catalog's, not a live one: every label that says "live" says so instead."""
+    if isinstance(value, str):
+        return value.replace(LIVE_PRICE, OFFLINE_PRICE)
+    if isinstance(value, dict):
+        return {key: offline_labels(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [offline_labels(item) for item in value]
+    return value
+
+
 def render(run: OfflineRun, parallel: int | None = None) -> str:
+    run.outputs.update(offline_labels(run.outputs))
     lines: list[str] = [
         f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see devtools/offline_cloud.py)"
     ]
@@ -89,6 +107,7 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
     lines.extend(price_lines(out.get("hourlyPrice")))
     for note in steps.NOTES.get("unchecked") or []:  # infra/sources/alibaba/unchecked.py
         lines.append(f"  ! {note}")
+    lines.extend(cost_lines(out.get("cost"), out.get("hourlyPrice"), run))
 
     lines.append(section("Network"))
     for r in cloud.resources:
@@ -332,6 +351,44 @@ def price_lines(price: Any) -> list[str]:
         f"  price         {price['amount']:.2f} {price['currency']} per {price['per']}: {price['includes']}",
         f"                ({price['basis']}); not included: {price['excludes']}",
     ]
+
+
+def bootstrap_minutes(run: OfflineRun) -> float | None:
+    """The modelled minutes from `pulumi up` to the first training step on this stack's path (devtools/schedule.py):
+    what the GPUs bill before training starts."""
+    config = steps.NOTES.get("config")
+    if not isinstance(config, ClusterConfig):
+        return None
+    return schedule.minutes_to_first_step(config, run.steps)
+
+
+def cost_lines(cost: Any, price: Any, run: OfflineRun) -> list[str]:
+    """The whole cost: bootstrap, running, paused, after destroy, and when autostop fires; each with its source."""
+    if not isinstance(cost, dict) or not isinstance(price, dict):
+        return []
+    running, paused = cost["running"], cost["paused"]
+    currency = cost["currency"]
+    lines = [section("Cost (currency and source of each figure)")]
+    minutes = bootstrap_minutes(run)
+    if minutes is not None:
+        amount = minutes / 60.0 * float(running["perHour"])
+        lines.append(f"  bootstrap     {amount:.2f} {currency} before the job runs: {minutes:.1f} min modelled "
+                     f"(devtools/schedule.py) x {running['perHour']:.2f} {currency}/h running")
+    lines.append(f"  running       {running['perHour']:.2f} {currency} per hour: instances "
+                 f"{running['instances']['perHour']:.2f} ({running['instances']['source']})")
+    disks = running["disks"]
+    lines.append(f"                + disks {disks['perHour']:.2f} {disks['currency']}/h for {disks['gb']} GB ESSD "
+                 f"({disks['source']})")
+    lines.append(f"                + {running['nas']}")
+    lines.append(f"                + public traffic {running['publicTraffic']}")
+    lines.append(f"  paused        {paused['perHour']:.2f} {paused['currency']} per hour (nodes.paused or autostop): "
+                 f"keeps billing {paused['keepsBilling']}")
+    lines.append(f"                stops billing: {paused['stopsBilling']}; restart {paused['restart']}")
+    lines.append(f"                ({paused['source']})")
+    for item in cost["afterDestroy"]:
+        lines.append(f"  after destroy {item}")
+    lines.append(f"  autostop      {cost['autostop']}")
+    return lines
 
 
 def cloud_rule_cidr(run: OfflineRun) -> str:

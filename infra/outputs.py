@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pulumi
 
+from infra import autostop
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
 from infra.node import known_hosts as known_hosts_module
@@ -56,16 +57,18 @@ def export_all(
     pulumi.export("gpus", facts.accelerators_per_node * config.nodes.count)
     pulumi.export("gpuModel", facts.accelerator_model)
     pulumi.export("knownHostsFile", hosts)
-    pulumi.export("sshHead", head_host.apply(lambda ip: ray_commands.ssh_command(ip, key, hosts, user, port, pinned)))
+    pulumi.export(
+        "sshHead", head_host.apply(_running(lambda ip: ray_commands.ssh_command(ip, key, hosts, user, port, pinned)))
+    )
     pulumi.export(
         "dashboardTunnel",
-        head_host.apply(
+        head_host.apply(_running(
             lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts, user, port, pinned)
-        ),
+        )),
     )
     if config.access.dashboard == "admin-cidrs":
         pulumi.export(
-            "dashboardUrl", head_host.apply(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port))
+            "dashboardUrl", head_host.apply(_running(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port)))
         )
     pulumi.export("rayAddress", head.private_ip.apply(lambda ip: ray_commands.ray_address(ip, ports.gcs_port)))
     pulumi.export("jobId", job.job_id)
@@ -82,29 +85,40 @@ def export_all(
         pulumi.export("jobResubmit", resubmit)
         pulumi.export(
             "jobStatus",
-            pulumi.Output.all(head_host, job.job_id, resubmit).apply(
+            pulumi.Output.all(head_host, job.job_id, resubmit).apply(_running(
                 lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
-                                                          hosts, user, port, pinned, resubmit=v[2])
-            ),
+                                                          hosts, user, port, pinned, resubmit=v[2],
+                                                          reclaim_dir=autostop.reclaim_dir(config, stack))
+            )),
         )
         pulumi.export(
             "jobLogs",
-            commands.apply(
+            commands.apply(_running(
                 lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port,
                                                           hosts, user, port, pinned)
-            ),
+            )),
         )
         pulumi.export(
             "jobStop",
-            commands.apply(
+            commands.apply(_running(
                 lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port,
                                                           hosts, user, port, pinned)
-            ),
+            )),
         )
     else:
         # No job exists to show or stop: the command that submits the prepared one instead.
         pulumi.export("jobSubmitted", False)
         pulumi.export("jobSubmit", ray_commands.job_submit_command(pulumi.get_stack()))
+
+
+PAUSED = ("the cluster is stopped (nodes.paused or autostop): no public IP until `pulumi up` starts it "
+          "(after autostop: `pulumi up --refresh`)")
+
+
+def _running(make: Callable[[Any], str]) -> Callable[[Any], str]:
+    """A command for the head's address (the first value), or what to do while the instances are stopped (their
+    public IP released under StopCharging: the address is empty)."""
+    return lambda v: make(v) if (v[0] if isinstance(v, list) else v) else PAUSED
 
 
 def job_config(spec: JobSpec) -> dict[str, Any]:

@@ -88,17 +88,18 @@ def test_without_billing_permission_the_cluster_is_placed_with_the_catalog_estim
 
 
 # ------------------------------------------------------------------------------------------ replacing nodes (F3, F5)
-@pytest.mark.parametrize("change", [
-    {"dataDiskGb": 400},
-    {"spot": True},
-    {"placementGeneration": 1},
+@pytest.mark.parametrize("change,replaced", [
+    ({"dataDiskGb": 400}, ["node-0-instance", "node-1-instance"]),
+    ({"spot": True, "spotHead": True}, ["node-0-instance", "node-1-instance"]),
+    ({"spot": True}, ["node-1-instance"]),  # the head stays pay-as-you-go without spotHead
+    ({"placementGeneration": 1}, ["node-0-instance", "node-1-instance"]),
 ])
-def test_changes_that_force_new_instances_replace_every_node(change: dict[str, Any]) -> None:
+def test_changes_that_force_new_instances_replace_every_node(change: dict[str, Any], replaced: list[str]) -> None:
     first = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i", "cn-hangzhou-k"]})
     run("multi", cloud=first)
     later = first.next_run()
     run("multi", cloud=later, config={"roll-cluster:nodes": change})
-    assert later.changed_nodes() == {"node-0-instance": "replace", "node-1-instance": "replace"}
+    assert later.changed_nodes() == dict.fromkeys(replaced, "replace")
 
 
 def test_a_changed_spot_price_limit_replaces_every_node_and_a_new_data_disk_too() -> None:

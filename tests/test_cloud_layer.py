@@ -154,14 +154,14 @@ def test_without_data_disk_docker_and_ray_stay_on_the_system_disk():
 
 def test_spot_options_reach_stock_queries_and_instances():
     cloud = OfflineCloud()
-    run("dev", cloud=cloud, config={"roll-cluster:nodes": {"spotPriceLimit": 9.5}})
+    run("dev", cloud=cloud, config={"roll-cluster:nodes": {"spotPriceLimit": 9.5, "spotHead": True}})
     instance = cloud.of_type(INSTANCE)[0].inputs
     assert instance["spotStrategy"] == "SpotWithPriceLimit" and instance["spotPriceLimit"] == 9.5
     stock_queries = [args for token, args in cloud.invokes
                      if token == "alicloud:ecs/getInstanceTypes:getInstanceTypes" and "sortedBy" not in args]
     assert stock_queries and all(q["spotStrategy"] == "SpotWithPriceLimit" for q in stock_queries)
     market = OfflineCloud()
-    run("dev", cloud=market, config={"roll-cluster:nodes": {"spot": True}})
+    run("dev", cloud=market, config={"roll-cluster:nodes": {"spot": True, "spotHead": True}})
     assert market.of_type(INSTANCE)[0].inputs["spotStrategy"] == "SpotAsPriceGo"
 
 

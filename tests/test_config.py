@@ -383,7 +383,7 @@ def test_the_unknown_field_cases_cover_every_section_and_nested_object() -> None
     assert paths == {
         *SECTIONS, "training.roll", "training.verl", "training.openrlhf", "training.openrlhf.rewardServer",
         "training.custom", "training.mindspeedRl", "training.mindspeedRl.mindspeed", "training.mindspeedRl.megatron",
-        "training.mindspeedRl.mindspeedLlm", "nodes.hostDefaults",
+        "training.mindspeedRl.mindspeedLlm", "nodes.hostDefaults", "nodes.autostop",
     }
 
 

@@ -263,6 +263,7 @@ URN = "urn:pulumi:dev::roll-cluster::roll-cluster:index:TrainingJob$command:remo
 
 def run_job_status(
     tmp_path: Path, ray_says: str, ray_exit: int, submitted: bool = True, api_wait_s: int = 0, unanswered: int = 0,
+    reclaim_dir: str = "",
 ) -> subprocess.CompletedProcess[str]:
     """The jobStatus command through a real shell, with stand-ins: `ssh` runs the remote command with sh (as sshd
     does), `docker exec NAME` runs the rest here (the container's submitted-jobs directory in tmp_path, holding the
@@ -288,7 +289,7 @@ def run_job_status(
         (fake_bin / name).chmod(0o755)
     resubmit = rc.job_resubmit_command("dev", URN)
     command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101, resubmit=resubmit,
-                                    api_wait_s=api_wait_s)
+                                    api_wait_s=api_wait_s, reclaim_dir=reclaim_dir)
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
     return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=False)
 

@@ -54,6 +54,7 @@ from infra.config.frameworks import (
 from infra.config.nodes import (
     ALIBABA_ONLY_NODE_KEYS,
     HOSTS_ONLY_NODE_KEYS,
+    AutostopConfig,
     HostConfig,
     HostDefaults,
     NodesConfig,
@@ -98,6 +99,7 @@ __all__ = [
     "SSH_KEY_TYPES",
     "WORLD_CIDRS",
     "AccessConfig",
+    "AutostopConfig",
     "ClusterConfig",
     "ConfigError",
     "ContainerConfig",

@@ -18,7 +18,7 @@ _NOT_GIVEN = object()  # a required key of one source only, left out
 # Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
 ALIBABA_ONLY_NODE_KEYS = (
     "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "osImage", "gpuDriver",
-    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps",
+    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps", "paused", "spotHead",
 )
 # Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
 HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
@@ -110,6 +110,25 @@ class HostConfig(Section):
         return self.private_address or self.address
 
 
+class AutostopConfig(Section):
+    """When the head stops the cluster by itself (docs/operations.md, 'Pause, resume and autostop')."""
+
+    after_job_minutes: int | None = Field(
+        None, ge=1, le=10080,
+        description="Stop the cluster this many minutes after the job ended (SUCCEEDED, FAILED, STOPPED or LOST) "
+        "and no other job started. Left out: never for this reason.",
+    )
+    idle_minutes: int | None = Field(
+        None, ge=1, le=10080,
+        description="Stop the cluster when no job has run and every GPU has been idle (0 % utilisation in "
+        "`nvidia-smi`) for this many minutes. Left out: never for this reason.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.after_job_minutes is not None or self.idle_minutes is not None
+
+
 class NodesConfig(Section):
     source: Literal["alibaba", "hosts"] = Field(
         "alibaba",
@@ -117,7 +136,7 @@ class NodesConfig(Section):
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
         "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
-        "cudnnVersion, internetBandwidthMbps) are refused; see docs/own-hosts.md.",
+        "cudnnVersion, internetBandwidthMbps, paused, spotHead) are refused; see docs/own-hosts.md.",
     )
     count: int = Field(
         1, ge=1, le=256,
@@ -144,12 +163,26 @@ class NodesConfig(Section):
         "afresh by stock and replaces its vSwitch, nodes and NAS mount target (the NAS file system and its data "
         "stay). Unchanged, the cluster keeps its zone and type whatever the stock.",
     )
-    spot: bool = Field(False, description="Preemptible (spot) instances at the market price. Changing it on a "
-                       "running cluster replaces every node (docs/alibaba.md, 'Changes that replace every node').")
+    spot: bool = Field(
+        False, description="Preemptible (spot) instances at the market price: the workers, and the head with "
+        "`spotHead` (or when it is the only node). Changing it on a running cluster replaces every node "
+        "(docs/alibaba.md, 'Changes that replace every node')."
+    )
     spot_price_limit: float | None = Field(
         None, gt=0, description="Hourly price cap per instance; implies spot with a price limit. Changing it on a "
         "running cluster replaces every node."
     )
+    spot_head: bool = Field(
+        False,
+        description="With spot: the head (rank 0) is a spot instance too. Alibaba may reclaim a spot instance at "
+        "5 minutes' notice, and the head takes Ray, the job's driver and the dashboard with it, so by default the "
+        "head is pay-as-you-go and only the workers are spot. On a one-node cluster `spot` can only mean the head, "
+        "which is then spot without this.",
+    )
+
+    @property
+    def head_on_spot(self) -> bool:
+        return self.spot and (self.spot_head or self.count == 1)
     system_disk_gb: int = Field(200, ge=100, le=2048, description="ESSD system disk size in GB.")
     data_disk_gb: int = Field(
         0,
@@ -197,6 +230,22 @@ class NodesConfig(Section):
         description="The accelerators on the nodes: `nvidia` GPUs or `ascend` NPUs (Ascend 910B; `hosts` only, ECS "
         "sells none). Decides the readiness check (`nvidia-smi` / `npu-smi info`), the devices and driver mounts "
         "of the container and the Ray resource (`GPU` / `NPU`); see infra/node/accelerators.py.",
+    )
+    paused: bool = Field(
+        False,
+        description="Pause the cluster: every instance is stopped in Alibaba's economical mode (ECS `status: "
+        "Stopped`, `stoppedMode: StopCharging`): compute, GPUs and the public IP stop billing; disks, NAS, snapshots "
+        "and baked images keep billing. Remove it (or set false) and `pulumi up` starts them again: Ray comes back "
+        "with the containers and the job is submitted again, resuming from its newest checkpoint (training.resume). "
+        "A restart needs the instance type in stock in the zone again. Alibaba only; docs/operations.md, 'Pause, "
+        "resume and autostop'.",
+    )
+    autostop: AutostopConfig = Field(
+        default_factory=lambda: AutostopConfig(),
+        description="Stop the cluster by itself when it idles: `afterJobMinutes` after the job ended, `idleMinutes` "
+        "with no job and idle GPUs. On Alibaba the head stops this stack's instances (StopCharging) with an instance "
+        "RAM role that may stop only instances tagged with this stack; `pulumi up --refresh` starts them again as "
+        "after `paused`. On your own hosts it stops the job (freeing the GPUs), never the machines.",
     )
     hosts: list[HostConfig] | None = Field(
         None,

@@ -522,6 +522,14 @@ def _in_head_container(
 SUBMITTED_JOBS_DIR = "/var/lib/roll-cluster/jobs"
 JOBS_API_WAIT_S = 120
 _JOB_STATUS_SH = (
+    # $6: the shared directory where spot nodes record Alibaba's reclaim notice (infra/scripts/spot_notice.sh).
+    'if [ -n "${6:-}" ] && [ -n "$(ls -A "$6" 2>/dev/null)" ]; then\n'
+    '  for f in "$6"/*; do printf "job %s: RECLAIMED: Alibaba reclaims spot node %s at %s\\n" "$1" "${f##*/}"'
+    ' "$(cat "$f")"; done\n'
+    '  printf "%s\\n" "The job ends with that node. Run pulumi up --refresh to replace it (a new head resubmits the'
+    ' job; otherwise: $3); the job resumes from its newest checkpoint as training.resume says."\n'
+    "  exit 4\n"
+    "fi\n"
     'deadline=$((SECONDS + $5)); said=""\n'
     "while :; do\n"
     '  if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; exit 0; fi\n'
@@ -562,16 +570,17 @@ def job_resubmit_command(stack: str, job_urn: str) -> str:
 def job_status_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
     known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
-    pinned: bool = True, resubmit: str = "", api_wait_s: int = JOBS_API_WAIT_S,
+    pinned: bool = True, resubmit: str = "", api_wait_s: int = JOBS_API_WAIT_S, reclaim_dir: str = "",
 ) -> str:
     """`jobStatus`: prints the job's status from the head, or, when the head's Ray no longer knows the job (it
     restarted: a reboot of the head), that the job was lost and `resubmit` (job_resubmit_command), exit 3. Waits
-    at most `api_wait_s` for a Jobs API that does not answer yet."""
+    at most `api_wait_s` for a Jobs API that does not answer yet. With `reclaim_dir` (spot nodes and shared
+    storage): RECLAIMED with the node when a spot node recorded Alibaba's reclaim notice there, exit 4."""
     _check_port("dashboard port", dashboard_port)
     _check_job_id(job_id)
     resubmit = resubmit or "pulumi up --replace <the training-job URN> (the jobResubmit output)"
     words = ["bash", "-c", _JOB_STATUS_SH, "job-status", job_id, f"http://127.0.0.1:{dashboard_port}", resubmit,
-             SUBMITTED_JOBS_DIR, str(api_wait_s)]
+             SUBMITTED_JOBS_DIR, str(api_wait_s), *([reclaim_dir] if reclaim_dir else [])]
     return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 

@@ -67,6 +67,10 @@ class Machine:
     # The NIC of private_ip: NCCL/Gloo/HCCL bind to it. None: unknown (NCCL then only avoids docker0 and lo).
     network_interface: str | None = "eth0"
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first SSH step
+    # When the machine was last started (an ECS instance's `start_time`); None where the program does not start
+    # machines (own hosts). The job step carries the head's, so a resumed cluster (nodes.paused removed, or after
+    # autostop with `pulumi up --refresh`) submits its job again (docs/operations.md, 'Pause, resume and autostop').
+    started: pulumi.Input[str] | None = None
     # Baking (a source that can image its machines, with nodes.bake): called by the bootstrap once the machine is
     # prepared, with the step(s) to wait for and the parent for the image; returns the image resource (later steps
     # wait for it) and its id.

@@ -1,0 +1,97 @@
+"""nodes.autostop: the watcher on the head (infra/scripts/autostop.sh) and, on Alibaba, the instance RAM role it
+stops the cluster with.
+
+The role (alicloud ram Role, Policy, RolePolicyAttachment; attached to the head with ecs RamRoleAttachment, the
+provider's replacement for the instance's deprecated `role_name`: terraform-provider-alicloud
+alicloud/resource_alicloud_instance.go:765-769 and resource_alicloud_ecs_ram_role_attachment.go:31-53 at 81c43b67)
+may only stop instances tagged with this stack (infra/autostop.py). Only the head carries it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_alicloud as alicloud
+
+from components import remote_steps
+from components.ray_cluster import RayNode
+from infra import autostop
+from infra.config import ClusterConfig
+from infra.node import ssh_access
+
+
+class Autostop(pulumi.ComponentResource):
+    def __init__(
+        self,
+        name: str,
+        config: ClusterConfig,
+        stack: str,
+        nodes: Sequence[RayNode],
+        job_id: pulumi.Input[str],
+        after: Sequence[tuple[str, pulumi.Resource]],
+        private_key: pulumi.Output[str] | None,
+        login: ssh_access.LoginKey,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("roll-cluster:index:Autostop", name, None, opts)
+        head = nodes[0]
+        role_attached: list[pulumi.Resource] = []
+        if config.nodes.source != "hosts":
+            role = alicloud.ram.Role(
+                "autostop-role", role_name=autostop.role_name(stack),
+                assume_role_policy_document=autostop.assume_role_policy(stack),
+                description=f"roll-cluster {stack}: the head stops this stack's instances when they idle",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            policy = alicloud.ram.Policy(
+                "autostop-policy", policy_name=autostop.role_name(stack),
+                policy_document=json.dumps(autostop.stop_policy(stack)),
+                description=f"roll-cluster {stack}: StopInstances on instances tagged {autostop.STACK_TAG}={stack}",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            attached = alicloud.ram.RolePolicyAttachment(
+                "autostop-policy-attachment", role_name=role.role_name, policy_name=policy.policy_name,
+                policy_type="Custom", opts=pulumi.ResourceOptions(parent=self),
+            )
+            on_head = alicloud.ecs.RamRoleAttachment(
+                "autostop-role-attachment", instance_id=head.machine.identity, ram_role_name=role.role_name,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[attached]),
+            )
+            role_attached.append(on_head)
+        ids = pulumi.Output.all(*[n.machine.identity for n in nodes])
+        env = pulumi.Output.all(job_id, ids).apply(
+            lambda v: autostop.watcher_env(config, str(v[0]), [str(i) for i in v[1]], config.region or "", stack)
+        )
+        ctx = remote_steps.context_for(head.machine, private_key, self, login=login, running=True)
+        ctx = dataclasses.replace(ctx, depends_on=[*ctx.depends_on, *role_attached])
+        self.watcher = remote_steps.remote_step(
+            ctx, "autostop", autostop.AUTOSTOP_SCRIPTS, {}, dynamic_env=env, after=after,
+            triggers=[head.machine.started] if head.machine.started is not None else None,
+            delete_scripts=autostop.AUTOSTOP_SCRIPTS, delete_env={"AUTOSTOP_ACTION": "remove"},
+            resource_name="autostop",
+        )
+        self.register_outputs({})
+
+
+def spot_notices(
+    config: ClusterConfig, stack: str, nodes: Sequence[RayNode], private_key: pulumi.Output[str] | None,
+    login: ssh_access.LoginKey,
+) -> list[pulumi.Resource]:
+    """The spot notice watcher on every spot node (infra/scripts/spot_notice.sh), where shared storage can carry
+    its record to the head's `jobStatus`. A child of each node's bootstrap: it runs once the node is ready."""
+    directory = autostop.reclaim_dir(config, stack)
+    if not directory:
+        return []
+    steps: list[pulumi.Resource] = []
+    for rank in autostop.spot_nodes(config):
+        node = nodes[rank]
+        ctx = remote_steps.context_for(node.machine, private_key, node.bootstrap, login=login, running=True)
+        steps.append(remote_steps.remote_step(
+            ctx, "spot-notice", autostop.SPOT_NOTICE_SCRIPTS, {"SPOT_ACTION": "install", "RECLAIM_DIR": directory},
+            after=[(node.bootstrap.ready_key, node.bootstrap.ready)],
+            triggers=[node.machine.identity],
+        ))
+    return steps

@@ -1,0 +1,32 @@
+"""What a real Alibaba Cloud API call answers with an error for, beyond the provider's schema: the offline cloud
+refuses the same inputs (ImportKeyPair's key types, the user-data size limit)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from devtools.alibaba_shapes import IMPORT_KEY_PAIR_TYPES, USER_DATA_LIMIT_BYTES
+from devtools.mock_secrets import reveal
+
+
+class AlibabaRefused(RuntimeError):
+    """What a real Alibaba Cloud API call would answer with an error for."""
+
+
+def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None:
+    if typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
+        key_type = str(reveal(inputs.get("publicKey")) or "").split(maxsplit=1)[:1]
+        if key_type and key_type[0] not in IMPORT_KEY_PAIR_TYPES:
+            raise AlibabaRefused(
+                f"{name}: ImportKeyPair refuses a {key_type[0]} key (it accepts rsa, dsa and ecdsa)"
+            )
+    if typ == "alicloud:ecs/instance:Instance":
+        user_data = reveal(inputs.get("userData"))
+        if user_data:
+            size = len(base64.b64decode(str(user_data)))  # gzip-compressed or not: the bytes before Base64
+            if size > USER_DATA_LIMIT_BYTES:
+                raise AlibabaRefused(
+                    f"{name}: user data of {size} bytes (before Base64) is over the {USER_DATA_LIMIT_BYTES}-byte limit"
+                )

@@ -1,0 +1,79 @@
+"""The whole cost of a cluster, as the `cost` stack output and the plan show it: what bills while it runs, while it
+is paused (nodes.paused or autostop: StopCharging), and after `pulumi destroy`, each figure with its currency and
+its source.
+
+The instance price is the placement's (the region's list price or the catalog's estimate, infra/sources/alibaba/
+placement.py `_price`). Disks, NAS, public traffic and snapshots have no price data source in pulumi_alicloud 4.0:
+the rates below are estimates of the China site's pay-as-you-go list prices (cn-hangzhou) and are labelled so
+(UNCONFIRMED: not read from a price API; Cloud Control GetPrice could answer them per region).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.config import ClusterConfig
+
+HOURS_PER_MONTH = 730.0
+RATE_SOURCE = "estimate: China-site list price, cn-hangzhou, UNCONFIRMED (no price API asked)"
+ESSD_PL1_CNY_PER_GB_MONTH = 1.0  # cloud_essd PL1 (UNCONFIRMED)
+NAS_CNY_PER_GB_MONTH = {"Capacity": 0.35, "Performance": 1.85, "Premium": 1.85}  # by used GB (UNCONFIRMED)
+SNAPSHOT_CNY_PER_GB_MONTH = 0.12  # a baked image's snapshots, by their size (UNCONFIRMED)
+TRAFFIC_CNY_PER_GB = 0.8  # outbound public traffic, PayByTraffic (UNCONFIRMED)
+
+
+def _disk_gb(config: ClusterConfig) -> int:
+    return (config.nodes.system_disk_gb + config.nodes.data_disk_gb) * config.nodes.count
+
+
+def cost_summary(config: ClusterConfig, hourly_price: dict[str, Any]) -> dict[str, Any]:
+    """The `cost` output of an Alibaba stack: running, paused and after-destroy figures and when autostop fires."""
+    currency = str(hourly_price.get("currency", "CNY"))
+    instances = float(hourly_price.get("amount") or 0.0)
+    disk_gb = _disk_gb(config)
+    disks = round(disk_gb * ESSD_PL1_CNY_PER_GB_MONTH / HOURS_PER_MONTH, 2)
+    nas_rate = NAS_CNY_PER_GB_MONTH.get(config.storage.nas_storage_type) if config.storage.nas else None
+    nas_note = (f"NAS {config.storage.nas_storage_type}: {nas_rate} CNY per used GB and month ({RATE_SOURCE})"
+                if nas_rate is not None else "no NAS")
+    kept: list[str] = []
+    if config.storage.nas and (config.storage.retain_on_destroy or config.storage.existing_file_system_id):
+        kept.append(nas_note + " (kept on destroy: delete it in the NAS console when done)")
+    if config.nodes.bake:
+        kept.append(f"baked image: snapshots of about {config.nodes.system_disk_gb + config.nodes.data_disk_gb} GB, "
+                    f"{SNAPSHOT_CNY_PER_GB_MONTH} CNY per GB and month ({RATE_SOURCE}); bakedImageId")
+    return {
+        "currency": currency,
+        "running": {
+            "perHour": round(instances + (disks if currency == "CNY" else 0.0), 2),
+            "instances": {"perHour": instances, "source": hourly_price.get("basis")},
+            "disks": {"perHour": disks, "currency": "CNY", "gb": disk_gb, "source": RATE_SOURCE},
+            "nas": nas_note,
+            "publicTraffic": f"{TRAFFIC_CNY_PER_GB} CNY per GB out ({RATE_SOURCE}); inbound is free",
+        },
+        "paused": {
+            "perHour": disks,
+            "currency": "CNY",
+            "keepsBilling": f"disks ({disk_gb} GB ESSD), {nas_note}"
+            + ("; baked image snapshots" if config.nodes.bake else ""),
+            "stopsBilling": "instances (compute and GPUs) and the public IP (released under StopCharging)",
+            "restart": "needs the instance type in stock in the zone again; the public IPs may change",
+            "source": RATE_SOURCE,
+        },
+        "afterDestroy": kept or ["nothing: every resource is deleted"],
+        "autostop": autostop_note(config),
+    }
+
+
+def autostop_note(config: ClusterConfig) -> str:
+    """When autostop fires, in words (the plan and the `cost` output)."""
+    auto = config.nodes.autostop
+    if not auto.enabled:
+        return "off: the cluster bills until `pulumi destroy` or nodes.paused"
+    what = ("stops the job (own hosts: never the machines)" if config.nodes.source == "hosts"
+            else "stops every instance of this stack (StopCharging)")
+    when = []
+    if auto.after_job_minutes is not None:
+        when.append(f"{auto.after_job_minutes} min after the job ended")
+    if auto.idle_minutes is not None:
+        when.append(f"after {auto.idle_minutes} min with no job and idle GPUs")
+    return f"{what} {' or '.join(when)}"

@@ -1,0 +1,60 @@
+"""nodes.autostop under the offline cloud: the head's RAM role may only stop this stack's instances, and the
+watcher step on the head gets exactly this stack's instances and that role."""
+
+from __future__ import annotations
+
+import json
+
+from offline_helpers import INSTANCE, env_of, run, step_command
+
+from devtools.offline_cloud import unwrap
+
+AUTOSTOP = {"roll-cluster:nodes": {"autostop": {"afterJobMinutes": 30, "idleMinutes": 60}}}
+RAM = ("alicloud:ram/role:Role", "alicloud:ram/policy:Policy", "alicloud:ram/rolePolicyAttachment:RolePolicyAttachment",
+       "alicloud:ecs/ramRoleAttachment:RamRoleAttachment")
+
+
+def test_the_roles_policy_allows_only_stopping_instances_tagged_with_this_stack():
+    result = run("multi", config=AUTOSTOP)
+    (policy,) = result.cloud.of_type("alicloud:ram/policy:Policy")
+    document = json.loads(unwrap(policy.inputs["policyDocument"]))
+    (statement,) = document["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert set(statement["Action"]) <= {"ecs:StopInstances", "ecs:StopInstance"}
+    assert "ecs:StopInstances" in statement["Action"]
+    assert statement["Resource"] == "acs:ecs:*:*:instance/*"
+    assert statement["Condition"] == {"StringEquals": {"acs:ResourceTag/roll-cluster-stack": ["multi"]}}
+    # ... and that tag is the one every instance of the stack carries.
+    assert {n.inputs["tags"]["roll-cluster-stack"] for n in result.cloud.of_type(INSTANCE)} == {"multi"}
+    (role,) = result.cloud.of_type("alicloud:ram/role:Role")
+    trust = json.loads(unwrap(role.inputs["assumeRolePolicyDocument"]))
+    assert trust["Statement"][0]["Principal"] == {"Service": ["ecs.aliyuncs.com"]}
+    (attachment,) = result.cloud.of_type("alicloud:ram/rolePolicyAttachment:RolePolicyAttachment")
+    assert attachment.inputs["policyType"] == "Custom"
+
+
+def test_only_the_head_carries_the_role_and_its_watcher_stops_exactly_this_stacks_instances():
+    result = run("multi", config=AUTOSTOP)
+    instances = {n.name: n.id for n in result.cloud.of_type(INSTANCE)}
+    (on_head,) = result.cloud.of_type("alicloud:ecs/ramRoleAttachment:RamRoleAttachment")
+    assert on_head.inputs["instanceId"] == instances["node-0-instance"]
+    env = env_of(step_command(result, "autostop"))
+    assert sorted(env["INSTANCE_IDS"].split()) == sorted(instances.values())
+    assert env["RAM_ROLE"] == result.cloud.of_type("alicloud:ram/role:Role")[0].inputs["roleName"]
+    assert env["AUTOSTOP_MODE"] == "instances"
+    assert (env["AUTOSTOP_AFTER_JOB_MINUTES"], env["AUTOSTOP_IDLE_MINUTES"]) == ("30", "60")
+    # No key travels to the node: the step's environment names the role, the metadata service has its credentials.
+    assert not [name for name in env if "KEY" in name or "SECRET" in name or "TOKEN" in name]
+
+
+def test_without_autostop_there_is_no_role_and_no_watcher():
+    result = run("multi")
+    assert not [r for r in result.cloud.resources if r.type in RAM]
+    assert not [r for r in result.cloud.resources if r.name == "autostop"]
+
+
+def test_on_own_hosts_autostop_stops_the_job_and_creates_no_cloud_role():
+    result = run("hosts", config=AUTOSTOP)
+    assert not [r for r in result.cloud.resources if r.type in RAM]
+    env = env_of(step_command(result, "autostop"))
+    assert env["AUTOSTOP_MODE"] == "ray" and "INSTANCE_IDS" not in env
