@@ -113,7 +113,8 @@ FIRST_STEP_PATTERNS: dict[str, str] = {
     # "step:N - key:val - ..." through the console backend (verl/utils/logger/aggregate_logger.py:26-32); the
     # metrics hold training/global_step (ray_trainer.py:1612-1616), which the validation-only line does not.
     "verl": "step:[0-9]+ - .*training/global_step:[0-9]+",
-    # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}") (openrlhf/trainer/ppo_trainer.py:545).
+    # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}")
+    # (openrlhf/trainer/ppo_trainer.py:545).
     "openrlhf": "Global step [0-9]+: ",
     # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py:30-35, grpo_trainer_hybrid.py:185).
     "mindspeed-rl": "iteration: [0-9]+ / [0-9]+ [|]",

@@ -275,7 +275,9 @@ class OpenRlhfAdapter:
         entrypoint = " ".join(["python3", "-m", module, *map(_shell_word, arguments)])
         saves = self.checkpoints(shape)
         if saves.find:
-            entrypoint = (f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then echo "roll-cluster: OpenRLHF resumes from ${{{RESUME_VARIABLE}}}"; set -- --ckpt.load_enable; else set --; fi; '
+            entrypoint = (f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then '
+                          f'echo "roll-cluster: OpenRLHF resumes from ${{{RESUME_VARIABLE}}}"; '
+                          'set -- --ckpt.load_enable; else set --; fi; '
                           f'exec {entrypoint} "$@"')
         reward = self.reward_server(shape)
         download = shape.download_env()

@@ -20,12 +20,12 @@ from infra.frameworks.base import (
     ClusterShape,
     CodeSpec,
     JobSpec,
+    checkpoints,
+    every_steps,
     github_archive_url,
     image_facts,
     job_id,
     job_name,
-    checkpoints,
-    every_steps,
     key,
     resume_of,
 )
@@ -347,7 +347,7 @@ def resume_command(yaml_path: str) -> str:
     wanted = f"resume_from_checkpoint: '${{{var}}}'"
     return (
         f'if [ -n "${{{var}:-}}" ]; then '
-        f'sed -i "s|^resume_from_checkpoint: false\$|{wanted}|" {yaml_path} && '
+        rf'sed -i "s|^resume_from_checkpoint: false\$|{wanted}|" {yaml_path} && '
         f'grep -qxF "{wanted}" {yaml_path} || '
         f'{{ echo "roll-cluster: could not set resume_from_checkpoint in {yaml_path}" >&2; exit 2; }}; '
         f'echo "roll-cluster: ROLL resumes from ${{{var}}}"; fi'

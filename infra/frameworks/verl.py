@@ -272,7 +272,9 @@ class VerlAdapter:
             # The checkpoint the job step found (verl v0.7.0 `resume_path` asserts a global_step_ folder,
             # ray_trainer.py:1027-1038), or a fresh start; Hydra takes the path's characters as they are.
             entrypoint = (
-                f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then echo "roll-cluster: verl resumes from ${{{RESUME_VARIABLE}}}"; set -- trainer.resume_mode=resume_path '
+                f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then '
+                f'echo "roll-cluster: verl resumes from ${{{RESUME_VARIABLE}}}"; '
+                f'set -- trainer.resume_mode=resume_path '
                 f'"trainer.resume_from_path=${{{RESUME_VARIABLE}}}"; else set -- trainer.resume_mode=disable; fi; '
                 f'exec {entrypoint} "$@"'
             )
