@@ -144,8 +144,8 @@ def test_a_job_with_a_reward_server_starts_it_in_the_submit_step() -> None:
         reward_server=rc.RewardServer("python3 -m openrlhf.cli.serve_rm --port 5001", port=5001, workdir="/w"),
     )
     env = rc.submit_env(CUSTOM, job, extra_env_names=["HF_TOKEN"])
-    assert rc.submit_step(job).scripts == ("ray_common.sh", "reward_server.sh", "job_submit.sh")
-    assert rc.submit_step(JOB).scripts == ("ray_common.sh", "job_submit.sh")
+    assert rc.submit_step(job).scripts == ("ray_common.sh", "reward_server.sh", "checkpoint_find.sh", "job_submit.sh")
+    assert rc.submit_step(JOB).scripts == ("ray_common.sh", "checkpoint_find.sh", "job_submit.sh")
     assert env["REWARD_COMMAND"] == "python3 -m openrlhf.cli.serve_rm --port 5001"
     assert (env["REWARD_PORT"], env["REWARD_WORKDIR"], env["RAY_EXTRA_ENV_NAMES"]) == ("5001", "/w", "HF_TOKEN")
     # Sorted keys: the same configuration renders the same command, so Pulumi sees no change.
