@@ -549,9 +549,10 @@ _JOB_PHASE_SH = (
     '  log=$(ray job logs "$1" --address "$2" 2>/dev/null) || log=""\n'
     '  step=$(printf "%s\\n" "$log" | grep -oE -- "$6" | tail -n 1 | grep -oE "[0-9]+" | head -n 1)\n'
     '  case $out in\n'
-    '    *FAILED* | *STOPPED*) printf "phase: failed%s\\n" "${step:+ after training step $step}" ;;\n'
-    '    *SUCCEEDED*) printf "phase: finished\\n" ;;\n'
-    '    *PENDING*) printf "phase: pending\\n" ;;\n'
+    # As `ray job status` words it (ray/dashboard/modules/job/cli.py _log_job_status, Ray 2.48).
+    '    *"\' failed"* | *"\' was stopped"*) printf "phase: failed%s\\n" "${step:+ after training step $step}" ;;\n'
+    '    *"\' succeeded"*) printf "phase: finished\\n" ;;\n'
+    '    *": PENDING"*) printf "phase: pending\\n" ;;\n'
     '    *) if [ -n "$step" ]; then printf "phase: training step %s\\n" "$step"\n'
     '       elif [ -n "$7" ] && printf "%s\\n" "$log" | tail -n 20 | grep -qE -- "$7"; then'
     ' printf "phase: downloading\\n"\n'
