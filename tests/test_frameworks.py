@@ -803,3 +803,11 @@ def test_openrlhf_checkout_and_package_must_be_the_same_release() -> None:
     ]
     commit = training(**{**OPENRLHF, "openrlhf": {**OPENRLHF["openrlhf"], "ref": "3c3be6234e0cb353e76bb8019947db9d"}})
     assert check_before_deploy(commit, container(), shape(2, 8)) == []  # a commit cannot be compared: allowed
+
+
+def test_the_verl_start_gate_needs_its_console_metrics_line() -> None:
+    quiet = training(framework="verl", overrides={"trainer.logger": ["tensorboard"]})
+    problems = check_before_deploy(quiet, container(), shape())
+    assert any(p.startswith("roll-cluster:training.overrides.trainer.logger: must include `console`") for p in problems)
+    ungated = training(framework="verl", startTimeoutMinutes=0, overrides={"trainer.logger": ["tensorboard"]})
+    assert not any("trainer.logger" in p for p in check_before_deploy(ungated, container(), shape()))

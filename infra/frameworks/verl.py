@@ -321,6 +321,15 @@ class VerlAdapter:
         def where(name: str) -> str:
             return key(path + name) if name in user else key("training.overrides") + f" (verl's default {name})"
 
+        logger = user.get("trainer.logger", ["console"])
+        loggers = logger if isinstance(logger, list) else [logger]
+        if self.training.start_timeout_minutes > 0 and "console" not in loggers:
+            # The start gate reads verl's console metrics line (verl/utils/logger/aggregate_logger.py:26-32).
+            problems.append(
+                f"{key(path + 'trainer.logger')}: must include `console` while the start gate waits for verl's "
+                f"first step line (or set {key('training.startTimeoutMinutes')} to 0); got {logger!r}"
+            )
+
         batch, samples, mini = number(TRAIN_BATCH), number(ROLLOUT_N), number(MINI_BATCH)
         numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, samples, mini))
         dynamic = user.get(DYNAMIC_BSZ) is True
