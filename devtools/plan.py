@@ -233,8 +233,9 @@ def _job_and_outputs_sections(run: OfflineRun) -> list[str]:
 
 def start_gate_lines(spec: Any, config: ClusterConfig | None) -> list[str]:
     """Checkpoints, resume and the start gate of the job (issue 18)."""
-    lines = [f"  {line}" for line in (spec.checkpoints.lines() if spec.checkpoints else
-                                      ["checkpoints  as the job itself decides (custom: ROLL_CLUSTER_CHECKPOINT_DIR)"])]
+    unmanaged = ("checkpoints  where and when the job's own configuration says (the program finds none to resume; "
+                 "custom jobs are told ROLL_CLUSTER_CHECKPOINT_DIR and ROLL_CLUSTER_RESUME)")
+    lines = [f"  {line}" for line in (spec.checkpoints.lines() if spec.checkpoints else [unmanaged])]
     if config is None:
         return lines
     minutes = config.training.start_timeout_minutes

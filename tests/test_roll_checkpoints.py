@@ -154,3 +154,16 @@ def test_the_rendered_resume_rule_gets_past_rolls_start_up(tmp_path: Path) -> No
     # What the program rendered before issue 18: ROLL dies before its first step and never finds the earlier run.
     with pytest.raises(FileNotFoundError):
         roll_resolves({**config, "resume_from_checkpoint": True})
+
+
+def test_a_roll_image_whose_torch_or_vllm_cannot_run_on_v100_is_refused_naming_the_image() -> None:
+    from infra.config import ContainerConfig, TrainingConfig
+    from infra.frameworks import ClusterShape, check_before_deploy
+
+    image = "roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:nvcr-25.06-py3-torch280-vllm0102"
+    container = ContainerConfig.model_validate({"image": image})
+    v100 = ClusterShape("dev", 1, 1, False, "", None, "/data", 8265)
+    problems = check_before_deploy(TrainingConfig(), container, v100)
+    assert any(p.startswith("roll-cluster:container.image: the GPUs have no bf16") and image in p for p in problems)
+    a100 = ClusterShape("dev", 1, 1, True, "", None, "/data", 8265)
+    assert not any("container.image" in p for p in check_before_deploy(TrainingConfig(), container, a100))
