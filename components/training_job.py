@@ -14,8 +14,9 @@ import pulumi
 
 from components import remote_steps
 from components.ray_cluster import RayCluster, RayNode
-from infra.config import ClusterConfig
+from infra.config import ClusterConfig, TrainingConfig
 from infra.frameworks import JobSpec, adapter_for
+from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
 from infra.node import ssh_access
 from infra.ray import commands as ray_commands
 from infra.stack_config import cluster_shape
@@ -59,7 +60,7 @@ class TrainingJob(pulumi.ComponentResource):
         ctx = remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
-        submission = self.spec.apply(to_submission)
+        submission = self.spec.apply(lambda spec: to_submission(spec, config.training))
         # The head's last start (ECS start_time): a resumed cluster (nodes.paused removed, or autostop followed by
         # `pulumi up --refresh`) has no job and no reward server; a new start time reruns both, and the job resumes
         # from its newest checkpoint (training.resume). Own hosts: none (the program never starts them).
@@ -117,9 +118,11 @@ def reward_of(spec: JobSpec) -> ray_commands.RewardServer:
     return spec.reward_server
 
 
-def to_submission(spec: JobSpec) -> ray_commands.JobSpec:
+def to_submission(spec: JobSpec, training: TrainingConfig) -> ray_commands.JobSpec:
     """What job_submit.sh needs of the framework's job. The reward server is its own step (it must not be
-    restarted when only the job changes)."""
+    restarted when only the job changes). The start gate waits for the framework's first-step line, at most
+    training.startTimeoutMinutes from the step's start (0, or a custom job: no gate)."""
+    saves = spec.checkpoints
     return ray_commands.JobSpec(
         job_id=spec.job_id,
         workdir=spec.workdir,
@@ -128,4 +131,10 @@ def to_submission(spec: JobSpec) -> ray_commands.JobSpec:
         files=spec.files,
         prepare=spec.prepare or "",
         pre_submit_check=spec.pre_submit_check or "",
+        checkpoint_layout=saves.layout if saves is not None and saves.find else "",
+        checkpoint_dir=saves.directory if saves is not None and saves.find else "",
+        checkpoint_world=saves.world if saves is not None else 0,
+        first_step_pattern=FIRST_STEP_PATTERNS.get(training.framework, ""),
+        download_pattern=DOWNLOAD_PATTERN,
+        gate_s=training.start_timeout_minutes * 60,
     )

@@ -28,6 +28,7 @@ from devtools.offline_cloud import (
 )
 from infra import image_path, parallelism
 from infra.config import ClusterConfig, ConfigError
+from infra.frameworks.base import FIRST_STEP_PATTERNS
 from infra.node import remote, steps
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
@@ -227,6 +228,7 @@ def _job_and_outputs_sections(run: OfflineRun) -> list[str]:
             lines.append(f"  reward server  {spec.reward_server.command}  (port {spec.reward_server.port}, "
                          "health-checked before submission)")
         lines.append(f"  auto start     {steps.NOTES.get('auto_start')}")
+        lines += start_gate_lines(spec, steps.NOTES.get("config"))
         lines.append("  generated configuration:")
         for line in json.dumps(spec.summary, indent=2, default=str).splitlines():
             lines.append("    " + line)
@@ -247,6 +249,25 @@ def _job_and_outputs_sections(run: OfflineRun) -> list[str]:
         lines.append(f"  {count:4}  {typ}")
     cloud_types = sorted(t for t in counts if not t.startswith(("command:", "docker:", "pulumi:", "roll-cluster:")))
     lines.append(f"  cloud resources: {', '.join(cloud_types) if cloud_types else 'none'}")
+    return lines
+
+
+def start_gate_lines(spec: Any, config: ClusterConfig | None) -> list[str]:
+    """Checkpoints, resume and the start gate of the job (issue 18)."""
+    unmanaged = ("checkpoints  where and when the job's own configuration says (the program finds none to resume; "
+                 "custom jobs are told ROLL_CLUSTER_CHECKPOINT_DIR and ROLL_CLUSTER_RESUME)")
+    lines = [f"  {line}" for line in (spec.checkpoints.lines() if spec.checkpoints else [unmanaged])]
+    if config is None:
+        return lines
+    minutes = config.training.start_timeout_minutes
+    pattern = FIRST_STEP_PATTERNS.get(config.training.framework)
+    if pattern is None or minutes == 0:
+        why = "a custom job prints no known first-step line" if pattern is None else "training.startTimeoutMinutes: 0"
+        lines.append(f"  start gate   none ({why}): the job step returns once the job runs")
+    else:
+        lines.append(f"  start gate   the job step waits up to {minutes} min (training.startTimeoutMinutes, from the "
+                     f"step's start: preparation and the job's model and data downloads included) for the line "
+                     f"/{pattern}/; the job dying first fails `pulumi up` with its log tail")
     return lines
 
 

@@ -10,6 +10,7 @@ import pulumi
 from infra import autostop
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
+from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
 from infra.node import known_hosts as known_hosts_module
 from infra.node import ssh_access, steps
 from infra.ray import commands as ray_commands
@@ -81,6 +82,8 @@ def export_all(
     if config.training.auto_start and job.submission is not None:
         # After a reboot of the head its Ray knows no job: jobStatus says so and names this command.
         stack = pulumi.get_stack()
+        first_step = FIRST_STEP_PATTERNS.get(config.training.framework, "")
+        downloads = DOWNLOAD_PATTERN if first_step else ""
         resubmit = job.submission.urn.apply(lambda urn: ray_commands.job_resubmit_command(stack, urn))
         pulumi.export("jobResubmit", resubmit)
         pulumi.export(
@@ -88,7 +91,8 @@ def export_all(
             pulumi.Output.all(head_host, job.job_id, resubmit).apply(_running(
                 lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
                                                           hosts, user, port, pinned, resubmit=v[2],
-                                                          reclaim_dir=autostop.reclaim_dir(config, stack))
+                                                          reclaim_dir=autostop.reclaim_dir(config, stack),
+                                                          first_step_pattern=first_step, download_pattern=downloads)
             )),
         )
         pulumi.export(

@@ -33,8 +33,10 @@ import ast
 import contextlib
 import importlib.util
 import io
-import shlex
+import json
+import subprocess
 import sys
+import tempfile
 import types
 from collections.abc import Iterator
 from datetime import datetime
@@ -53,12 +55,21 @@ def package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def module_arguments(entrypoint: str, module: str) -> list[str]:
-    """The arguments after `python3 -m <module>` in a job's shell entrypoint."""
-    words = shlex.split(entrypoint)
-    index = words.index(module)
-    assert words[index - 1] == "-m", entrypoint
-    return words[index + 1 :]
+def module_arguments(entrypoint: str, module: str, resume_from: str = "") -> list[str]:
+    """The arguments `python3 -m <module>` gets when the job's shell entrypoint runs: a fresh start, or handed
+    `resume_from` as the job step hands the newest checkpoint ($ROLL_CLUSTER_RESUME_FROM)."""
+    with tempfile.TemporaryDirectory() as bin_dir:
+        stub = Path(bin_dir) / "python3"
+        show = "import json, sys; print(json.dumps(sys.argv[1:]))"
+        stub.write_text(f'#!/bin/sh\nexec "$PYTHON_REAL" -c \'{show}\' "$@"\n')
+        stub.chmod(0o755)
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON_REAL": sys.executable, "ROLL_CLUSTER_HEAD_IP": "10.0.0.5"}
+        if resume_from:
+            env["ROLL_CLUSTER_RESUME_FROM"] = resume_from
+        shown = subprocess.run(["bash", "-c", entrypoint], env=env, capture_output=True, text=True, check=True).stdout
+    words: list[str] = json.loads(shown.splitlines()[-1])
+    assert words[:2] == ["-m", module], entrypoint
+    return words[2:]
 
 
 # --------------------------------------------------------------------------------------------------- verl

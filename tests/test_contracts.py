@@ -64,8 +64,17 @@ def test_verl_job_composes_in_verls_config_and_passes_its_start_up_checks(varian
     actor = config["actor_rollout_ref"]["actor"]
     assert actor["ppo_micro_batch_size_per_gpu"] >= 1
     assert config["trainer"]["default_local_dir"].startswith("/mnt/shared/checkpoints/verl/")
+    # A fresh start (the job step found no checkpoint, or training.resume is false): nothing is loaded.
+    assert config["trainer"]["resume_mode"] == "disable"
+    assert config["trainer"]["save_freq"] == 10
     resume = VERL_VARIANTS[variant].get("roll-cluster:training", {}).get("resume", True)
-    assert config["trainer"]["resume_mode"] == ("auto" if resume else "disable")
+    if resume:
+        # Handed the newest complete checkpoint: verl's explicit resume, which asserts a global_step_ folder
+        # (verl/trainer/ppo/ray_trainer.py:1027-1038).
+        found = config["trainer"]["default_local_dir"] + "/global_step_20"
+        handed = compose_verl(module_arguments(entrypoint, "verl.trainer.main_ppo", resume_from=found))
+        assert handed["trainer"]["resume_mode"] == "resume_path"
+        assert handed["trainer"]["resume_from_path"] == found
     if variant == "V100 fp16":
         assert actor["fsdp_config"]["dtype"] == "float16"
         assert config["actor_rollout_ref"]["ref"]["fsdp_config"]["dtype"] == "float16"
@@ -123,7 +132,12 @@ def test_openrlhf_job_parses_in_openrlhfs_parser_and_passes_its_checks(variant: 
     assert args.vllm.gpu_memory_utilization == 0.5  # colocated with the trained models and the reward server
     assert args.ckpt.path.startswith("/mnt/shared/checkpoints/openrlhf/")
     settings = OPENRLHF_VARIANTS[variant].get("roll-cluster:training", {})
-    assert args.ckpt.load_enable is settings.get("resume", True)
+    # Fresh start: no --ckpt.load_enable (with nothing to load, fit() fails on KeyError 'episode'); saves every 10.
+    assert args.ckpt.load_enable is False and args.ckpt.save_steps == 10
+    if settings.get("resume", True):
+        handed = run_openrlhf_cli("train_ppo_ray.py", module_arguments(
+            entrypoint, "openrlhf.cli.train_ppo_ray", resume_from=args.ckpt.path + "/_actor/global_step20"))
+        assert handed.ckpt.load_enable is True and handed.ckpt.path == args.ckpt.path
     assert args.use_ms is (settings.get("modelSource") == "modelscope")
     if variant == "V100 fp16":
         assert (args.ds.param_dtype, args.ds.attn_implementation) == ("fp16", "sdpa")

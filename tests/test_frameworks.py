@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from framework_contracts import module_arguments
 
 from infra.config import SECRETS, ContainerConfig, TrainingConfig
 from infra.frameworks import (
@@ -31,6 +32,7 @@ from infra.frameworks import (
     adapter_for,
     check_before_deploy,
 )
+from infra.frameworks.roll import resume_command
 from infra.frameworks.verl import hydra_value
 
 RAY_SUBMISSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
@@ -200,7 +202,9 @@ def test_roll_job_submits_the_launcher_on_the_config_built_before_deployment() -
     job = job_of(training(**DEV_CONFIG), shape(1, 1, bf16=False, shared=None, stack="dev"))
     assert job.workdir == "/workspace/ROLL"
     assert job.entrypoint == (
-        "cd /workspace/ROLL && PYTHONPATH=/workspace/ROLL python3 examples/start_agentic_pipeline.py "
+        "cd /workspace/ROLL && "
+        + resume_command("examples/pulumi/dev-agent_val_frozen_lake_single_node_demo.yaml")
+        + " && PYTHONPATH=/workspace/ROLL python3 examples/start_agentic_pipeline.py "
         "--config_path pulumi --config_name dev-agent_val_frozen_lake_single_node_demo"
     )
     # One file travels: the YAML itself. Nothing is rendered on the head.
@@ -322,8 +326,7 @@ def test_verl_command_line_for_two_nodes_of_eight_gpus() -> None:
         },
     )
     job = job_of(config, shape(2, 8, stack="verl"))
-    args = shlex.split(job.entrypoint)
-    assert args[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    args = ["python3", "-m", "verl.trainer.main_ppo", *module_arguments(job.entrypoint, "verl.trainer.main_ppo")]
     assert args[3:] == [
         "trainer.nnodes=2",
         "trainer.n_gpus_per_node=8",
@@ -331,7 +334,7 @@ def test_verl_command_line_for_two_nodes_of_eight_gpus() -> None:
         "data.val_files=/mnt/shared/data/gsm8k/test.parquet",
         # Per stack and job; resumed after a config change; per GPU count (FSDP shards are per rank).
         "trainer.default_local_dir=/mnt/shared/checkpoints/verl/verl-16gpu",
-        "trainer.resume_mode=auto",
+        "trainer.save_freq=10",  # verl's -1 saves nothing
         "actor_rollout_ref.rollout.name=sglang",  # the user's value replaces the default in place
         "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
         "trainer.logger=[console,tensorboard]",
@@ -345,10 +348,11 @@ def test_verl_command_line_for_two_nodes_of_eight_gpus() -> None:
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
         'trainer.experiment_name="gsm8k, 2 nodes"',
         "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.resume_mode=disable",  # no checkpoint handed over by the job step: a fresh start
     ]
     assert job.workdir == "/workspace/verl"
     assert job.runtime_env == {"env_vars": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}}
-    assert job.summary["hydra_overrides"] == args[3:]
+    assert job.summary["hydra_overrides"] == args[3:-1]  # the plan-time ones; the resume mode is chosen at submission
 
 
 def test_verl_defaults_without_overrides_use_vllm_console_and_node_local_checkpoints() -> None:
@@ -487,8 +491,8 @@ OPENRLHF = {
 
 def test_openrlhf_command_line_for_two_nodes_of_eight_gpus() -> None:
     job = job_of(training(**OPENRLHF), shape(2, 8, stack="rlhf", head_ip="172.16.0.10"))
-    args = shlex.split(job.entrypoint)
-    assert args[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    module = "openrlhf.cli.train_ppo_ray"
+    args = ["python3", "-m", module, *module_arguments(job.entrypoint, module)]
     assert args[3:] == [
         "--actor.num_nodes",
         "2",
@@ -505,12 +509,13 @@ def test_openrlhf_command_line_for_two_nodes_of_eight_gpus() -> None:
         "--vllm.gpu_memory_utilization",  # colocated: upstream's colocated example, not the parser's 0.95
         "0.5",
         "--reward.remote_url",
-        "http://${ROLL_CLUSTER_HEAD_IP}:5001/get_reward",  # in double quotes: the job's shell puts the IP in
+        "http://10.0.0.5:5001/get_reward",  # in double quotes: the job's shell puts the head's IP in
         "--ckpt.path",
         "/mnt/shared/checkpoints/rlhf/openrlhf-16gpu",
         "--ckpt.output_dir",
         "/mnt/shared/checkpoints/rlhf/openrlhf-16gpu/model",
-        "--ckpt.load_enable",
+        "--ckpt.save_steps",
+        "10",  # OpenRLHF's -1 saves no resumable state; --ckpt.load_enable only with a checkpoint handed over
         "--train.colocate_all",
         "--vllm.enable_sleep",  # true -> bare flag; false (ds.enable_sleep) -> omitted
         "--actor.model_name_or_path",
@@ -671,9 +676,16 @@ def test_resume_keeps_the_checkpoint_dir_across_config_changes_and_fresh_starts_
 
 def test_resume_flags_follow_training_resume() -> None:
     verl_fresh = job_of(training(framework="verl", resume=False)).entrypoint
-    assert "trainer.resume_mode=disable" in verl_fresh
-    assert "trainer.resume_mode=auto" in job_of(training(framework="verl")).entrypoint
+    assert "trainer.resume_mode=disable" in verl_fresh and "ROLL_CLUSTER_RESUME_FROM" not in verl_fresh
+    # Resuming: the path the job step found is handed to verl's explicit resume, or verl starts fresh.
+    verl = job_of(training(framework="verl")).entrypoint
+    assert module_arguments(verl, "verl.trainer.main_ppo")[-1] == "trainer.resume_mode=disable"
+    assert module_arguments(verl, "verl.trainer.main_ppo", resume_from="/c/global_step_3")[-2:] == [
+        "trainer.resume_mode=resume_path", "trainer.resume_from_path=/c/global_step_3"]
     assert "--ckpt.load_enable" not in job_of(training(**{**OPENRLHF, "resume": False})).entrypoint
+    # A user's explicit verl resume mode wins: nothing is handed over.
+    own = job_of(training(framework="verl", overrides={"trainer.resume_mode": "auto"}))
+    assert "ROLL_CLUSTER_RESUME_FROM" not in own.entrypoint and "trainer.resume_mode=auto" in own.entrypoint
     custom = job_of(training(framework="custom", custom={"entrypoint": "x"}, resume=False))
     assert custom.runtime_env is not None and custom.runtime_env["env_vars"]["ROLL_CLUSTER_RESUME"] == "0"
 
@@ -794,3 +806,11 @@ def test_openrlhf_checkout_and_package_must_be_the_same_release() -> None:
     ]
     commit = training(**{**OPENRLHF, "openrlhf": {**OPENRLHF["openrlhf"], "ref": "3c3be6234e0cb353e76bb8019947db9d"}})
     assert check_before_deploy(commit, container(), shape(2, 8)) == []  # a commit cannot be compared: allowed
+
+
+def test_the_verl_start_gate_needs_its_console_metrics_line() -> None:
+    quiet = training(framework="verl", overrides={"trainer.logger": ["tensorboard"]})
+    problems = check_before_deploy(quiet, container(), shape())
+    assert any(p.startswith("roll-cluster:training.overrides.trainer.logger: must include `console`") for p in problems)
+    ungated = training(framework="verl", startTimeoutMinutes=0, overrides={"trainer.logger": ["tensorboard"]})
+    assert not any("trainer.logger" in p for p in check_before_deploy(ungated, container(), shape()))

@@ -38,20 +38,22 @@ class JobSubmissionClient:
         return [SimpleNamespace(submission_id=j["id"], status=SimpleNamespace(value=j["status"]))
                 for j in state["jobs"]]
 
-    def submit_job(self, entrypoint, submission_id, runtime_env=None):
+    def submit_job(self, entrypoint, submission_id, runtime_env=None, metadata=None):
         state = _load()
         if any(j["id"] == submission_id for j in state["jobs"]):
             raise RuntimeError("Job with submission_id " + submission_id + " already exists")
-        status, message = state["script"][len(state["submitted"])]
+        status, message, *log = state["script"][len(state["submitted"])]
         state["submitted"].append(submission_id)
-        state["jobs"].append({"id": submission_id, "status": status, "message": message})
+        state["jobs"].append({"id": submission_id, "status": status, "message": message,
+                              "log": log[0] if log else "log of " + submission_id + "\\n",
+                              "entrypoint": entrypoint, "metadata": metadata})
         _save(state)
 
     def get_job_info(self, submission_id):
         return SimpleNamespace(message=[j for j in _load()["jobs"] if j["id"] == submission_id][0]["message"])
 
     def get_job_logs(self, submission_id):
-        return "log of " + submission_id + "\\n"
+        return [j for j in _load()["jobs"] if j["id"] == submission_id][0]["log"]
 
     def delete_job(self, submission_id):
         state = _load()
@@ -61,7 +63,7 @@ class JobSubmissionClient:
 '''
 
 
-def jobs_api(node: FakeNode, tmp_path: Path, *script: tuple[str, str]) -> Path:
+def jobs_api(node: FakeNode, tmp_path: Path, *script: tuple[str, ...]) -> Path:
     package = tmp_path / "stub" / "ray"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")

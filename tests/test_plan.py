@@ -123,3 +123,29 @@ def test_plan_shows_the_dashboard_reached_through_the_tunnel_by_default(stack, c
     result = run(stack)
     head = next(r for r in result.cloud.resources if r.name == "node-0-ray-head")
     assert "export DASHBOARD_HOST=127.0.0.1" in str(head.inputs["create"])
+
+
+@pytest.mark.parametrize("stack", ["dev", "multi", "large", "hosts"])
+def test_roll_plans_show_checkpoints_resume_and_the_start_gate_never_rolls_own_resume(stack, capsys):
+    assert plan.main([stack]) == 0
+    text = capsys.readouterr().out
+    assert "resume_from_checkpoint: true" not in text and "resume_from_checkpoint: false" in text
+    assert "  checkpoints  every " in text and " steps and the final step of " in text
+    assert "  start gate   the job step waits up to 60 min (training.startTimeoutMinutes" in text
+    assert "/pipeline step [0-9]+ finished/" in text
+    if stack in ("dev", "multi"):  # V100: vLLM's V0 engine for every vLLM worker
+        config = yaml.safe_load(steps.NOTES["job_spec"].rendered_config)
+        vllm = [c for c in config.values() if isinstance(c, dict)
+                and (c.get("strategy_args") or {}).get("strategy_name") == "vllm"]
+        assert vllm and all(c["strategy_args"]["strategy_config"]["VLLM_USE_V1"] == 0 for c in vllm)
+    if stack == "dev":  # no shared storage
+        assert "(the node's data dir: they DIE WITH THE NODE)" in text
+
+
+@pytest.mark.parametrize("stack", ["verl", "openrlhf"])
+def test_verl_and_openrlhf_plans_show_a_save_interval_on_shared_storage_and_how_a_resume_finds_it(stack, capsys):
+    assert plan.main([stack]) == 0
+    text = capsys.readouterr().out
+    assert "  checkpoints  every 10 steps and the final step (" in text
+    assert f"to /mnt/shared/checkpoints/{stack}/{stack}-16gpu (shared storage)" in text
+    assert "  resume       at each submission the job step finds the newest complete checkpoint under" in text

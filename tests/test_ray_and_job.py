@@ -316,7 +316,8 @@ def test_auto_start_false_gives_the_submit_command_instead_of_status_and_logs():
     assert out["jobSubmit"] == (
         "pulumi config set --stack verl --path 'roll-cluster:training.autoStart' true && pulumi up --stack verl"
     )
-    assert out["jobConfig"]["command"].startswith("python3 -m verl.trainer.main_ppo ")
+    command = out["jobConfig"]["command"]
+    assert command.endswith(' "$@"') and "exec python3 -m verl.trainer.main_ppo " in command
 
 
 @pytest.mark.parametrize(

@@ -144,8 +144,8 @@ def test_a_job_with_a_reward_server_starts_it_in_the_submit_step() -> None:
         reward_server=rc.RewardServer("python3 -m openrlhf.cli.serve_rm --port 5001", port=5001, workdir="/w"),
     )
     env = rc.submit_env(CUSTOM, job, extra_env_names=["HF_TOKEN"])
-    assert rc.submit_step(job).scripts == ("ray_common.sh", "reward_server.sh", "job_submit.sh")
-    assert rc.submit_step(JOB).scripts == ("ray_common.sh", "job_submit.sh")
+    assert rc.submit_step(job).scripts == ("ray_common.sh", "reward_server.sh", "checkpoint_find.sh", "job_submit.sh")
+    assert rc.submit_step(JOB).scripts == ("ray_common.sh", "checkpoint_find.sh", "job_submit.sh")
     assert env["REWARD_COMMAND"] == "python3 -m openrlhf.cli.serve_rm --port 5001"
     assert (env["REWARD_PORT"], env["REWARD_WORKDIR"], env["RAY_EXTRA_ENV_NAMES"]) == ("5001", "/w", "HF_TOKEN")
     # Sorted keys: the same configuration renders the same command, so Pulumi sees no change.
@@ -343,3 +343,36 @@ def test_the_resubmit_command_replaces_the_job_step_by_its_urn() -> None:
         rc.job_resubmit_command("dev", "training-job")
     with pytest.raises(ValueError):
         rc.job_resubmit_command("dev; rm -rf /", URN)
+
+
+@pytest.mark.parametrize(
+    ("status", "log", "phase"),
+    [
+        ("Status for job 'job-1': RUNNING", "Downloading Model to directory: /root/.cache/x\n", "phase: downloading"),
+        ("Status for job 'job-1': RUNNING", "loading the model\n", "phase: starting"),
+        ("Status for job 'job-1': RUNNING", "pipeline step 0 finished\npipeline step 1 finished\n",
+         "phase: training step 1"),
+        ("Job 'job-1' failed\nStatus message: exit code 1", "FileNotFoundError\n", "phase: failed"),
+        ("Status for job 'job-1': PENDING", "", "phase: pending"),
+    ],
+)
+def test_job_status_says_which_phase_the_job_is_in(tmp_path: Path, status: str, log: str, phase: str) -> None:
+    from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    scripts = {
+        "ssh": '#!/bin/sh\nfor last in "$@"; do :; done\nexec sh -c "$last"\n',
+        "docker": '#!/bin/bash\nshift 2\nexec "$@"\n',
+        "ray": f'#!/bin/bash\nif [ "$2" = logs ]; then printf "%s" {shlex.quote(log)}; exit 0; fi\n'
+               f'printf "%s\\n" {shlex.quote(status)}\n',
+    }
+    for name, text in scripts.items():
+        (fake_bin / name).write_text(text)
+        (fake_bin / name).chmod(0o755)
+    command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101,
+                                    first_step_pattern=FIRST_STEP_PATTERNS["roll"], download_pattern=DOWNLOAD_PATTERN)
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result
+    assert result.stdout.splitlines()[-1] == phase

@@ -106,7 +106,7 @@ def test_the_submitted_job_gets_the_heads_address_in_its_reward_url(tmp_path: Pa
         "class JobSubmissionClient:\n"
         "    def __init__(self, address):\n"
         "        pass\n"
-        "    def submit_job(self, entrypoint, submission_id, runtime_env):\n"
+        "    def submit_job(self, entrypoint, submission_id, runtime_env, metadata=None):\n"
         "        open(os.environ['SUBMITTED'], 'w').write(entrypoint)\n"
     )
     submitted = tmp_path / "entrypoint"

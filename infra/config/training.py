@@ -31,11 +31,34 @@ class TrainingConfig(Section):
         None,
         description="Whether a job whose configuration changed resumes from the last checkpoint in its "
         "checkpoint directory (`<shared storage>/checkpoints/<stack>/<job>`) or starts fresh in a new one. "
-        "null: the framework's default (ROLL: true, `resume_from_checkpoint: true`; verl: true, `trainer.resume_mode: "
-        "auto`; OpenRLHF: true, "
-        "`--ckpt.load_enable`; custom: true, given as `ROLL_CLUSTER_RESUME`). Checkpoints are per GPU count "
+        "null: the framework's default (true for all; custom: given as `ROLL_CLUSTER_RESUME`). Resuming, the job "
+        "step looks, at every submission, for the newest complete checkpoint in that directory and hands its path "
+        "to the framework through its own documented input (ROLL: `resume_from_checkpoint: '<path>'`; verl: "
+        "`trainer.resume_mode=resume_path trainer.resume_from_path=<path>`; OpenRLHF: `--ckpt.load_enable`), or "
+        "starts fresh and says so (docs/frameworks.md, 'Checkpoints and resume'). Without shared storage on "
+        "more than one node nothing is resumed (the checkpoints are node-local). Checkpoints are per GPU count "
         "for verl and OpenRLHF (their sharded checkpoints cannot be loaded by another world size), so a resized "
         "cluster starts in its own directory.",
+    )
+    checkpoint_every: int | None = Field(
+        None,
+        ge=0,
+        description="Training steps between two checkpoints (ROLL `save_steps`, verl `trainer.save_freq`, OpenRLHF "
+        "`--ckpt.save_steps`); the final step is always saved. 0: the final step only. null: the program's "
+        "default (ROLL: the base config's `save_steps` when it is below `max_steps`, else a tenth of `max_steps`; "
+        "verl and OpenRLHF: 10). A value set in `training.overrides` wins. The plan shows the interval and where "
+        "the checkpoints go.",
+    )
+    start_timeout_minutes: int = Field(
+        60,
+        ge=0,
+        le=24 * 60,
+        description="The start gate: the job step of `pulumi up` returns only once the job printed its "
+        "framework's first-training-step line (docs/frameworks.md, 'The start gate'), and fails, naming the job "
+        "and showing its log tail, when the job dies first or this many minutes pass. Counted from the start of "
+        "the job step, so it includes the data preparation and the model and data downloads of the job. A job "
+        "still starting at the bound keeps running (`jobStatus`, `jobLogs`, `jobStop`). 0: no gate (the step "
+        "returns once the job runs). `custom` jobs have no known first-step line and are not gated.",
     )
     model_source: Literal[MODEL_SOURCES] | None = Field(  # type: ignore[valid-type]
         None,

@@ -105,6 +105,66 @@ class CodeSpec:
         }
 
 
+# The line each framework prints when a training step is done (the start gate waits for it, jobStatus reports the
+# step number: the first integer of the last match). POSIX EREs, matched against the job's log.
+FIRST_STEP_PATTERNS: dict[str, str] = {
+    # ROLL 8eb27cc: logger.info(f"pipeline step {global_step} finished") at the end of every step
+    # (roll/pipeline/agentic/agentic_pipeline.py:619, roll/pipeline/rlvr/rlvr_pipeline.py:840).
+    "roll": "pipeline step [0-9]+ finished",
+    # verl v0.7.0: logger.log(data=metrics, step=global_steps) (verl/trainer/ppo/ray_trainer.py:1630) prints
+    # "step:N - key:val - ..." through the console backend (verl/utils/logger/aggregate_logger.py:26-32); the
+    # metrics hold training/global_step (ray_trainer.py:1612-1616), which the validation-only line does not.
+    "verl": "step:[0-9]+ - .*training/global_step:[0-9]+",
+    # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}")
+    # (openrlhf/trainer/ppo_trainer.py:545).
+    "openrlhf": "Global step [0-9]+: ",
+    # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py:30-35, grpo_trainer_hybrid.py:185).
+    "mindspeed-rl": "iteration: [0-9]+ / [0-9]+ [|]",
+}
+# Lines a model or data download prints, for the phase the gate and jobStatus report (never to extend the bound).
+# UNCONFIRMED against the images' package versions: ModelScope's "Downloading Model to directory:" and its
+# "Downloading [<file>]" bars, huggingface_hub's "Fetching N files".
+DOWNLOAD_PATTERN = "Downloading Model to directory:|Downloading \\[|Fetching [0-9]+ files"
+# The newest complete checkpoint the job step found (infra/scripts/checkpoint_find.sh), exported to the job's
+# entrypoint shell; empty or unset: start fresh.
+RESUME_VARIABLE = "ROLL_CLUSTER_RESUME_FROM"
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where a job saves, how often, and how a resume finds its checkpoint (what the plan shows and the job step
+    uses)."""
+
+    layout: str  # roll | verl | openrlhf: the layout latest_checkpoint reads; "" for none
+    directory: str
+    every: str  # in words: "every 10 steps and the final step"
+    shared: bool  # on the shared storage (else each node's data dir)
+    find: bool  # the job step looks for the newest complete checkpoint and hands it over
+    resume: str  # how a resume finds its checkpoint, or why nothing is resumed
+    world: int = 0  # OpenRLHF: the actor's GPUs (one optimizer shard each); 0: not checked
+
+    def lines(self) -> list[str]:
+        where = "shared storage" if self.shared else "the node's data dir: they DIE WITH THE NODE"
+        return [f"checkpoints  {self.every}, to {self.directory} ({where})", f"resume       {self.resume}"]
+
+
+def checkpoints(layout: str, shape: ClusterShape, directory: str, every: str, resume: bool, handed: str,
+                world: int = 0) -> Checkpoints:
+    """handed: how the framework is given the path found (its own documented input)."""
+    shared = shape.shared_dir is not None
+    if not resume:
+        return Checkpoints("", directory, every, shared, False,
+                           "none (training.resume: false): the job starts fresh in a directory of its own", world)
+    if not shared and shape.nodes > 1:
+        return Checkpoints("", directory, every, shared, False,
+                           f"none: without shared storage the checkpoints are node-local on {shape.nodes} nodes and "
+                           "every node would need the same one (storage.nas: true to resume)", world)
+    return Checkpoints(
+        layout, directory, every, shared, True,
+        f"at each submission the job step finds the newest complete checkpoint under {directory} and hands its "
+        f"path to the job as {handed} (${RESUME_VARIABLE}); none found: it starts fresh and says so", world)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     job_id: str  # Ray submission id, derived from the configuration (see job_id())
@@ -119,6 +179,7 @@ class JobSpec:
     # The exact configuration file shipped to the head, built before deployment (ROLL's YAML); the plan prints
     # it in full and the job step carries it as a readable input.
     rendered_config: str | None = None
+    checkpoints: Checkpoints | None = None  # None: the framework saves where and when it likes (custom)
 
 
 class FrameworkAdapter(Protocol):
@@ -142,6 +203,10 @@ def job_name(framework: str, shape: ClusterShape, resume: bool, job_id: str, per
     if not resume:
         return job_id
     return f"{framework}-{shape.total_gpus}gpu" if per_world_size else framework
+
+
+def every_steps(steps: int) -> str:
+    return "the final step only" if steps <= 0 else f"every {steps} steps and the final step"
 
 
 def key(path: str) -> str:

@@ -13,11 +13,15 @@ from typing import Any
 
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks.base import (
+    RESUME_VARIABLE,
     WHERE_FROM_ONLY,
+    Checkpoints,
     ClusterShape,
     CodeSpec,
     JobSpec,
     bare_key,
+    checkpoints,
+    every_steps,
     flatten,
     github_archive_url,
     image_facts,
@@ -28,6 +32,7 @@ from infra.frameworks.base import (
 )
 from infra.ray.commands import HEAD_IP_VARIABLE, RewardServer
 
+DEFAULT_SAVE_STEPS = 10  # training.checkpointEvery null
 OPENRLHF_DIR = "/workspace/OpenRLHF"
 COLOCATE_ALL = "train.colocate_all"
 GPU_MEMORY = "vllm.gpu_memory_utilization"
@@ -200,8 +205,13 @@ class OpenRlhfAdapter:
         checkpoints = self.checkpoint_dir(shape)
         flags["ckpt.path"] = checkpoints
         flags["ckpt.output_dir"] = posixpath.join(checkpoints, "model")
-        # Loads the latest checkpoint under ckpt.path when there is one (ppo_actor.py); false: starts fresh.
-        flags["ckpt.load_enable"] = self.resume()
+        # Every N steps (OpenRLHF's -1 never saves a resumable state, openrlhf/trainer/ppo_trainer.py:466-467,
+        # 391-409); the final HF model always goes to ckpt.output_dir (openrlhf/cli/train_ppo_ray.py:188-191).
+        every = self.training.checkpoint_every
+        flags["ckpt.save_steps"] = DEFAULT_SAVE_STEPS if every is None else (every if every > 0 else -1)
+        # No ckpt.load_enable here: the entrypoint adds it only when the job step found a complete checkpoint.
+        # Given with none there, DeepSpeed returns no state and fit() fails on KeyError 'episode'
+        # (ppo_trainer.py:430-437, 500-503).
         if not shape.bf16:
             # V100/T4: no bf16, and FlashAttention 2 (the parser's default) needs sm80.
             flags["ds.param_dtype"] = "fp16"
@@ -230,6 +240,25 @@ class OpenRlhfAdapter:
             workdir=OPENRLHF_DIR,
         )
 
+    def checkpoints(self, shape: ClusterShape) -> Checkpoints:
+        flags = self.effective_flags(shape)
+        steps = flags.get("ckpt.save_steps")
+        every = every_steps(steps if isinstance(steps, int) and steps > 0 else 0) + " (--ckpt.save_steps; the final "
+        every += "HF model to --ckpt.output_dir)"
+        directory = str(flags.get("ckpt.path"))
+        # One optimizer shard per actor GPU with ZeRO 1-3 (deepspeed/runtime/engine.py:3323-3363); ZeRO 0 writes none.
+        zero = flags.get("ds.zero_stage", flags.get("zero_stage", 2))
+        world = int(flags["actor.num_nodes"]) * int(flags["actor.num_gpus_per_node"]) if zero != 0 else 0
+        saves = checkpoints(
+            "openrlhf", shape, directory, every, self.resume(),
+            "`--ckpt.load_enable` with `--ckpt.path` (DeepSpeed loads the tag in _actor/latest; complete: one "
+            "*optim_states.pt per actor GPU there, and _critic/latest naming the same tag)", world=world,
+        )
+        if "ckpt.load_enable" in flags:
+            return Checkpoints("", directory, every, saves.shared, False,
+                               "as ckpt.load_enable in training.overrides says", world)
+        return saves
+
     def configuration(self) -> dict[str, Any]:
         return {
             "openrlhf": self.openrlhf.model_dump(mode="json", exclude=set(WHERE_FROM_ONLY)),
@@ -245,6 +274,12 @@ class OpenRlhfAdapter:
         arguments = flag_arguments(self.effective_flags(shape))
         module = shlex.quote(self.openrlhf.entrypoint_module)
         entrypoint = " ".join(["python3", "-m", module, *map(_shell_word, arguments)])
+        saves = self.checkpoints(shape)
+        if saves.find:
+            entrypoint = (f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then '
+                          f'echo "roll-cluster: OpenRLHF resumes from ${{{RESUME_VARIABLE}}}"; '
+                          'set -- --ckpt.load_enable; else set --; fi; '
+                          f'exec {entrypoint} "$@"')
         reward = self.reward_server(shape)
         download = shape.download_env()
         runtime_env = {"env_vars": download} if download else None
@@ -286,6 +321,7 @@ class OpenRlhfAdapter:
                     "placement demand <= the GPUs Ray has (less the reward server's, unless colocated)",
                 ],
             },
+            checkpoints=saves,
         )
 
     def problems(self, shape: ClusterShape) -> list[str]:

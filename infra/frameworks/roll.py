@@ -14,10 +14,14 @@ from typing import Any
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks import roll_checks, roll_keys, roll_render, roll_sources
 from infra.frameworks.base import (
+    RESUME_VARIABLE,
     WHERE_FROM_ONLY,
+    Checkpoints,
     ClusterShape,
     CodeSpec,
     JobSpec,
+    checkpoints,
+    every_steps,
     github_archive_url,
     image_facts,
     job_id,
@@ -136,7 +140,8 @@ class RollAdapter:
             return Built(None, None, [f"{key('training.roll.baseConfig')}: {error}"], [], examples.where, [])
         keys = roll_keys.load()
         cluster = replace(
-            roll_render.Cluster.of(shape), checkpoint_dir=self.checkpoint_dir(shape), resume=self.resume()
+            roll_render.Cluster.of(shape), checkpoint_dir=self.checkpoint_dir(shape), resume=self.resume(),
+            checkpoint_every=self.training.checkpoint_every,
         )
         try:
             overrides = roll_render.expand_dotted(self.training.overrides)
@@ -199,8 +204,10 @@ class RollAdapter:
             raise ValueError("; ".join(built.problems))
         paths = self.paths(shape)
         launcher = f"examples/start_{self.roll.pipeline}_pipeline.py"
+        saves = self.checkpoints(shape, built)
         entrypoint = (
-            f"cd {ROLL_DIR} && PYTHONPATH={ROLL_DIR} python3 {launcher} "
+            f"cd {ROLL_DIR} && {resume_command(paths['out']) + ' && ' if saves.find else ''}"
+            f"PYTHONPATH={ROLL_DIR} python3 {launcher} "
             f"--config_path {GENERATED_DIR.rsplit('/', 1)[-1]} --config_name {shlex.quote(paths['name'])}"
         )
         # The config needs no other file; the launcher must be there (a checkout at another ref may lack it).
@@ -224,6 +231,21 @@ class RollAdapter:
             reward_server=None,
             summary=self.summary(shape, built, paths, entrypoint),
             rendered_config=built.text,
+            checkpoints=saves,
+        )
+
+    def checkpoints(self, shape: ClusterShape, built: Built) -> Checkpoints:
+        config = built.rendered.config if built.rendered else {}
+        save_steps, max_steps = config.get("save_steps"), config.get("max_steps")
+        if isinstance(save_steps, int) and isinstance(max_steps, int):
+            every = every_steps(0 if save_steps >= max_steps else save_steps) + f" of {max_steps} (save_steps)"
+        else:
+            every = "as ROLL's save_steps says, and the final step"
+        directory = str((config.get("checkpoint_config") or {}).get("output_dir") or self.checkpoint_dir(shape))
+        return checkpoints(
+            "roll", shape, directory, every, self.resume(),
+            "`resume_from_checkpoint: '<path>'` (written into the shipped YAML by the entrypoint; complete: "
+            "<run>/checkpoint-N/pipeline/worker_state_pipeline.json, ROLL's async_upload off)",
         )
 
     def summary(self, shape: ClusterShape, built: Built, paths: dict[str, str], entrypoint: str) -> dict[str, Any]:
@@ -258,4 +280,78 @@ class RollAdapter:
         requirement = self.requirements_problem()
         if requirement is not None:
             problems.append(requirement)
-        return problems + self.build(shape).problems
+        image = self.image_problem(shape)
+        if image is not None:
+            problems.append(image)
+        built = self.build(shape)
+        return problems + built.problems + (self.rendered_problems(shape, built) if built.rendered else [])
+
+    def image_problem(self, shape: ClusterShape) -> str | None:
+        """On GPUs without bf16 (V100 sm70, T4 sm75) only ROLL's torch 2.6 / vLLM 0.8.4 image runs: torch 2.8's
+        cu128 builds dropped sm70 (pytorch#157517), CUDA 13 (torch2100) dropped Volta, and ROLL 8eb27cc has no
+        vLLM V0 executor for vLLM 0.12+ (roll/third_party/vllm/__init__.py:29-38) while V1 needs sm80 before
+        vLLM 0.10.2 (../shared/reference/roll.md 1.1). A tag of none of ROLL's known kinds is not judged."""
+        tag = image_tag(self.container.image)
+        if shape.bf16 or requirements_for_image(self.container.image) is None or "torch260-vllm084" in tag:
+            return None
+        return (
+            f"{key('container.image')}: the GPUs have no bf16 (V100/T4) and ROLL's image {tag!r} does not run there "
+            "(torch 2.8+/CUDA 13 builds dropped sm70, and ROLL's vLLM V0 engine, which these GPUs need, exists only "
+            "up to vLLM 0.11); use a `...-torch260-vllm084` image; got "
+            f"{self.container.image!r}"
+        )
+
+    def rendered_problems(self, shape: ClusterShape, built: Built) -> list[str]:
+        """Rules on the final YAML that the program relies on (values set through training.overrides)."""
+        assert built.rendered is not None
+        config = built.rendered.config
+        found: list[str] = []
+        if config.get("resume_from_checkpoint") is True:
+            found.append(
+                f"{key('training.overrides.resume_from_checkpoint')}: `true` fails before the first step at ROLL "
+                "8eb27cc (roll/configs/base_config.py:303-307 adds a new timestamp to checkpoint_config.output_dir, "
+                "roll/utils/upload_utils.py:35-36 then lists that missing folder); leave it out (training.resume "
+                "hands ROLL the newest complete checkpoint's path) or give a path; got true"
+            )
+        if shape.bf16:
+            return found
+        for name, worker in roll_render.workers(config):
+            strategy_args = worker.get("strategy_args")
+            if not isinstance(strategy_args, dict):
+                continue
+            strategy_config = strategy_args.get("strategy_config")
+            strategy_config = strategy_config if isinstance(strategy_config, dict) else {}
+            strategy = strategy_args.get("strategy_name")
+            if strategy == "vllm" and str(strategy_config.get("VLLM_USE_V1", 0)) not in ("0", "False", "false"):
+                found.append(
+                    f"{key(f'training.overrides.{name}.strategy_args.strategy_config.VLLM_USE_V1')}: must be 0 on "
+                    "GPUs without bf16 (vLLM 0.8.4's V1 engine needs compute capability 8.0; ROLL "
+                    "roll/distributed/strategy/vllm_strategy.py:79-80); got "
+                    f"{strategy_config.get('VLLM_USE_V1')!r}"
+                )
+            if strategy in ("fsdp2_train", "fsdp2_infer"):
+                for dtype in ("param_dtype", "reduce_dtype"):
+                    if str(strategy_config.get(dtype, "")).lower() in ("bf16", "bfloat16"):
+                        found.append(
+                            f"{key(f'training.overrides.{name}.strategy_args.strategy_config.{dtype}')}: the GPUs "
+                            f"have no bf16 (fp16 or fp32; ROLL fsdp2_strategy.py:68-90); got "
+                            f"{strategy_config.get(dtype)!r}"
+                        )
+        return found
+
+
+def resume_command(yaml_path: str) -> str:
+    """The entrypoint's first part when a resume is possible: the path the job step found (a path of
+    [A-Za-z0-9._/-] only, checked there) replaces the rendered `resume_from_checkpoint: false` line of the shipped
+    YAML, which the job step writes anew at every submission. ROLL takes a str as the checkpoint to load
+    (roll/configs/base_config.py:167-170, roll/pipeline/base_pipeline.py:71-72); its launchers take no command-line
+    overrides (../shared/reference/roll.md 2.1)."""
+    var = RESUME_VARIABLE
+    wanted = f"resume_from_checkpoint: '${{{var}}}'"
+    return (
+        f'if [ -n "${{{var}:-}}" ]; then '
+        rf'sed -i "s|^resume_from_checkpoint: false\$|{wanted}|" {yaml_path} && '
+        f'grep -qxF "{wanted}" {yaml_path} || '
+        f'{{ echo "roll-cluster: could not set resume_from_checkpoint in {yaml_path}" >&2; exit 2; }}; '
+        f'echo "roll-cluster: ROLL resumes from ${{{var}}}"; fi'
+    )

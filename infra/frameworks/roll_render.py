@@ -54,6 +54,8 @@ class Cluster:
     # whether a changed configuration resumes from it (training.resume); None: the output root's, the base's.
     checkpoint_dir: str | None = None
     resume: bool | None = None
+    # training.checkpointEvery: ROLL's save_steps (None: the program's default, see _apply_save_steps).
+    checkpoint_every: int | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -279,10 +281,24 @@ def _apply_output_dirs(config: dict[str, Any], cluster: Cluster, result: Rendere
                                        "output_dir": cluster.checkpoint_dir}
         result.applied.append(f"checkpoint_config.output_dir: {cluster.checkpoint_dir} (the job's own, {where})")
     if cluster.resume is not None:
-        # True: ROLL loads the latest checkpoint under checkpoint_config.output_dir, if any (ROLL 8eb27cc
-        # roll/configs/base_config.py:167, roll/pipeline/base_pipeline.py:64-70).
-        config["resume_from_checkpoint"] = cluster.resume
-        result.applied.append(f"resume_from_checkpoint: {str(cluster.resume).lower()} (training.resume)")
+        # Never `true`: ROLL 8eb27cc appends a fresh timestamp to checkpoint_config.output_dir at every launch
+        # (roll/configs/base_config.py:303-307) and then lists that folder, which nothing has created yet
+        # (roll/utils/checkpoint_manager.py:55-66 -> roll/utils/upload_utils.py:35-36; only upload() creates it,
+        # :29-30): FileNotFoundError before the first step, and no earlier run could be found. A path (a str) is
+        # used as given (base_pipeline.py:71-72, checkpoint_manager.py:69-72): the job step finds the newest
+        # complete checkpoint and the entrypoint writes its path here (RollAdapter.entrypoint).
+        config["resume_from_checkpoint"] = False
+        result.applied.append(
+            "resume_from_checkpoint: false (ROLL's `true` fails at start-up; a resume is handed the newest complete "
+            "checkpoint's path at submission: training.resume)"
+        )
+        # Synchronous uploads: each worker's do_checkpoint returns only after its copy, and the driver uploads
+        # pipeline/worker_state_pipeline.json after all of them (base_pipeline.py:113-131), so that file marks a
+        # complete checkpoint. FileSystemUploader(**checkpoint_config) takes the key (upload_utils.py:23).
+        checkpoint = config.get("checkpoint_config")
+        config["checkpoint_config"] = {**(checkpoint if isinstance(checkpoint, dict) else {}), "async_upload": False}
+        result.applied.append("checkpoint_config.async_upload: false (a checkpoint is complete once "
+                              "pipeline/worker_state_pipeline.json is there)")
 
 
 # ---------------------------------------------------------------------------------------------- non-fields
@@ -331,9 +347,80 @@ def render(
     _apply_precision(result.config, cluster, result)
     _apply_output_dirs(result.config, cluster, result)
     _drop_non_fields(result.config, keys, pipeline, result)
-    result.config = deep_merge(result.config, expand_dotted(overrides))
+    expanded = expand_dotted(overrides)
+    result.config = deep_merge(result.config, expanded)
     _fill_missing_dtype(result.config, cluster, result)
+    _apply_vllm_v0(result.config, cluster, result)
+    _apply_save_steps(result.config, cluster, expanded, result)
     return result
+
+
+def save_steps_default(config: Mapping[str, Any], every: int | None) -> int | None:
+    """ROLL's save_steps for training.checkpointEvery (None: the base's when below max_steps, else a tenth of
+    max_steps). ROLL saves when `step % save_steps == 0 or step == max_steps - 1` (roll/pipeline/base_pipeline.py:
+    109-111): the final step always; 0 would divide by zero there, so "final only" is save_steps = max_steps."""
+    max_steps = config.get("max_steps")
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        return every if every else None
+    if every is not None:
+        return every if every > 0 else max_steps
+    base = config.get("save_steps")
+    if isinstance(base, int) and 0 < base < max_steps:
+        return base
+    return max(1, max_steps // 10)
+
+
+def _apply_save_steps(config: dict[str, Any], cluster: Cluster, overrides: Mapping[str, Any],
+                      result: Rendered) -> None:
+    if "save_steps" in overrides or cluster.resume is None:
+        return
+    steps = save_steps_default(config, cluster.checkpoint_every)
+    if steps is None or steps == config.get("save_steps"):
+        return
+    was = config.get("save_steps", "unset")
+    config["save_steps"] = steps
+    result.applied.append(f"save_steps: {steps} (was {was}; training.checkpointEvery; the final step is always saved)")
+
+
+def _apply_vllm_v0(config: dict[str, Any], cluster: Cluster, result: Rendered) -> None:
+    """vLLM's V0 engine for every vLLM worker on GPUs below compute capability 8.0 (V100, T4), which vLLM 0.8.4's
+    V1 engine refuses. ROLL 8eb27cc forces V1 unless the worker's strategy_config says otherwise:
+    `os.environ["VLLM_USE_V1"] = str(vllm_config.pop("VLLM_USE_V1", 1))` with vllm_config a copy of
+    strategy_args.strategy_config (roll/distributed/strategy/vllm_strategy.py:72, 79-80; a system_envs value is
+    overwritten there). Prefix caching off as in ROLL's own V0 example
+    (examples/agentic_demo/atropos_gsm8k_grpo_qwen25_0.5b.yaml:47-53; ROLL turns it on, vllm_strategy.py:116).
+    FSDP2 parameters in fp16 (ROLL's default param_dtype is bf16, fsdp2_strategy.py:1004-1016; reductions in fp32).
+    A value the user set is kept (RollAdapter.problems refuses a V1 or bf16 one)."""
+    if cluster.bf16:
+        return
+    for name, worker in workers(config):
+        strategy_args = worker.get("strategy_args")
+        if not isinstance(strategy_args, dict):
+            continue
+        strategy = strategy_args.get("strategy_name")
+        if strategy == "vllm":
+            strategy_config = strategy_args.get("strategy_config")
+            if not isinstance(strategy_config, dict):
+                strategy_config = strategy_args["strategy_config"] = {}
+            if "VLLM_USE_V1" not in strategy_config:
+                strategy_config["VLLM_USE_V1"] = 0
+                result.applied.append(f"{name}.strategy_args.strategy_config.VLLM_USE_V1: 0 (vLLM's V1 engine needs "
+                                      "compute capability 8.0; the GPUs have no bf16)")
+            if "enable_prefix_caching" not in strategy_config:
+                strategy_config["enable_prefix_caching"] = False
+                result.applied.append(f"{name}.strategy_args.strategy_config.enable_prefix_caching: false (V0 on "
+                                      "sm70/sm75, as ROLL's own V0 example)")
+        elif strategy in ("fsdp2_train", "fsdp2_infer"):
+            strategy_config = strategy_args.get("strategy_config")
+            if not isinstance(strategy_config, dict):
+                strategy_config = strategy_args["strategy_config"] = {}
+            if "param_dtype" not in strategy_config:
+                strategy_config["param_dtype"] = "fp16"
+                result.applied.append(f"{name}.strategy_args.strategy_config.param_dtype: fp16 (FSDP2's default "
+                                      "is bf16; the GPUs have none)")
+            if "reduce_dtype" not in strategy_config:
+                strategy_config["reduce_dtype"] = "fp32"
+                result.applied.append(f"{name}.strategy_args.strategy_config.reduce_dtype: fp32")
 
 
 def header(base_config: str, ref: str, cluster: Cluster, overrides: Mapping[str, Any], rendered: Rendered) -> str:

@@ -12,11 +12,15 @@ from typing import Any
 
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks.base import (
+    RESUME_VARIABLE,
     WHERE_FROM_ONLY,
+    Checkpoints,
     ClusterShape,
     CodeSpec,
     JobSpec,
     bare_key,
+    checkpoints,
+    every_steps,
     flatten,
     github_archive_url,
     image_facts,
@@ -28,6 +32,8 @@ from infra.frameworks.base import (
 )
 
 VERL_DIR = "/workspace/verl"
+DEFAULT_SAVE_FREQ = 10  # training.checkpointEvery null
+FINAL_ONLY_SAVE_FREQ = 1_000_000_000  # training.checkpointEvery 0: no run reaches it, the last step still saves
 # From verl's own verl/trainer/runtime_env.yaml, less `working_dir`: the code is installed on every node at the
 # same path, so nothing is uploaded (an uploaded tree would also shadow the installed package).
 RUNTIME_ENV_VARS = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
@@ -150,8 +156,9 @@ class VerlAdapter:
             "data.val_files": posixpath.join(data_dir, "test.parquet"),
             # verl's default is relative, i.e. inside Ray's temporary working dir (lost with the job).
             "trainer.default_local_dir": self.checkpoint_dir(shape),
-            # auto: the latest checkpoint in default_local_dir, if any; disable: start fresh.
-            "trainer.resume_mode": "auto" if self.resume() else "disable",
+            # verl saves nothing with its default -1; N > 0 saves every N steps and the last one
+            # (verl/trainer/ppo/ray_trainer.py:1585-1591). "Final only": a period no run reaches.
+            "trainer.save_freq": self.save_freq(),
             "actor_rollout_ref.rollout.name": "vllm",  # verl's default is `???` (required)
             ROLLOUT_TP: self._default_tp(shape),
             "trainer.logger": ["console"],  # verl's default adds wandb, which needs an API key
@@ -167,10 +174,39 @@ class VerlAdapter:
             # verl refuses both the deprecated global size and the per-GPU one (actor.py:177-182, config.py:144-148).
             if per_gpu.removesuffix("_per_gpu") in user:
                 overrides.pop(per_gpu, None)
+        if not self._resume_handed(shape) and "trainer.resume_mode" not in user:
+            # Nothing to hand over: start fresh (verl's `auto` would read latest_checkpointed_iteration.txt).
+            overrides["trainer.resume_mode"] = "disable"
         if not shape.bf16:
             # V100/T4: no bf16 and no FlashAttention 2 (sm80+). dp_actor.py:86-90 scales the loss for fp16.
             overrides.update(FP16_OVERRIDES)
         return overrides
+
+    def save_freq(self) -> int:
+        every = self.training.checkpoint_every
+        if every is None:
+            return DEFAULT_SAVE_FREQ
+        return every if every > 0 else FINAL_ONLY_SAVE_FREQ
+
+    def checkpoints(self, shape: ClusterShape) -> Checkpoints:
+        user = self._user()
+        freq = user.get("trainer.save_freq", self.save_freq())
+        every = every_steps(0 if not isinstance(freq, int) or freq >= FINAL_ONLY_SAVE_FREQ else freq)
+        if isinstance(freq, int) and freq <= 0:
+            every = "never (trainer.save_freq <= 0 in training.overrides)"
+        directory = str(user.get("trainer.default_local_dir", self.checkpoint_dir(shape)))
+        saves = checkpoints(
+            "verl", shape, directory, every + " (trainer.save_freq)", self.resume(),
+            "`trainer.resume_mode=resume_path trainer.resume_from_path=<dir>/global_step_N` (complete: data.pt "
+            "written, actor/ not empty; verl/trainer/ppo/ray_trainer.py:938-1062)",
+        )
+        if "trainer.resume_mode" in user:
+            return Checkpoints("", directory, every, saves.shared, False,
+                               "as trainer.resume_mode in training.overrides says")
+        return saves
+
+    def _resume_handed(self, shape: ClusterShape) -> bool:
+        return "trainer.resume_mode" not in self._user() and self.checkpoints(shape).find
 
     def runtime_env_vars(self, shape: ClusterShape) -> dict[str, str]:
         env = {**RUNTIME_ENV_VARS, **shape.download_env()}
@@ -232,6 +268,17 @@ class VerlAdapter:
     def job(self, shape: ClusterShape) -> JobSpec:
         arguments = self.arguments(shape)
         entrypoint = " ".join(["python3", "-m", shlex.quote(self.verl.entrypoint_module), *map(shlex.quote, arguments)])
+        saves = self.checkpoints(shape)
+        if saves.find:
+            # The checkpoint the job step found (verl v0.7.0 `resume_path` asserts a global_step_ folder,
+            # ray_trainer.py:1027-1038), or a fresh start; Hydra takes the path's characters as they are.
+            entrypoint = (
+                f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then '
+                f'echo "roll-cluster: verl resumes from ${{{RESUME_VARIABLE}}}"; '
+                f'set -- trainer.resume_mode=resume_path '
+                f'"trainer.resume_from_path=${{{RESUME_VARIABLE}}}"; else set -- trainer.resume_mode=disable; fi; '
+                f'exec {entrypoint} "$@"'
+            )
         prepare = self.prepare(shape)
         check = self.pre_submit_check(shape)
         runtime_env = {"env_vars": self.runtime_env_vars(shape)}
@@ -258,6 +305,7 @@ class VerlAdapter:
                 "checks": [check] if check else [],
                 "runtime_env": runtime_env,
             },
+            checkpoints=saves,
         )
 
     def problems(self, shape: ClusterShape) -> list[str]:
@@ -273,6 +321,15 @@ class VerlAdapter:
 
         def where(name: str) -> str:
             return key(path + name) if name in user else key("training.overrides") + f" (verl's default {name})"
+
+        logger = user.get("trainer.logger", ["console"])
+        loggers = logger if isinstance(logger, list) else [logger]
+        if self.training.start_timeout_minutes > 0 and "console" not in loggers:
+            # The start gate reads verl's console metrics line (verl/utils/logger/aggregate_logger.py:26-32).
+            problems.append(
+                f"{key(path + 'trainer.logger')}: must include `console` while the start gate waits for verl's "
+                f"first step line (or set {key('training.startTimeoutMinutes')} to 0); got {logger!r}"
+            )
 
         batch, samples, mini = number(TRAIN_BATCH), number(ROLLOUT_N), number(MINI_BATCH)
         numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, samples, mini))

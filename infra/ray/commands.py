@@ -172,7 +172,11 @@ class JobSpec:
     pre_submit_check: a shell command that must succeed before submission (e.g. a config check).
     reward_server: started (or kept) by the submit step before the job; None for none.
     start_timeout_s: how long the step waits for the job to leave PENDING; settle_s: how long a RUNNING job is
-    watched for an immediate failure.
+    watched for an immediate failure (both without a start gate).
+    checkpoint_layout/checkpoint_dir/checkpoint_world: where the step looks for the newest complete checkpoint
+    before submitting (checkpoint_find.sh; "" layout: it does not look).
+    first_step_pattern: the framework's first-step line (the start gate; "": none); gate_s: the gate's bound from
+    the step's start; download_pattern: download lines, for the phase the gate reports.
     """
 
     job_id: str
@@ -185,6 +189,12 @@ class JobSpec:
     reward_server: RewardServer | None = None
     start_timeout_s: int = 60
     settle_s: int = 10
+    checkpoint_layout: str = ""
+    checkpoint_dir: str = ""
+    checkpoint_world: int = 0
+    first_step_pattern: str = ""
+    download_pattern: str = ""
+    gate_s: int = 3600
 
     def __post_init__(self) -> None:
         _check_job_id(self.job_id)
@@ -194,6 +204,10 @@ class JobSpec:
             raise ValueError("the job's entrypoint is empty")
         for path in self.files:
             _check_file_path(path)
+        if self.checkpoint_layout not in ("", "roll", "verl", "openrlhf"):
+            raise ValueError(f"unknown checkpoint layout {self.checkpoint_layout!r}")
+        if self.checkpoint_layout and not self.checkpoint_dir.startswith("/"):
+            raise ValueError(f"the checkpoint directory must be an absolute path, not {self.checkpoint_dir!r}")
 
 
 def _check_container_name(name: str) -> None:
@@ -370,14 +384,14 @@ def reward_stop_env(settings: RaySettings) -> dict[str, str]:
     return {"CONTAINER_NAME": settings.container_name, "REWARD_ACTION": "stop"}
 
 
-SUBMIT_STEP = StepScripts("job-submit", (RAY_COMMON_SCRIPT, "job_submit.sh"))
+SUBMIT_STEP = StepScripts("job-submit", (RAY_COMMON_SCRIPT, "checkpoint_find.sh", "job_submit.sh"))
 
 
 def submit_step(job: JobSpec) -> StepScripts:
     """The submit step; with a reward server it starts (or keeps) the server before submitting."""
     if job.reward_server is None:
         return SUBMIT_STEP
-    return StepScripts(SUBMIT_STEP.step, (RAY_COMMON_SCRIPT, "reward_server.sh", "job_submit.sh"))
+    return StepScripts(SUBMIT_STEP.step, (RAY_COMMON_SCRIPT, "reward_server.sh", "checkpoint_find.sh", "job_submit.sh"))
 
 
 HEAD_IP_VARIABLE = "ROLL_CLUSTER_HEAD_IP"
@@ -403,6 +417,12 @@ def submit_env(
         "JOB_PRE_SUBMIT_CHECK": job.pre_submit_check,
         "JOB_START_TIMEOUT_S": str(job.start_timeout_s),
         "JOB_SETTLE_S": str(job.settle_s),
+        "JOB_CHECKPOINT_LAYOUT": job.checkpoint_layout,
+        "JOB_CHECKPOINT_DIR": job.checkpoint_dir,
+        "JOB_CHECKPOINT_WORLD": str(job.checkpoint_world),
+        "JOB_FIRST_STEP_PATTERN": job.first_step_pattern,
+        "JOB_DOWNLOAD_PATTERN": job.download_pattern,
+        "JOB_START_GATE_S": str(job.gate_s),
         "RAY_EXTRA_ENV_NAMES": _env_names(extra_env_names),
         "JOB_HEAD_IP": _ip(head_ip) if head_ip else "",
     }
@@ -521,10 +541,31 @@ def _in_head_container(
 # $1 job id, $2 Jobs API address, $3 the resubmit command, $4 SUBMITTED_JOBS_DIR, $5 the wait bound in seconds.
 SUBMITTED_JOBS_DIR = "/var/lib/roll-cluster/jobs"
 JOBS_API_WAIT_S = 120
-_JOB_STATUS_SH = (
-    # $6: the shared directory where spot nodes record Alibaba's reclaim notice (infra/scripts/spot_notice.sh).
-    'if [ -n "${6:-}" ] && [ -n "$(ls -A "$6" 2>/dev/null)" ]; then\n'
-    '  for f in "$6"/*; do printf "job %s: RECLAIMED: Alibaba reclaims spot node %s at %s\\n" "$1" "${f##*/}"'
+# $6 the framework's first-step ERE, $7 its download ERE ("": no phase line): after the status, the job's phase
+# from its log (`phase: pending | downloading | starting | training step N | finished | failed`).
+_JOB_PHASE_SH = (
+    "show_phase() {\n"
+    '  [ -n "$6" ] || return 0\n'
+    '  log=$(ray job logs "$1" --address "$2" 2>/dev/null) || log=""\n'
+    '  step=$(printf "%s\\n" "$log" | grep -oE -- "$6" | tail -n 1 | grep -oE "[0-9]+" | head -n 1)\n'
+    '  case $out in\n'
+    # As `ray job status` words it (ray/dashboard/modules/job/cli.py _log_job_status, Ray 2.48).
+    '    *"\' failed"* | *"\' was stopped"*) printf "phase: failed%s\\n" "${step:+ after training step $step}" ;;\n'
+    '    *"\' succeeded"*) printf "phase: finished\\n" ;;\n'
+    '    *": PENDING"*) printf "phase: pending\\n" ;;\n'
+    '    *) if [ -n "$step" ]; then printf "phase: training step %s\\n" "$step"\n'
+    '       elif [ -n "$7" ] && printf "%s\\n" "$log" | tail -n 20 | grep -qE -- "$7"; then'
+    ' printf "phase: downloading\\n"\n'
+    '       else printf "phase: starting\\n"; fi ;;\n'
+    "  esac\n"
+    '  resumed=$(printf "%s\\n" "$log" | grep -m 1 -oE -- "roll-cluster: [A-Za-z]+ resumes from [^ ]+")\n'
+    '  [ -z "$resumed" ] || printf "%s\\n" "${resumed#roll-cluster: }"\n'
+    "}\n"
+)
+_JOB_STATUS_SH = _JOB_PHASE_SH + (
+    # $8: the shared directory where spot nodes record Alibaba's reclaim notice (infra/scripts/spot_notice.sh).
+    'if [ -n "${8:-}" ] && [ -n "$(ls -A "$8" 2>/dev/null)" ]; then\n'
+    '  for f in "$8"/*; do printf "job %s: RECLAIMED: Alibaba reclaims spot node %s at %s\\n" "$1" "${f##*/}"'
     ' "$(cat "$f")"; done\n'
     '  printf "%s\\n" "The job ends with that node. Run pulumi up --refresh to replace it (a new head resubmits the'
     ' job; otherwise: $3); the job resumes from its newest checkpoint as training.resume says."\n'
@@ -532,7 +573,7 @@ _JOB_STATUS_SH = (
     "fi\n"
     'deadline=$((SECONDS + $5)); said=""\n'
     "while :; do\n"
-    '  if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; exit 0; fi\n'
+    '  if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; show_phase "$@"; exit 0; fi\n'
     '  case $out in *"does not exist"* | *"status code 404"*) break ;; esac\n'
     '  if [ "$SECONDS" -ge "$deadline" ]; then\n'
     '    printf "%s\\n" "the Ray head\'s Jobs API ($2) did not answer within $5 s: ${out##*$\'\\n\'}" >&2\n'
@@ -570,7 +611,8 @@ def job_resubmit_command(stack: str, job_urn: str) -> str:
 def job_status_command(
     head_public_ip: str, key_path: str, container_name: str, job_id: str, dashboard_port: int,
     known_hosts: str | None = None, user: str = REMOTE_USER, port: int = 22,
-    pinned: bool = True, resubmit: str = "", api_wait_s: int = JOBS_API_WAIT_S, reclaim_dir: str = "",
+    pinned: bool = True, resubmit: str = "", api_wait_s: int = JOBS_API_WAIT_S,
+    first_step_pattern: str = "", download_pattern: str = "", reclaim_dir: str = "",
 ) -> str:
     """`jobStatus`: prints the job's status from the head, or, when the head's Ray no longer knows the job (it
     restarted: a reboot of the head), that the job was lost and `resubmit` (job_resubmit_command), exit 3. Waits
@@ -580,7 +622,7 @@ def job_status_command(
     _check_job_id(job_id)
     resubmit = resubmit or "pulumi up --replace <the training-job URN> (the jobResubmit output)"
     words = ["bash", "-c", _JOB_STATUS_SH, "job-status", job_id, f"http://127.0.0.1:{dashboard_port}", resubmit,
-             SUBMITTED_JOBS_DIR, str(api_wait_s), *([reclaim_dir] if reclaim_dir else [])]
+             SUBMITTED_JOBS_DIR, str(api_wait_s), first_step_pattern, download_pattern, reclaim_dir]
     return _in_head_container(head_public_ip, key_path, container_name, words, known_hosts, user, port, pinned)
 
 

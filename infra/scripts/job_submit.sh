@@ -24,6 +24,18 @@
 #                            (Ray may be installing its runtime env) is reported, not failed           60
 #   JOB_SETTLE_S             seconds a RUNNING job is watched for an immediate failure                 10
 #   JOB_POLL_INTERVAL_S      seconds between looks at the job                                          2
+#   JOB_CHECKPOINT_LAYOUT    roll | verl | openrlhf: before submitting, look for the newest complete checkpoint
+#                            of the job (checkpoint_find.sh) and hand its path to the entrypoint's shell as
+#                            ROLL_CLUSTER_RESUME_FROM (and to jobStatus in the job's metadata); empty: no resume  empty
+#   JOB_CHECKPOINT_DIR       the job's checkpoint directory in the container                           with a layout
+#   JOB_CHECKPOINT_WORLD     OpenRLHF: the actor's GPUs, one optimizer shard each (0: not checked)     0
+#   JOB_FIRST_STEP_PATTERN   ERE of the line the framework prints when a training step is done: the start gate
+#                            waits for it; empty: no gate, the job is watched for JOB_SETTLE_S only   empty
+#   JOB_DOWNLOAD_PATTERN     ERE of a model/data download line: the phase the gate reports             empty
+#   JOB_START_GATE_S         the gate's bound, counted from the start of this step (preparation and the
+#                            job's downloads included): past it the step fails, the job keeps running 3600
+#   JOB_GATE_POLL_S          seconds between the gate's looks at the job's state and log               5
+#   JOB_GATE_REPORT_S        seconds between the gate's progress lines (they keep pulumi's output alive) 60
 #   JOB_SUBMIT_ATTEMPTS      submissions of a job that fails before its entrypoint ran because Ray placed
 #                            its supervisor on a node that had just died (see supervisor_lost)          3
 #   JOB_RESUBMIT_DELAY_S     pause before such a resubmission                                          5
@@ -44,13 +56,25 @@ JOB_POLL_INTERVAL_S=${JOB_POLL_INTERVAL_S:-2}
 JOB_SUBMIT_ATTEMPTS=${JOB_SUBMIT_ATTEMPTS:-3}
 JOB_RESUBMIT_DELAY_S=${JOB_RESUBMIT_DELAY_S:-5}
 SUBMITTED_JOBS_DIR=${SUBMITTED_JOBS_DIR:-/var/lib/roll-cluster/jobs}
+JOB_CHECKPOINT_LAYOUT=${JOB_CHECKPOINT_LAYOUT:-}
+JOB_CHECKPOINT_DIR=${JOB_CHECKPOINT_DIR:-}
+JOB_CHECKPOINT_WORLD=${JOB_CHECKPOINT_WORLD:-0}
+JOB_FIRST_STEP_PATTERN=${JOB_FIRST_STEP_PATTERN:-}
+JOB_DOWNLOAD_PATTERN=${JOB_DOWNLOAD_PATTERN:-}
+JOB_START_GATE_S=${JOB_START_GATE_S:-3600}
+JOB_GATE_POLL_S=${JOB_GATE_POLL_S:-5}
+JOB_GATE_REPORT_S=${JOB_GATE_REPORT_S:-60}
 require_int DASHBOARD_PORT JOB_API_TIMEOUT_S JOB_START_TIMEOUT_S JOB_SETTLE_S JOB_POLL_INTERVAL_S \
-  JOB_SUBMIT_ATTEMPTS JOB_RESUBMIT_DELAY_S
-export JOB_ENTRYPOINT JOB_WORKDIR JOB_RUNTIME_ENV_JSON JOB_HEAD_IP
+  JOB_SUBMIT_ATTEMPTS JOB_RESUBMIT_DELAY_S JOB_CHECKPOINT_WORLD JOB_START_GATE_S JOB_GATE_POLL_S JOB_GATE_REPORT_S
+[[ -z "$JOB_CHECKPOINT_LAYOUT" || "$JOB_CHECKPOINT_DIR" == /* ]] ||
+  fail "JOB_CHECKPOINT_DIR must be an absolute path with JOB_CHECKPOINT_LAYOUT $JOB_CHECKPOINT_LAYOUT: $JOB_CHECKPOINT_DIR"
+JOB_RESUME_FROM=''
+export JOB_ENTRYPOINT JOB_WORKDIR JOB_RUNTIME_ENV_JSON JOB_HEAD_IP JOB_RESUME_FROM
 
 [[ "$JOB_ID" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || fail "JOB_ID may hold only letters, digits, '.', '_' and '-': $JOB_ID"
 
 job_exists=false
+existing_state=''
 
 jobs_api_answers() {
   job_client ping
@@ -67,6 +91,7 @@ check_existing_job() {
     NOT_FOUND) ;;
     PENDING | RUNNING | SUCCEEDED)
       job_exists=true
+      existing_state=$state
       mark_job_submitted
       banner "job $JOB_ID already exists ($state): not submitting it again"
       ;;
@@ -103,9 +128,29 @@ check_before_submit() {
     fail "the pre-submit check failed, the job was not submitted: $JOB_PRE_SUBMIT_CHECK"
 }
 
+# find_checkpoint: the newest complete checkpoint of this job (checkpoint_find.sh, run in the container, where the
+# checkpoint directory is), handed to submit_job as JOB_RESUME_FROM; none: the job starts fresh, said here.
+find_checkpoint() {
+  local found
+  # shellcheck disable=SC2016 # "$@" expands in the container's shell
+  found=$(docker exec "$CONTAINER_NAME" bash -c "$(declare -f latest_checkpoint)"$'\n''latest_checkpoint "$@"' \
+    find "$JOB_CHECKPOINT_LAYOUT" "$JOB_CHECKPOINT_DIR" "$JOB_CHECKPOINT_WORLD" 2>>"$ROLL_STEP_LOG") ||
+    fail "could not look for checkpoints of job $JOB_ID under $JOB_CHECKPOINT_DIR in container $CONTAINER_NAME"
+  if [[ -z "$found" ]]; then
+    banner "job $JOB_ID starts fresh: no complete $JOB_CHECKPOINT_LAYOUT checkpoint under $JOB_CHECKPOINT_DIR"
+    return 0
+  fi
+  # Our checkpoint directories are made of these characters (infra/layout.py path_part); the entrypoints write
+  # the path into a YAML line and a Hydra argument.
+  [[ "$found" =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "job $JOB_ID: the checkpoint path found is not a plain path: $found"
+  JOB_RESUME_FROM=$found
+  banner "job $JOB_ID resumes from $JOB_RESUME_FROM"
+}
+
 submit_job() {
   banner "entrypoint: $JOB_ENTRYPOINT"
-  logged job_client submit -w "$JOB_WORKDIR" -e JOB_ENTRYPOINT -e JOB_WORKDIR -e JOB_RUNTIME_ENV_JSON -e JOB_HEAD_IP
+  logged job_client submit -w "$JOB_WORKDIR" -e JOB_ENTRYPOINT -e JOB_WORKDIR -e JOB_RUNTIME_ENV_JSON -e JOB_HEAD_IP \
+    -e JOB_RESUME_FROM
   mark_job_submitted
 }
 
@@ -166,6 +211,64 @@ wait_job_started() {
   done
 }
 
+# first_step_in LOG: the step number of the last first-step line in LOG (the first integer of the match), or nothing.
+first_step_in() {
+  grep -oE -- "$JOB_FIRST_STEP_PATTERN" <<<"$1" | tail -n 1 | grep -oE '[0-9]+' | head -n 1 || true
+}
+
+# wait_first_step: the start gate. Returns once the job printed its framework's first-step line (or SUCCEEDED);
+# fails, with the job's log tail, when the job FAILED or STOPPED first, or when JOB_START_GATE_S passed since this
+# step started (the job keeps running then). A job whose supervisor was lost before it ran (supervisor_lost) sets
+# JOB_LOST_BEFORE_START for the caller, as wait_job_started does.
+wait_first_step() {
+  local state log step phase=pending reported=$SECONDS
+  while true; do
+    state=$(job_state) || fail "could not read the state of job $JOB_ID"
+    case "$state" in
+      PENDING | NOT_FOUND) phase=pending ;;
+      RUNNING | SUCCEEDED)
+        log=$(job_client logs 2>>"$ROLL_STEP_LOG") || log=''
+        step=$(first_step_in "$log")
+        if [[ -n "$step" ]]; then
+          banner "job $JOB_ID reached training step $step, ${SECONDS}s after this step started"
+          return 0
+        fi
+        if [[ "$state" == SUCCEEDED ]]; then
+          banner "job $JOB_ID SUCCEEDED without printing a training step line (/$JOB_FIRST_STEP_PATTERN/)"
+          return 0
+        fi
+        phase=starting
+        if [[ -n "$JOB_DOWNLOAD_PATTERN" ]] && tail -n 20 <<<"$log" | grep -qE -- "$JOB_DOWNLOAD_PATTERN"; then
+          phase=downloading
+        fi
+        ;;
+      FAILED | STOPPED)
+        if [[ "$state" == FAILED ]] && supervisor_lost; then
+          JOB_LOST_BEFORE_START=true
+          return 0
+        fi
+        job_log_tail
+        fail "job $JOB_ID is $state before its first training step (it was $phase); the end of its log is above"
+        ;;
+      *) fail "job $JOB_ID is in a state this step does not know: $state" ;;
+    esac
+    if ((SECONDS >= JOB_START_GATE_S)); then
+      job_log_tail
+      fail "job $JOB_ID has not reached its first training step within ${JOB_START_GATE_S}s of this step\
+ (training.startTimeoutMinutes): it is $phase and keeps running (jobStatus, jobLogs; jobStop stops it)"
+    fi
+    if ((SECONDS - reported >= JOB_GATE_REPORT_S)); then
+      banner "job $JOB_ID: $phase, ${SECONDS}s of ${JOB_START_GATE_S}s"
+      reported=$SECONDS
+    fi
+    sleep "$JOB_GATE_POLL_S"
+  done
+}
+
+gated() {
+  [[ -n "$JOB_FIRST_STEP_PATTERN" ]] && ((JOB_START_GATE_S > 0))
+}
+
 run_step require_container "check that container $CONTAINER_NAME runs"
 run_step wait_for_jobs_api "wait for the Ray Jobs API"
 run_step check_existing_job "look for job $JOB_ID"
@@ -173,10 +276,15 @@ if [[ "$job_exists" == false ]]; then
   [[ -z "$JOB_FILES_B64" ]] || run_step write_job_files "write the job's files into $CONTAINER_NAME"
   [[ -z "$JOB_PREPARE" ]] || run_step prepare_job "prepare the job: $JOB_PREPARE"
   [[ -z "$JOB_PRE_SUBMIT_CHECK" ]] || run_step check_before_submit "check before submitting: $JOB_PRE_SUBMIT_CHECK"
+  [[ -z "$JOB_CHECKPOINT_LAYOUT" ]] || run_step find_checkpoint "find the newest checkpoint of job $JOB_ID"
   for ((attempt = 1; ; attempt++)); do
     JOB_LOST_BEFORE_START=false
     run_step submit_job "submit job $JOB_ID"
-    run_step wait_job_started "wait until job $JOB_ID runs"
+    if gated; then
+      run_step wait_first_step "wait until job $JOB_ID reaches its first training step (at most ${JOB_START_GATE_S}s)"
+    else
+      run_step wait_job_started "wait until job $JOB_ID runs"
+    fi
     [[ "$JOB_LOST_BEFORE_START" == true ]] || break
     if ((attempt >= JOB_SUBMIT_ATTEMPTS)); then
       job_log_tail
@@ -186,4 +294,7 @@ if [[ "$job_exists" == false ]]; then
     logged job_client delete
     sleep "$JOB_RESUBMIT_DELAY_S"
   done
+elif [[ "$existing_state" != SUCCEEDED ]] && gated; then
+  # A job an earlier `pulumi up` submitted and left before its first step (an interrupted or failed gate).
+  run_step wait_first_step "wait until job $JOB_ID reaches its first training step (at most ${JOB_START_GATE_S}s)"
 fi

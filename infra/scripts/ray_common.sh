@@ -175,7 +175,13 @@ elif action == "submit":
     if os.environ.get("JOB_HEAD_IP"):
         # The entrypoint may name the head by ROLL_CLUSTER_HEAD_IP (the OpenRLHF reward URL): set for its shell only.
         command = "export ROLL_CLUSTER_HEAD_IP=" + shlex.quote(os.environ["JOB_HEAD_IP"]) + " && " + command
-    client.submit_job(entrypoint=command, submission_id=job_id, runtime_env=runtime_env or None)
+    resume = os.environ.get("JOB_RESUME_FROM", "")
+    if resume:
+        # The newest complete checkpoint the job step found (job_submit.sh find_checkpoint): the entrypoint hands it
+        # to the framework; the metadata lets jobStatus say where the job resumed from.
+        command = "export ROLL_CLUSTER_RESUME_FROM=" + shlex.quote(resume) + " && " + command
+    client.submit_job(entrypoint=command, submission_id=job_id, runtime_env=runtime_env or None,
+                      metadata={"roll_cluster.resume_from": resume or "fresh"})
 else:
     sys.exit("unknown action " + action)
 '

@@ -52,6 +52,7 @@ def render_cluster(
     training: Mapping[str, Any] | None = None,
     host_key_files: Sequence[Path] = (),
     container: str = "roll",
+    storage: Mapping[str, Any] | None = None,
 ) -> ProgramCommands:
     """Run the program on len(ips) nodes whose public and private addresses are `ips`, for a `custom` job of
     `entrypoint` or, given `training`, that training section (e.g. a ROLL job).
@@ -79,7 +80,7 @@ def render_cluster(
                                  "objectStoreMemoryGb": 0.1, **(ray or {})},
             "roll-cluster:training": training or {"framework": "custom",
                                                   "custom": {"entrypoint": entrypoint, "workingDir": working_dir}},
-            "roll-cluster:storage": {"nas": False},
+            "roll-cluster:storage": dict(storage) if storage is not None else {"nas": False},
             "roll-cluster:container": {"name": container},
         },
         secrets={f"roll-cluster:{key}": value for key, value in (secrets or {}).items()},

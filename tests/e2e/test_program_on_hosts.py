@@ -168,6 +168,93 @@ def test_the_roll_yaml_built_before_deployment_is_submitted_through_the_programs
     network.run(hosts[0], roll.job_stop).check()
 
 
+# ROLL's launcher, stood in for the start gate and the resume (issue 18): by the YAML's exp_name it dies before its
+# first step as ROLL did with `resume_from_checkpoint: true`, or it prints ROLL's first-step line after saving a
+# complete checkpoint the way ROLL lays it out (<output_dir>/<launch timestamp>/checkpoint-N/pipeline/...).
+ROLL_TRAINING_LAUNCHER = """
+import argparse, datetime, os, sys, time
+import yaml
+parser = argparse.ArgumentParser()
+parser.add_argument("--config_path")
+parser.add_argument("--config_name")
+args = parser.parse_args()
+path = os.path.join(os.path.dirname(os.path.realpath(__file__)), args.config_path, args.config_name + ".yaml")
+config = yaml.safe_load(open(path))
+resume = config["resume_from_checkpoint"]
+print("stand-in ROLL resume_from_checkpoint:", resume, flush=True)
+if config["exp_name"] == "dies":
+    sys.exit("FileNotFoundError: [Errno 2] No such file or directory: stand-in start-up crash")
+step = int(resume.rsplit("-", 1)[1]) + 1 if isinstance(resume, str) else 0
+launch = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+time.sleep(1.1)  # a later launch gets a later timestamp, as a real one (minutes long) does
+saved = os.path.join(config["checkpoint_config"]["output_dir"], launch, f"checkpoint-{step}", "pipeline")
+os.makedirs(saved)
+open(os.path.join(saved, "worker_state_pipeline.json"), "w").write("{}")
+print(f"pipeline step {step} finished", flush=True)
+time.sleep(2)
+"""
+GATE_CHECKPOINTS = "/tmp/roll-gate-checkpoints"  # the head's private /tmp: only the head runs the stand-in
+
+
+def test_the_start_gate_fails_a_dying_job_passes_a_training_one_and_a_rerun_resumes(network, cluster):
+    hosts, commands = cluster
+    # Ray up (idempotent: a no-op after the first test) so that this test also runs alone.
+    network.run(hosts[0], commands.head).check()
+    for result in network.run_parallel(list(zip(hosts[1:], commands.workers, strict=True))):
+        result.check()
+    network.run(hosts[0], commands.ready).check()
+    launcher = hosts[0].private_path("/workspace/ROLL/examples/start_agentic_pipeline.py")
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text(ROLL_TRAINING_LAUNCHER)
+    network.run(hosts[0], f"rm -rf {GATE_CHECKPOINTS}").check()
+
+    def rendered(exp_name: str) -> ProgramCommands:
+        return render_cluster(
+            [h.ip for h in hosts], str(network.client_key), ports=(8100, 8101, 8102),
+            ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
+            storage={"nas": True},  # shared storage: the job step looks for a checkpoint to resume from
+            training={
+                "framework": "roll",
+                "roll": {"baseConfig": "agentic_demo/agent_val_frozen_lake_multi_nodes_demo.yaml"},
+                "overrides": {"rollout_batch_size": 48, "exp_name": exp_name,
+                              "checkpoint_config": {"output_dir": GATE_CHECKPOINTS}},
+            },
+        )
+
+    dies = rendered("dies")
+    assert dies.submit is not None and dies.job_stop is not None
+    job_id = dies.outputs["jobId"]
+    failed = network.run(hosts[0], dies.submit)
+    assert failed.returncode != 0  # the job step fails, so does `pulumi up`
+    assert f"job {job_id} is FAILED before its first training step" in failed.output
+    assert "stand-in start-up crash" in failed.output  # the job's log tail
+    assert "phase: failed" in network.run_user_command(dies.outputs["jobStatus"]).output
+    network.run(hosts[0], dies.job_stop).check()
+
+    first = rendered("first")
+    assert first.submit is not None and first.job_stop is not None
+    passed = network.run(hosts[0], first.submit).check()
+    assert f"starts fresh: no complete roll checkpoint under {GATE_CHECKPOINTS}" in passed.output
+    assert f"job {first.outputs['jobId']} reached training step 0" in passed.output
+    wait_for(network, first.outputs["jobStatus"], "succeeded")
+    network.run(hosts[0], first.job_stop).check()
+
+    second = rendered("second")
+    assert second.submit is not None and second.job_stop is not None
+    resumed = network.run(hosts[0], second.submit).check()
+    saved = [c for c in hosts[0].private_path(GATE_CHECKPOINTS).glob("*/checkpoint-0")]
+    assert len(saved) == 1
+    checkpoint = f"{GATE_CHECKPOINTS}/{saved[0].parent.name}/checkpoint-0"
+    assert f"resumes from {checkpoint}" in resumed.output
+    assert f"job {second.outputs['jobId']} reached training step 1" in resumed.output
+    status = wait_for(network, second.outputs["jobStatus"], "succeeded")
+    assert f"ROLL resumes from {checkpoint}" in status
+    logs = network.run_user_command(second.outputs["jobLogs"]).check().output
+    assert f"stand-in ROLL resume_from_checkpoint: {checkpoint}" in logs  # the YAML ROLL read named it
+    network.run(hosts[0], second.job_stop).check()
+    network.run(hosts[0], f"rm -rf {GATE_CHECKPOINTS}").check()
+
+
 def test_destroy_commands_stop_the_job_and_ray(network, cluster):
     hosts, commands = cluster
     assert commands.job_stop is not None
