@@ -19,7 +19,9 @@ def _in_project_venv() -> None:
         import pulumi.automation  # noqa: F401  (only whether it imports)
     except ImportError:
         venv_python = PROJECT / ".venv" / "bin" / "python"
-        if not venv_python.exists() or Path(sys.executable).resolve() == venv_python.resolve():
+        # Compared by prefix: a virtualenv's python is usually a symlink to the system's, so the resolved
+        # executables of the two are the same file.
+        if not venv_python.exists() or Path(sys.prefix).resolve() == (PROJECT / ".venv").resolve():
             sys.exit("companion: the Pulumi SDK is missing: run `pulumi install` (or `python3 dev.py plan`) in "
                      f"{PROJECT} first")
         os.execv(str(venv_python), [str(venv_python), "-m", "companion", *sys.argv[1:]])
