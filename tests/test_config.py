@@ -311,12 +311,12 @@ GOOD_EDGE_VALUES: list[tuple[dict[str, Any], str, Any]] = [
      "docker.io/library/ubuntu:22.04"),
     (stack(container={"image": "localhost:5000/roll__x/py-torch@sha256:" + "a" * 64}), "container.image",
      "localhost:5000/roll__x/py-torch@sha256:" + "a" * 64),
-    (stack(container={"shmSize": "512m"}), "container.shm_size_mb", 512),
+    (stack(container={"shmSize": "1024m"}), "container.shm_size_mb", 1024),
     (stack(container={"shmSize": "64G"}), "container.shm_size", "64g"),  # Docker's spelling, made canonical
     (stack(container={"shmSize": "10gb"}), "container.shm_size_mb", 10 * 1024),
     (stack(ray={"gcsPort": 1, "dashboardPort": 65535}), "ray.dashboard_port", 65535),
-    (stack(access={"adminCidrs": ["198.51.100.7"]}), "access.admin_cidrs", ["198.51.100.7"]),  # one address
-    (stack(access={"adminCidrs": ["0.0.0.0/1"]}), "access.admin_cidrs", ["0.0.0.0/1"]),  # half is not the world
+    (stack(access={"adminCidrs": ["198.51.100.7"]}), "access.admin_cidrs", ["198.51.100.7/32"]),  # one address
+    (stack(access={"adminCidrs": ["203.0.112.0/20"]}), "access.admin_cidrs", ["203.0.112.0/20"]),  # under a /16
     (stack(access={"sshPublicKey": ED25519_KEY + "\n"}), "access.ssh_public_key", ED25519_KEY),
     (stack(training={"roll": {"baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yml"}}),
      "training.roll.base_config", "qwen2.5-7B-rlvr_megatron/rlvr_config.yml"),

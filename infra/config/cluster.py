@@ -374,6 +374,7 @@ def _allowed(item: Any, loc: KeyPath) -> str:
         "int_from_float": "must be a whole number",
         "float_type": "must be a number",
         "float_parsing": "must be a number",
+        "finite_number": "must be a finite number",
         "bool_type": "must be true or false",
         "bool_parsing": "must be true or false",
         "string_type": "must be a string",
@@ -441,6 +442,15 @@ def _unknown_key(key: str) -> str:
     return f"{PROJECT}:{key}: unknown key{hint} Allowed: {allowed}"
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    # json.loads reads NaN, Infinity and -Infinity as floats; no setting or override may be one.
+    raise _NotFinite(name)
+
+
 def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> ClusterConfig:
     """Validate the `roll-cluster:*` values as Pulumi hands them over (structured values are JSON strings).
 
@@ -461,7 +471,11 @@ def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> C
             f"`pulumi config set --path '{PROJECT}:{key}.<field>' <value>`"
         )
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_no_constant)
+        except _NotFinite:
+            malformed.add(key)
+            problems.append(f"{PROJECT}:{key}: must not hold NaN or Infinity (every number must be finite)")
+            continue
         except json.JSONDecodeError:
             malformed.add(key)
             problems.append(f"{PROJECT}:{key}: must be an object with fields ({how}); got {_shown(text)}")

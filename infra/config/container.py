@@ -35,6 +35,10 @@ def acr_vpc_region(host: str) -> str | None:
     return None
 
 
+SHM_FLOOR_MB = 1024
+SHM_CEILING_MB = 4 * 1024 * 1024
+
+
 class ContainerConfig(Section):
     image: str = Field(
         DEFAULT_ROLL_IMAGE,
@@ -105,7 +109,20 @@ class ContainerConfig(Section):
             raise _problem(
                 f"must be a whole number of megabytes or gigabytes such as `16g` or `512m`; got {_shown(size)}"
             )
-        return match.group(1) + match.group(2).lower()
+        canonical = match.group(1) + match.group(2).lower()
+        megabytes = int(match.group(1)) * (1024 if canonical.endswith("g") else 1)
+        # Below 1 GiB NCCL and Ray fail in odd ways (and on own hosts the remount would shrink a working /dev/shm);
+        # above 4 TiB no machine has the memory behind it.
+        if not SHM_FLOOR_MB <= megabytes <= SHM_CEILING_MB:
+            raise _problem(f"must be between 1g and 4096g (/dev/shm of the host is sized to it); got {_shown(size)}")
+        return canonical
+
+    @field_validator("registry_username")
+    @classmethod
+    def _username(cls, name: str | None) -> str | None:
+        if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}", name):
+            raise _problem(f"must be a registry user name (letters, digits and ._@+-); got {_shown(name)}")
+        return name
 
     @property
     def shm_size_mb(self) -> int:
