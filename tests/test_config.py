@@ -270,9 +270,9 @@ BAD_VALUES: list[tuple[dict[str, Any], str, tuple[str, ...]]] = [
      ("at least 1", "got 0")),
     (stack(training={"openrlhf": {"rewardServer": "http://rm:5000"}}), "training.openrlhf.rewardServer",
      ("object with fields", 'got "http://rm:5000"')),
-    (stack(training={"openrlhf": {"rewardServer": {"command": "serve", "port": 80}}}),
+    (stack(training={"openrlhf": {"rewardServer": {"command": "serve {port}", "port": 80}}}),
      "training.openrlhf.rewardServer.port", ("between 1024 and 65535", "got 80")),
-    (stack(training={"openrlhf": {"rewardServer": {"command": "serve", "healthTimeoutSeconds": 5}}}),
+    (stack(training={"openrlhf": {"rewardServer": {"command": "serve {port}", "healthTimeoutSeconds": 5}}}),
      "training.openrlhf.rewardServer.healthTimeoutSeconds", ("between 10 and 7200", "got 5")),
     (stack(training={"openrlhf": {"rewardServer": {"port": 5000}}}), "training.openrlhf.rewardServer.command",
      ("required", "got nothing")),
@@ -352,7 +352,7 @@ def _models_by_path() -> list[tuple[tuple[str, ...], type[BaseModel]]]:
 
 # What a nested object needs besides the misspelt key, so that the unknown field is its only problem.
 REQUIRED_IN = {
-    ("training", "openrlhf", "rewardServer"): {"command": "python3 -m reward_server"},
+    ("training", "openrlhf", "rewardServer"): {"command": "python3 -m reward_server --port {port}"},
     ("training", "custom"): {"entrypoint": "python3 train.py"},
     ("training", "mindspeedRl"): {"tokenizerPath": "/m", "dataPath": "/d", "loadPath": "/l"},
 }
@@ -1080,5 +1080,5 @@ def test_model_source_and_resume_are_checked() -> None:
     assert_words(message, '"huggingface"', '"modelscope"', '"hf-mirror"', '"hf"')
     assert only_problem(stack(training={"resume": "sometimes"}))[0] == "roll-cluster:training.resume"
     assert only_problem(stack(training={"hfEndpoint": "hf-mirror.com"}))[0] == "roll-cluster:training.hfEndpoint"
-    reward = {"framework": "openrlhf", "openrlhf": {"rewardServer": {"command": "x", "gpus": 0}}}
+    reward = {"framework": "openrlhf", "openrlhf": {"rewardServer": {"command": "x {port}", "gpus": 0}}}
     assert only_problem(stack(training=reward))[0] == "roll-cluster:training.openrlhf.rewardServer.gpus"

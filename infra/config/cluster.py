@@ -32,9 +32,9 @@ from infra.config.base import (
 )
 from infra.config.container import ContainerConfig, acr_vpc_region
 from infra.config.nodes import NodesConfig
-from infra.config.ray import RayConfig
+from infra.config.ray import RAY_FIXED_PORTS, RAY_PORT_KEYS, RayConfig
 from infra.config.storage import StorageConfig
-from infra.config.training import ASCEND_FRAMEWORKS, TrainingConfig, is_mainland_region
+from infra.config.training import FRAMEWORK_ACCELERATORS, TrainingConfig, is_mainland_region
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
 from infra.sources.alibaba import catalog, regions
 
@@ -138,6 +138,23 @@ class ClusterConfig(Section):
             )
         return ray
 
+    @field_validator("ray")
+    @classmethod
+    def _ray_ports_free_on_hosts(cls, ray: RayConfig, info: ValidationInfo) -> RayConfig:
+        # On own hosts sshd listens on each host's port, in the host network namespace the container shares.
+        nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is None or nodes.source != "hosts" or not nodes.hosts:
+            return ray
+        ssh = {host.port or nodes.host_defaults.port: index for index, host in enumerate(nodes.hosts)}
+        problems: list[tuple[KeyPath, str]] = []
+        for key, port in zip(RAY_PORT_KEYS, (ray.gcs_port, ray.dashboard_port, ray.client_port), strict=True):
+            if port in ssh:
+                problems.append(((key,), f"must differ from the SSH port of nodes.hosts[{ssh[port]}] (sshd listens "
+                                 f"there, and Ray shares the host's network); got {port}"))
+        if problems:
+            raise _Problems(*problems)
+        return ray
+
     @field_validator("access")
     @classmethod
     def _access_for_source(cls, access: AccessConfig, info: ValidationInfo) -> AccessConfig:
@@ -186,13 +203,27 @@ class ClusterConfig(Section):
         # A field validator sees `nodes` (declared before `training`) as soon as that section is valid, so these
         # rules are reported together with problems in other sections, not only after those are fixed.
         nodes: NodesConfig | None = info.data.get("nodes")
-        if nodes is not None and nodes.accelerator == "ascend" and training.framework not in ASCEND_FRAMEWORKS:
+        if nodes is not None and nodes.accelerator not in FRAMEWORK_ACCELERATORS[training.framework]:
+            fits = [f for f, accelerators in FRAMEWORK_ACCELERATORS.items() if nodes.accelerator in accelerators]
             raise _problem(
-                f"must be one of {', '.join(map(_shown, ASCEND_FRAMEWORKS))} with nodes.accelerator ascend (the "
-                "other frameworks' images and settings are built for CUDA here); got "
-                f"{_shown(training.framework)}",
+                f"must be one of {', '.join(map(_shown, fits))} with nodes.accelerator {nodes.accelerator} "
+                f"({training.framework} runs on {' or '.join(FRAMEWORK_ACCELERATORS[training.framework])} only: its "
+                f"images and settings are built for it); got {_shown(training.framework)}",
                 "framework",
             )
+        ray: RayConfig | None = info.data.get("ray")
+        server = training.openrlhf.reward_server if training.framework == "openrlhf" else None
+        if ray is not None and server is not None:
+            used = dict(zip((ray.gcs_port, ray.dashboard_port, ray.client_port),
+                            (f"ray.{key}" for key in RAY_PORT_KEYS), strict=True))
+            used.update({port: name for port, name in RAY_FIXED_PORTS.items()})
+            if nodes is not None and nodes.source == "hosts":
+                used.update({h.port or nodes.host_defaults.port: "the hosts' SSH port" for h in nodes.hosts or []})
+            else:
+                used[22] = "SSH"
+            if server.port in used:
+                raise _problem(f"must differ from {used[server.port]}, which listens on the head too; got "
+                               f"{server.port}", "openrlhf", "rewardServer", "port")
         per_node = nodes.gpus_per_node if nodes is not None else None
         if nodes is None or per_node is None:
             # No candidate type is in the catalog (or nodes is invalid): the GPU count is known only at deployment.

@@ -77,11 +77,14 @@ def git_repo(url: str) -> str:
         ok = (parts.scheme in ("https", "http", "ssh", "git") and bool(parts.hostname)
               and _URL_SAFE.fullmatch(url) is not None and "::" not in url)
     else:
-        ok = _SCP_LIKE.fullmatch(url) is not None
+        # user@host:path, or a directory on the node (a mirror there; absolute, in normal form).
+        ok = _SCP_LIKE.fullmatch(url) is not None or (
+            _PATH.fullmatch(url) is not None and posixpath.normpath(url) == url
+        )
     if not ok or url.startswith("-"):
         raise _problem(
             "must be a git URL such as `https://github.com/alibaba/ROLL.git`, `ssh://git@host/x.git` or "
-            "`git@host:x.git` (no local path, `file:` or `ext::` remote helper, no spaces or quotes); got " + _shown(url)
+            "`git@host:x.git` (or an absolute directory on the node; no `file:` or `ext::` remote helper, no spaces or quotes); got " + _shown(url)
         )
     return url
 
