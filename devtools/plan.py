@@ -43,6 +43,11 @@ def render(run: OfflineRun) -> str:
     lines: list[str] = [
         f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see devtools/offline_cloud.py)"
     ]
+    warnings = steps.NOTES.get("config_warnings") or []
+    if warnings:
+        # `pulumi preview`/`up` refuse these (infra/config/first_time.py); the offline plan runs on.
+        lines.append(section("Before pulumi up (refused there: set your own values)"))
+        lines += [f"  WARNING {warning}" for warning in warnings]
     on_hosts = steps.NOTES.get("source") == "hosts"
     if on_hosts:
         lines += _hosts_section(run)
