@@ -29,6 +29,7 @@ from devtools.offline_cloud import (
 from infra import image_path
 from infra.config import ClusterConfig, ConfigError
 from infra.node import remote, steps
+from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
 
@@ -85,6 +86,10 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
     lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
+    request = catalog.on_request(str(out.get("instanceType") or ""))
+    if request:
+        lines.append(f"  on request    {out.get('instanceType')} is of a family Alibaba sells only on request: "
+                     f"{request} before `pulumi up`, or the account gets no instance whatever the stock")
     if steps.NOTES.get("fabric_manager"):
         lines.append("  NVSwitch      8 GPUs on NVSwitch: nvidia-fabricmanager (driver version) runs on every node")
     if steps.NOTES.get("ssh_login"):

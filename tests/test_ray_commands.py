@@ -200,7 +200,9 @@ def test_user_commands_carry_the_custom_ports() -> None:
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -N -L 8101:127.0.0.1:8101 -- root@47.1.2.3"
     )
     status = rc.job_status_command("47.1.2.3", key, "roll", "job-1", 8101)
-    assert status.startswith("ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -- root@47.1.2.3 'docker exec roll bash -c ")
+    assert status.startswith(
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -- root@47.1.2.3 'docker exec roll bash -c "
+    )
     assert "job-status job-1 http://127.0.0.1:8101 " in status
     assert rc.job_logs_command("47.1.2.3", key, "roll", "job-1", 8101) == (
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -- root@47.1.2.3 "

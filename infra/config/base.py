@@ -9,12 +9,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import types
+import typing
 from typing import Any
 
 from pulumi.errors import RunError
-import types
-import typing
-
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 

@@ -34,7 +34,7 @@ def _documentation_address(address: str) -> bool:
 
 def _documentation_cidr(cidr: str) -> bool:
     network = ipaddress.ip_network(cidr, strict=False)
-    return any(network.version == n.version and network.overlaps(n) for n in DOCUMENTATION_NETWORKS)  # type: ignore[arg-type]
+    return any(network.version == n.version and network.overlaps(n) for n in DOCUMENTATION_NETWORKS)
 
 
 def _set(key: str, value: str) -> str:

@@ -84,7 +84,8 @@ def git_repo(url: str) -> str:
     if not ok or url.startswith("-"):
         raise _problem(
             "must be a git URL such as `https://github.com/alibaba/ROLL.git`, `ssh://git@host/x.git` or "
-            "`git@host:x.git` (or an absolute directory on the node; no `file:` or `ext::` remote helper, no spaces or quotes); got " + _shown(url)
+            "`git@host:x.git` (or an absolute directory on the node; no `file:` or `ext::` remote helper, no spaces or "
+            "quotes); got " + _shown(url)
         )
     return url
 

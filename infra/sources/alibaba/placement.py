@@ -149,6 +149,7 @@ def _check_growth(config: ClusterConfig, stack: str, existing: ExistingCluster) 
 def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
     nodes = config.nodes
     tried: list[str] = []
+    unknown: list[str] = []
     for type_name in nodes.instance_types:
         zones = alicloud.get_zones(
             available_instance_type=type_name,
@@ -158,14 +159,29 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
         ).ids or []
         if nodes.zone != "auto":
             zones = [z for z in zones if z == nodes.zone]
+        if not zones and catalog.lookup(type_name) is None:
+            # Neither the catalog nor any zone knows it: a typo or another region's type, not a stock problem.
+            close = catalog.similar_types(type_name)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            unknown.append(f"{type_name}: unknown instance type in {config.region}{hint}")
+            tried.append(unknown[-1])
+            continue
         if not zones:
             where = f"zone {nodes.zone}" if nodes.zone != "auto" else f"any zone of {config.region}"
-            tried.append(f"{type_name}: no stock in {where}")
+            request = catalog.on_request(type_name)
+            tried.append(f"{type_name}: no stock in {where}"
+                         + (f" (a family sold only on request: {request})" if request else ""))
             continue
         zone = sorted(zones)[0]
         live = _live_type(config, type_name, zone=zone)
         known = catalog.lookup(type_name)
         gpus, model = _gpus(live.gpus if live else None, known)
+        if gpus is None and known is None and live is None:
+            close = catalog.similar_types(type_name)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            unknown.append(f"{type_name}: unknown instance type in {config.region}{hint}")
+            tried.append(unknown[-1])
+            continue
         if gpus is None:
             tried.append(f"{type_name}: the region reports no GPUs for it")
             continue
@@ -176,6 +192,12 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
             bf16=family.bf16 if family else True, price=_price(config, type_name, live), tried=tuple(tried),
             image_id=image_id, image_name=image_name, existing=False, vswitch_name=vswitch_name(stack),
             nvswitch=catalog.family_of(type_name) in catalog.NVSWITCH_FAMILIES and gpus == 8,
+        )
+    if len(unknown) == len(nodes.instance_types):
+        raise PlacementError(
+            "roll-cluster:nodes.instanceTypes: " + "; ".join(unknown) + ("" if unknown[-1].endswith("?") else ".")
+            + " Use a type that the region sells "
+            "(infra/sources/alibaba/catalog.py lists the known ones). Nothing was created."
         )
     spot_hint = "" if nodes.spot else ", or spot instances (nodes.spot: true), whose stock differs"
     raise PlacementError(
