@@ -123,6 +123,23 @@ class ClusterConfig(Section):
             )
         return container
 
+    @field_validator("container")
+    @classmethod
+    def _shm_fits_memory(cls, container: ContainerConfig, info: ValidationInfo) -> ContainerConfig:
+        # /dev/shm is a tmpfs in the node's memory: sized beyond it, the node swaps or the OOM killer stops Ray.
+        nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is None or nodes.source != "alibaba":
+            return container  # own hosts: the first look compares with each host's MemTotal
+        known = [t for t in (catalog.lookup(n) for n in nodes.instance_types) if t is not None]
+        small = min(known, key=lambda t: t.memory_gib, default=None)
+        if small is not None and container.shm_size_mb > small.memory_gib * 1024:
+            raise _problem(
+                f"must fit in the memory of every candidate type: {small.name} has {small.memory_gib} GiB, and "
+                f"/dev/shm lives in memory; got {_shown(container.shm_size)}",
+                "shmSize",
+            )
+        return container
+
     @field_validator("ray")
     @classmethod
     def _object_store_fits_shm(cls, ray: RayConfig, info: ValidationInfo) -> RayConfig:
@@ -304,6 +321,11 @@ def _roll_device_mappings_fit(value: Any, gpus: int, cluster: str, path: KeyPath
                 indices = parse_device_mapping(child)
             except DeviceMappingError as error:
                 problems.append((here, f"{error}; got {_shown(child)}"))
+                continue
+            repeated = sorted({i for i in indices if indices.count(i) > 1})
+            if repeated:
+                problems.append((here, f"must name each GPU once (one worker per GPU); got {_shown(child)}, which "
+                                 f"lists GPU {', '.join(map(str, repeated))} more than once"))
                 continue
             if indices and max(indices) >= gpus:
                 problems.append((

@@ -29,6 +29,13 @@ _NVIDIA_BF16_MODEL = re.compile(
 )
 
 
+MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
 def nvidia_model_has_bf16(model: str) -> bool:
     return bool(_NVIDIA_BF16_MODEL.search(model.upper().replace("NVIDIA", "")))
 
@@ -374,6 +381,27 @@ class NodesConfig(Section):
                 "..", "spot",
             )
         return limit
+
+    @field_validator("cuda_version")
+    @classmethod
+    def _driver_supports_cuda(cls, cuda: str, info: ValidationInfo) -> str:
+        # The oldest driver each CUDA major runs on (minor-version compatibility, NVIDIA CUDA release notes
+        # table 2: >= 525.60.13 for 12.x, >= 580.65.06 for 13.x).
+        driver = info.data.get("driver_version")
+        major = int(cuda.split(".")[0]) if cuda.split(".")[0].isdigit() else 0
+        minimum = MIN_DRIVER.get(major)
+        if driver is not None and minimum is not None and _version(driver) < _version(minimum):
+            raise _problem(f"must be at least {minimum} for CUDA {cuda} (nodes.cudaVersion); got {_shown(driver)}",
+                           "..", "driverVersion")
+        return cuda
+
+    @field_validator("gpu_driver")
+    @classmethod
+    def _preinstalled_needs_image(cls, driver: str, info: ValidationInfo) -> str:
+        if driver == "preinstalled" and info.data.get("source") == "alibaba" and info.data.get("image") is None:
+            raise _problem("`preinstalled` needs nodes.image, an image with the NVIDIA driver: the public images "
+                           "have none, so no GPU would work; got \"preinstalled\" without nodes.image")
+        return driver
 
     @field_validator("accelerator")
     @classmethod

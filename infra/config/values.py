@@ -36,6 +36,7 @@ REQUIREMENT = re.compile(
 _URL_SAFE = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+")
 _SCP_LIKE = re.compile(r"(?:[a-z_][a-z0-9_.-]{0,31}@)?[A-Za-z0-9.-]+:[A-Za-z0-9._~/+-]+")
 _PATH = re.compile(r"/[A-Za-z0-9._/@+,=:-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _redacted(url: str) -> str:
@@ -147,11 +148,12 @@ def module_name(name: str) -> str:
 
 
 def absolute_path(path: str, why: str = "") -> str:
-    """An absolute, normalised path of ordinary characters (`/a/b`, not `/a/../b`, `a/b` or `/a/$(x)`)."""
-    if not _PATH.fullmatch(path) or posixpath.normpath(path) != path or path.startswith("//"):
+    """An absolute, normalised path (`/a/b`, not `/a/../b` or `a/b`) without control characters; it travels as a
+    quoted variable, so other characters are data."""
+    if not path.startswith("/") or _CONTROL.search(path) or posixpath.normpath(path) != path or path.startswith("//"):
         raise _problem(
-            "must be an absolute path in normal form (`/a/b`: no `..`, `.`, `//` or trailing `/`) of letters, "
-            f"digits and ._/@+,=:-{why}; got {_shown(path)}"
+            "must be an absolute path in normal form (`/a/b`: no `..`, `.`, `//`, trailing `/` or control "
+            f"characters){why}; got {_shown(path)}"
         )
     return path
 
