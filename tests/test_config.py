@@ -159,7 +159,8 @@ def test_every_section_and_field_can_be_set_with_its_contract_name() -> None:
     config = parse(stack(
         nodes={
             "count": 2, "instanceTypes": [EIGHT_H20, EIGHT_A100], "zone": "cn-wulanchabu-c", "spot": True,
-            "spotPriceLimit": 80.5, "systemDiskGb": 500, "dataDiskGb": 2000, "gpuDriver": "preinstalled", "image": "m-bp1g7004ksh0oeuc6v1h",
+            "spotPriceLimit": 80.5, "systemDiskGb": 500, "dataDiskGb": 2000, "gpuDriver": "preinstalled",
+            "image": "m-bp1g7004ksh0oeuc6v1h",
             "osImage": "^ubuntu_22_04_x64_20G_alibase_.*", "driverVersion": "550.127.08", "cudaVersion": "12.4.1",
             "cudnnVersion": "9.2.0.82", "internetBandwidthMbps": 50,
         },
