@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from offline_helpers import custom_resources, run
 from pydantic import BaseModel
-from test_config import as_pulumi, only_problem, parse, problems, stack
+from test_config import as_pulumi, parse, stack
 
 from devtools import offline_cloud, plan
-from devtools.offline_cloud import OfflineCloud, run_program, shipped_stacks, stack_config
+from devtools.offline_cloud import OfflineCloud, stack_config
 from infra import runmode
 from infra.config import ClusterConfig, ConfigError, ContainerConfig, RollConfig, TrainingConfig, parse_cluster_config
 from infra.frameworks import ClusterShape, adapter_for
-from infra.node import remote, ssh_access
+from infra.node import ssh_access
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
 from infra.sources.hosts import probe
