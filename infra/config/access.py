@@ -165,6 +165,15 @@ class AccessConfig(Section):
             )
         return allow_world
 
+    @field_validator("ssh_private_key_path")
+    @classmethod
+    def _key_path(cls, path: str) -> str:
+        # It becomes `ssh -i <path>` in the outputs and the steps: never an option, never a second line.
+        if path.startswith("-") or any(ord(c) < 32 or ord(c) == 127 for c in path) or not path.strip():
+            raise _problem(f"must be the path of a private key file, such as `~/.ssh/id_ed25519` (not starting "
+                           f"with `-`, no control characters); got {_shown(path)}")
+        return path
+
     @field_validator("ssh_public_key")
     @classmethod
     def _public_key(cls, key: str | None) -> str | None:
