@@ -62,7 +62,7 @@ def hosts_with(**changes: Any) -> dict[str, Any]:
     ("dev", {"roll-cluster:nodes": {"count": True}}, "roll-cluster:nodes.count"),
     ("dev", {"roll-cluster:nodes": {"internetBandwidthMbps": True}}, "roll-cluster:nodes.internetBandwidthMbps"),
     ("dev", {"roll-cluster:nodes": {"spotPriceLimit": "Infinity"}}, "roll-cluster:nodes.spotPriceLimit"),
-    ("dev", {"roll-cluster:container": {"imageSizeGb": "NaN"}}, "roll-cluster:container.imageSizeGb"),
+    ("dev", {"roll-cluster:nodes": {"placementGeneration": True}}, "roll-cluster:nodes.placementGeneration"),
     # glibc reads 0x0a.0.0.21 as 10.0.0.21: one machine in two spellings would be two Ray nodes
     ("hosts", {"roll-cluster:nodes": {"hosts": [{"address": "0x0a.0.0.21", "privateAddress": "10.0.0.11"},
                                                 {"address": "10.0.0.21", "privateAddress": "10.0.0.12"}]}},
@@ -228,7 +228,7 @@ def test_credentials_in_plain_config_are_refused_naming_the_secret(
 
 # ------------------------------------------------------------------------------ 5. your own hosts undamaged
 @pytest.mark.parametrize("path", ["/", "/etc/ssh", "/var/lib/docker/volumes", "/run/containerd", "/boot", "/opt",
-                                  "/home", "/root/.ssh", "/mnt/x/../../etc"])
+                                  "/home", "/root/.ssh", "/var/run/docker.sock"])
 def test_system_directories_are_never_bind_mounted(path: str) -> None:
     refused("hosts", "roll-cluster:storage.sharedHostPath",
             replace={"roll-cluster:storage": {"sharedHostPath": path}})
