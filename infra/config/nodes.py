@@ -128,7 +128,7 @@ class NodesConfig(Section):
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
         "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
-        "cudnnVersion, internetBandwidthMbps) are refused; see docs/own-hosts.md.",
+        "cudnnVersion, internetBandwidthMbps, image, bake, placementGeneration) are refused; see docs/own-hosts.md.",
     )
     count: int = Field(
         1, ge=1, le=256,
