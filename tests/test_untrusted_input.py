@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from offline_helpers import custom_resources, run
 from pydantic import BaseModel
+from script_harness import FakeNode
 from test_config import as_pulumi, parse, stack
+from test_node_identity_scripts import shm_env
 
 from devtools import offline_cloud, plan
 from devtools.offline_cloud import OfflineCloud, stack_config
@@ -337,3 +339,19 @@ def test_a_yaml_error_names_the_stack_file_and_line(
 def test_the_plan_names_a_family_sold_on_request(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan.main(["large"]) == 0
     assert "sells only on request: contact Alibaba Cloud sales" in capsys.readouterr().out
+
+
+def test_own_hosts_shm_is_never_shrunk(tmp_path: Path) -> None:
+    # A host of yours whose /dev/shm is larger than container.shmSize keeps it (with a warning): other programs on
+    # the host may rely on it. ECS nodes, which the program owns, are still sized exactly.
+    node = FakeNode(tmp_path)
+    shm = str(node.root / "dev-shm")
+    node.set_state("tmpfs-sizes", f"{shm}\t{32 * 1024 * 1024}\n")  # 32 GiB today
+    env = shm_env(node, "16g")
+    kept = node.run_step("prepare-host", ["prepare_host.sh"], SHM_NEVER_SHRINK="1", **env)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert [c for c in node.calls("mount") if "remount" in c] == []
+    assert "WARNING" in kept.stdout and "kept as it is" in kept.stdout
+    sized = node.run_step("prepare-host", ["prepare_host.sh"], SHM_NEVER_SHRINK="0", **env)
+    assert sized.returncode == 0
+    assert [c for c in node.calls("mount") if "remount" in c] == [f"-o remount,size=16g {shm}"]

@@ -56,7 +56,7 @@ def first_time_mistakes(config: ClusterConfig) -> list[str]:
             lines.append(
                 f"{PROJECT}:access.adminCidrs[{index}]: {cidr} is a documentation range (RFC 5737), nobody's "
                 "address: SSH would be open to no one. Set your public address: "
-                + _set(f"access.adminCidrs[{index}]", '"$(curl -s https://ifconfig.me)/32"')
+                + _set(f"access.adminCidrs[{index}]", '"$(curl -4 -s https://ifconfig.me)/32"')
             )
     for index, host in enumerate(config.nodes.hosts or []):
         for field, value in (("address", host.address), ("privateAddress", host.private_address)):
