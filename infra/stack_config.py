@@ -12,7 +12,7 @@ from infra.config import PROJECT, SECRETS, ClusterConfig, ConfigError, parse_clu
 from infra.config.first_time import first_time_mistakes
 from infra.frameworks import ClusterShape, check_before_deploy
 from infra.layout import DATA_MOUNT, SHARED_MOUNT
-from infra.node import steps
+from infra.node import remote, steps
 
 # The provider's own credentials: in plain config Pulumi stores and shows them in clear text.
 PROVIDER_SECRETS = ("alicloud:accessKey", "alicloud:secretKey", "alicloud:securityToken")
@@ -54,6 +54,10 @@ def load() -> tuple[ClusterConfig, StackSecrets]:
         raise ConfigError(error.problems + problems) from None
     if problems:
         raise ConfigError(problems)
+    # A section Pulumi holds as a secret keeps every command derived from it secret (infra/node/remote.py).
+    remote.SECRET_CONFIG["set"] = any(
+        runtime_config.is_config_secret(f"{PROJECT}:{key}") for key in keys if key not in SECRETS
+    )
     mistakes = first_time_mistakes(config)
     if mistakes and not runmode.offline():
         raise ConfigError(mistakes)

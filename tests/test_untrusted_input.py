@@ -5,6 +5,7 @@ with hostile values in every free-text field (../shared/reference/untrusted-inpu
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 import typing
@@ -20,6 +21,7 @@ from test_config import as_pulumi, parse, stack
 from test_node_identity_scripts import shm_env
 
 from devtools import offline_cloud, plan
+from devtools.mock_secrets import is_secret
 from devtools.offline_cloud import OfflineCloud, stack_config
 from infra import runmode
 from infra.config import ClusterConfig, ConfigError, ContainerConfig, RollConfig, TrainingConfig, parse_cluster_config
@@ -355,3 +357,14 @@ def test_own_hosts_shm_is_never_shrunk(tmp_path: Path) -> None:
     sized = node.run_step("prepare-host", ["prepare_host.sh"], SHM_NEVER_SHRINK="0", **env)
     assert sized.returncode == 0
     assert [c for c in node.calls("mount") if "remount" in c] == [f"-o remount,size=16g {shm}"]
+
+
+def test_a_section_set_as_secret_stays_secret_in_every_command() -> None:
+    # `pulumi config set --secret --path 'roll-cluster:training.overrides...'` makes the whole section a secret.
+    training = stack_config("verl")["roll-cluster:training"]
+    cloud = OfflineCloud()
+    run("verl", cloud=cloud, secrets={"roll-cluster:training": json.dumps(training)})
+    commands = [r for r in cloud.resources if r.type == "command:remote:Command"]
+    assert commands and all(is_secret(r.inputs["create"]) for r in commands)
+    plain = run("verl", cloud=OfflineCloud())
+    assert not any(is_secret(r.inputs["create"]) for r in plain.cloud.resources if r.type == "command:remote:Command")
