@@ -281,6 +281,8 @@ def test_a_reward_server_on_a_ray_port_is_refused() -> None:
                                                                           "workingDir": "work"}}},
      "roll-cluster:training.custom.workingDir"),
     ("hosts", {"roll-cluster:nodes": {"bake": True}}, "roll-cluster:nodes.bake"),
+    ("dev", {"roll-cluster:container": {"image": "registry.cn-hangzou.aliyuncs.com/me/roll:v1"}},
+     "roll-cluster:container.image"),
     ("hosts", {"roll-cluster:nodes": {"placementGeneration": 1}}, "roll-cluster:nodes.placementGeneration"),
 ])
 def test_what_fails_on_the_node_is_refused_before_paying(stack_name: str, config: dict[str, Any], key: str) -> None:

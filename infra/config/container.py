@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from pydantic import Field, field_validator
 
 from infra.config.base import Section, _problem, _shown
+from infra.sources.alibaba import regions
 
 DEFAULT_ROLL_IMAGE = "roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:nvcr-24.05-py3-torch260-vllm084"
 _IMAGE_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -24,6 +26,23 @@ _ACR_VPC_HOSTS = (
     re.compile(r"crpi-[a-z0-9]+-vpc\.(?P<region>[a-z0-9-]+)\.personal\.cr\.aliyuncs\.com"),
     re.compile(r"[a-z0-9-]+-registry-vpc\.(?P<region>[a-z0-9-]+)\.cr\.aliyuncs\.com"),
 )
+
+
+# Every ACR endpoint, public or VPC: the region it names must be a region (a typo there hangs every pull).
+_ACR_HOSTS = (
+    re.compile(r"registry(?:-vpc)?\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com"),
+    re.compile(r"crpi-[a-z0-9]+(?:-vpc)?\.(?P<region>[a-z0-9-]+)\.personal\.cr\.aliyuncs\.com"),
+    re.compile(r"[a-z0-9-]+-registry(?:-vpc)?\.(?P<region>[a-z0-9-]+)\.cr\.aliyuncs\.com"),
+)
+
+
+def acr_region(host: str) -> str | None:
+    """The region an ACR endpoint host names (public or VPC), or None when the host is not one."""
+    for pattern in _ACR_HOSTS:
+        match = pattern.fullmatch(host)
+        if match:
+            return match.group("region")
+    return None
 
 
 def acr_vpc_region(host: str) -> str | None:
@@ -98,6 +117,18 @@ class ContainerConfig(Section):
                 "must be an image reference `[registry/]repository[:tag][@sha256:digest]` in lower case, such as "
                 f"`registry.cn-hangzhou.aliyuncs.com/me/roll:v1`; got {_shown(image)}"
             )
+        return image
+
+    @field_validator("image")
+    @classmethod
+    def _registry_region(cls, image: str) -> str:
+        host = image.split("/", 1)[0] if "/" in image else ""
+        region = acr_region(host)
+        if region is not None and not regions.is_region(region):
+            close = difflib.get_close_matches(region, regions.REGIONS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise _problem(f"names an Alibaba Cloud Container Registry in an unknown region {region}{hint}: the pull "
+                           f"would never reach it; got {_shown(image)}")
         return image
 
     @field_validator("shm_size")
