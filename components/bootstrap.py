@@ -117,6 +117,7 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "DATA_DISK_SERIAL": machine.data_disk_serial or "",
                 "DATA_MOUNT": DATA_MOUNT,
                 "SHM_SIZE": config.container.shm_size,
+                "SHM_NEVER_SHRINK": "1" if machine.existing else "0",  # own hosts: never shrink their /dev/shm
                 "OBJECT_STORE_MEMORY_GB": _gb(config.ray.object_store_memory_gb),
                 "NAS_SERVER": args.nas_server or "",
                 "SHARED_MOUNT": SHARED_MOUNT,

@@ -45,6 +45,7 @@ from devtools.alibaba_shapes import (
 )
 from devtools.mock_secrets import is_secret, reveal, unwrap
 from infra import runmode
+from infra.config import ConfigError
 from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
 
@@ -582,7 +583,13 @@ def stack_config(stack: str) -> dict[str, Any]:
     path = PROJECT_DIR / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no stack file {path.name}; shipped: {', '.join(shipped_stacks())}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        # The file and line, not a traceback (the Pulumi CLI reports its own parse error the same way).
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path.name
+        raise ConfigError([f"{where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
     return dict(data.get("config") or {})
 
 

@@ -30,6 +30,7 @@ from infra import image_path, parallelism
 from infra.config import ClusterConfig, ConfigError
 from infra.frameworks.base import FIRST_STEP_PATTERNS
 from infra.node import remote, steps
+from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
 
@@ -62,6 +63,11 @@ def render(run: OfflineRun, parallel: int | None = None) -> str:
     lines: list[str] = [
         f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see devtools/offline_cloud.py)"
     ]
+    warnings = steps.NOTES.get("config_warnings") or []
+    if warnings:
+        # `pulumi preview`/`up` refuse these (infra/config/first_time.py); the offline plan runs on.
+        lines.append(section("Before pulumi up (refused there: set your own values)"))
+        lines += [f"  WARNING {warning}" for warning in warnings]
     on_hosts = steps.NOTES.get("source") == "hosts"
     if on_hosts:
         lines += _hosts_section(run)
@@ -99,6 +105,10 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
     lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
+    request = catalog.on_request(str(out.get("instanceType") or ""))
+    if request:
+        lines.append(f"  on request    {out.get('instanceType')} is of a family Alibaba sells only on request: "
+                     f"{request} before `pulumi up`, or the account gets no instance whatever the stock")
     if steps.NOTES.get("fabric_manager"):
         lines.append("  NVSwitch      8 GPUs on NVSwitch: nvidia-fabricmanager (driver version) runs on every node")
     if steps.NOTES.get("ssh_login"):

@@ -12,7 +12,7 @@ from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
 from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
 from infra.node import known_hosts as known_hosts_module
-from infra.node import ssh_access, steps
+from infra.node import remote, ssh_access, steps
 from infra.ray import commands as ray_commands
 from infra.sources.base import ClusterFacts, ProvisionedCluster
 
@@ -75,7 +75,10 @@ def export_all(
     pulumi.export("jobId", job.job_id)
     # The configuration the head submits, in full and in plain text (it never holds a secret), so that
     # `pulumi preview` shows what will run before anything is paid for.
-    pulumi.export("jobConfig", job.spec.apply(job_config))
+    job_config_output = job.spec.apply(job_config)
+    # A section held as a secret stays secret in what is derived from it (infra/node/remote.py, SECRET_CONFIG).
+    pulumi.export("jobConfig", pulumi.Output.secret(job_config_output) if remote.SECRET_CONFIG["set"]
+                  else job_config_output)
     if head.bootstrap.baked_image_id is not None:
         pulumi.export("bakedImageId", head.bootstrap.baked_image_id)
     commands: Any = pulumi.Output.all(head_host, job.job_id)

@@ -7,9 +7,15 @@ from dataclasses import dataclass
 import pulumi
 from pulumi.runtime import config as runtime_config
 
+from infra import runmode
 from infra.config import PROJECT, SECRETS, ClusterConfig, ConfigError, parse_cluster_config
+from infra.config.first_time import first_time_mistakes
 from infra.frameworks import ClusterShape, check_before_deploy
 from infra.layout import DATA_MOUNT, SHARED_MOUNT
+from infra.node import remote, steps
+
+# The provider's own credentials: in plain config Pulumi stores and shows them in clear text.
+PROVIDER_SECRETS = ("alicloud:accessKey", "alicloud:secretKey", "alicloud:securityToken")
 
 
 @dataclass(frozen=True)
@@ -34,12 +40,29 @@ def load() -> tuple[ClusterConfig, StackSecrets]:
                 f"{PROJECT}:{key}: must be a secret (pulumi config set --secret {PROJECT}:{key} ...); "
                 "got a plain value, which Pulumi would store and show in clear text"
             )
+    for key in PROVIDER_SECRETS:
+        if runtime_config.get_config(key) is not None and not runtime_config.is_config_secret(key):
+            problems.append(
+                f"{key}: must not be a plain value (Pulumi would store and show it in clear text); better, leave it "
+                "out and use the ALIBABA_CLOUD_ACCESS_KEY_ID / ALIBABA_CLOUD_ACCESS_KEY_SECRET environment variables "
+                f"or an `aliyun configure` profile, or set it as a secret: pulumi config set --secret {key} ...; "
+                "got a plain value (not shown)"
+            )
     try:
         config = parse_cluster_config(raw, runtime_config.get_config("alicloud:region"))
     except ConfigError as error:
         raise ConfigError(error.problems + problems) from None
     if problems:
         raise ConfigError(problems)
+    # A section Pulumi holds as a secret keeps every command derived from it secret (infra/node/remote.py).
+    remote.SECRET_CONFIG["set"] = any(
+        runtime_config.is_config_secret(f"{PROJECT}:{key}") for key in keys if key not in SECRETS
+    )
+    mistakes = first_time_mistakes(config)
+    if mistakes and not runmode.offline():
+        raise ConfigError(mistakes)
+    # The offline plan runs the shipped stacks as written: there they are warnings (devtools/plan.py prints them).
+    steps.NOTES["config_warnings"] = mistakes
     settings = pulumi.Config(PROJECT)
     secrets = StackSecrets(
         wandb_api_key=settings.get_secret("wandbApiKey"),

@@ -160,6 +160,7 @@ def test_every_section_and_field_can_be_set_with_its_contract_name() -> None:
         nodes={
             "count": 2, "instanceTypes": [EIGHT_H20, EIGHT_A100], "zone": "cn-wulanchabu-c", "spot": True,
             "spotPriceLimit": 80.5, "systemDiskGb": 500, "dataDiskGb": 2000, "gpuDriver": "preinstalled",
+            "image": "m-bp1g7004ksh0oeuc6v1h",
             "osImage": "^ubuntu_22_04_x64_20G_alibase_.*", "driverVersion": "550.127.08", "cudaVersion": "12.4.1",
             "cudnnVersion": "9.2.0.82", "internetBandwidthMbps": 50,
         },
@@ -271,9 +272,9 @@ BAD_VALUES: list[tuple[dict[str, Any], str, tuple[str, ...]]] = [
      ("at least 1", "got 0")),
     (stack(training={"openrlhf": {"rewardServer": "http://rm:5000"}}), "training.openrlhf.rewardServer",
      ("object with fields", 'got "http://rm:5000"')),
-    (stack(training={"openrlhf": {"rewardServer": {"command": "serve", "port": 80}}}),
+    (stack(training={"openrlhf": {"rewardServer": {"command": "serve {port}", "port": 80}}}),
      "training.openrlhf.rewardServer.port", ("between 1024 and 65535", "got 80")),
-    (stack(training={"openrlhf": {"rewardServer": {"command": "serve", "healthTimeoutSeconds": 5}}}),
+    (stack(training={"openrlhf": {"rewardServer": {"command": "serve {port}", "healthTimeoutSeconds": 5}}}),
      "training.openrlhf.rewardServer.healthTimeoutSeconds", ("between 10 and 7200", "got 5")),
     (stack(training={"openrlhf": {"rewardServer": {"port": 5000}}}), "training.openrlhf.rewardServer.command",
      ("required", "got nothing")),
@@ -312,12 +313,12 @@ GOOD_EDGE_VALUES: list[tuple[dict[str, Any], str, Any]] = [
      "docker.io/library/ubuntu:22.04"),
     (stack(container={"image": "localhost:5000/roll__x/py-torch@sha256:" + "a" * 64}), "container.image",
      "localhost:5000/roll__x/py-torch@sha256:" + "a" * 64),
-    (stack(container={"shmSize": "512m"}), "container.shm_size_mb", 512),
-    (stack(container={"shmSize": "64G"}), "container.shm_size", "64g"),  # Docker's spelling, made canonical
+    (stack(container={"shmSize": "1024m"}), "container.shm_size_mb", 1024),
+    (stack(container={"shmSize": "24G"}), "container.shm_size", "24g"),  # Docker's spelling, made canonical
     (stack(container={"shmSize": "10gb"}), "container.shm_size_mb", 10 * 1024),
     (stack(ray={"gcsPort": 1, "dashboardPort": 65535}), "ray.dashboard_port", 65535),
-    (stack(access={"adminCidrs": ["198.51.100.7"]}), "access.admin_cidrs", ["198.51.100.7"]),  # one address
-    (stack(access={"adminCidrs": ["0.0.0.0/1"]}), "access.admin_cidrs", ["0.0.0.0/1"]),  # half is not the world
+    (stack(access={"adminCidrs": ["198.51.100.7"]}), "access.admin_cidrs", ["198.51.100.7/32"]),  # one address
+    (stack(access={"adminCidrs": ["203.0.112.0/20"]}), "access.admin_cidrs", ["203.0.112.0/20"]),  # under a /16
     (stack(access={"sshPublicKey": ED25519_KEY + "\n"}), "access.ssh_public_key", ED25519_KEY),
     (stack(training={"roll": {"baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yml"}}),
      "training.roll.base_config", "qwen2.5-7B-rlvr_megatron/rlvr_config.yml"),
@@ -353,7 +354,7 @@ def _models_by_path() -> list[tuple[tuple[str, ...], type[BaseModel]]]:
 
 # What a nested object needs besides the misspelt key, so that the unknown field is its only problem.
 REQUIRED_IN = {
-    ("training", "openrlhf", "rewardServer"): {"command": "python3 -m reward_server"},
+    ("training", "openrlhf", "rewardServer"): {"command": "python3 -m reward_server --port {port}"},
     ("training", "custom"): {"entrypoint": "python3 train.py"},
     ("training", "mindspeedRl"): {"tokenizerPath": "/m", "dataPath": "/d", "loadPath": "/l"},
 }
@@ -1081,5 +1082,5 @@ def test_model_source_and_resume_are_checked() -> None:
     assert_words(message, '"huggingface"', '"modelscope"', '"hf-mirror"', '"hf"')
     assert only_problem(stack(training={"resume": "sometimes"}))[0] == "roll-cluster:training.resume"
     assert only_problem(stack(training={"hfEndpoint": "hf-mirror.com"}))[0] == "roll-cluster:training.hfEndpoint"
-    reward = {"framework": "openrlhf", "openrlhf": {"rewardServer": {"command": "x", "gpus": 0}}}
+    reward = {"framework": "openrlhf", "openrlhf": {"rewardServer": {"command": "x {port}", "gpus": 0}}}
     assert only_problem(stack(training=reward))[0] == "roll-cluster:training.openrlhf.rewardServer.gpus"

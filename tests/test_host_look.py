@@ -25,7 +25,9 @@ from infra.node import accelerators
 from infra.sources.base import SourceError
 from infra.sources.hosts import probe
 
-HOSTS = ("192.0.2.11", "192.0.2.12")  # the addresses of Pulumi.hosts.yaml (2 x 2 NVIDIA A10)
+# Pulumi.hosts.yaml (2 x 2 NVIDIA A10) at benchmarking addresses (RFC 2544): a real `pulumi up` refuses the
+# stack's documentation addresses (infra/config/first_time.py).
+HOSTS = ("198.18.0.11", "198.18.0.12")
 
 SSH_DISPATCHER = r"""#!/bin/bash
 # ssh to a fake host: $FAKE_HOSTS/<address>/ holds the node's environment (env) and its host key (host_key).
@@ -127,7 +129,9 @@ def as_pulumi_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def up(key: Path, cloud: OfflineCloud | None = None) -> OfflineCloud:
     cloud = cloud or OfflineCloud()
-    run_program("hosts", cloud=cloud, config={"roll-cluster:access": {"sshPrivateKeyPath": str(key)}})
+    hosts = [{"address": HOSTS[0], "privateAddress": "10.0.0.11"}, {"address": HOSTS[1], "privateAddress": "10.0.0.12"}]
+    run_program("hosts", cloud=cloud, config={"roll-cluster:access": {"sshPrivateKeyPath": str(key)},
+                                              "roll-cluster:nodes": {"hosts": hosts}})
     return cloud
 
 
@@ -141,7 +145,7 @@ def test_a_host_with_another_gpu_count_stops_the_update_before_any_resource_or_s
         up(as_pulumi_up, cloud)
     message = str(refused.value)
     for words in ("roll-cluster:nodes.acceleratorsPerNode: is 2", "`nvidia-smi -L` on roll-cluster:nodes.hosts[1]",
-                  "(192.0.2.12) lists 4 GPUs", "nothing was changed"):
+                  "(198.18.0.12) lists 4 GPUs", "nothing was changed"):
         assert words in message, message
     assert "nodes.hosts[0]" not in message  # the host that matches is not blamed
     assert cloud.resources == [] or not [r for r in cloud.resources if r.custom]
@@ -155,7 +159,7 @@ def test_an_unreachable_host_stops_the_update_naming_it(hosts: FakeHosts, as_pul
     hosts.add(HOSTS[0], gpus=2)  # the second address answers nothing
     with pytest.raises(SourceError) as refused:
         up(as_pulumi_up)
-    assert "roll-cluster:nodes.hosts[1] (192.0.2.12): could not count its GPUs" in str(refused.value)
+    assert "roll-cluster:nodes.hosts[1] (198.18.0.12): could not count its GPUs" in str(refused.value)
     assert "No route to host" in str(refused.value)
 
 
@@ -170,7 +174,7 @@ def test_matching_hosts_go_on_and_their_recorded_keys_are_pinned_for_every_clien
     assert recorded == [f"{a} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5{a.replace('.', '')}" for a in HOSTS]
     # pulumi-command verifies each host with that key; the local clients verify strictly against the file.
     prepare = dict(unwrap(cloud.named("node-1-prepare-host").inputs))
-    assert prepare["connection"]["hostKey"] == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE51920212"
+    assert prepare["connection"]["hostKey"] == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE519818012"
     gpu_ready = dict(unwrap(cloud.named("node-1-gpu-ready").inputs))["environment"]
     assert gpu_ready["HOST_KEY_CHECKING"] == "yes"
     teardown = dict(unwrap(cloud.named("node-1-ray-worker-teardown").inputs))["environment"]
@@ -183,8 +187,8 @@ def test_matching_hosts_go_on_and_their_recorded_keys_are_pinned_for_every_clien
     with pytest.raises(SourceError) as refused:
         up(as_pulumi_up)
     message = str(refused.value)
-    assert "192.0.2.11:22 answers with a host key other than the one recorded" in message
-    assert f"ssh-keygen -R 192.0.2.11 -f {hosts.known_hosts}" in message
+    assert "198.18.0.11:22 answers with a host key other than the one recorded" in message
+    assert f"ssh-keygen -R 198.18.0.11 -f {hosts.known_hosts}" in message
 
 
 def test_npus_are_counted_with_npu_smi(hosts: FakeHosts) -> None:
@@ -195,7 +199,7 @@ def test_npus_are_counted_with_npu_smi(hosts: FakeHosts) -> None:
     assert look.problem is None and look.accelerators == 8
     refused = probe.problems([look], 16, "roll-cluster:nodes.acceleratorsPerNode", accelerators.ASCEND)
     assert refused == ["roll-cluster:nodes.acceleratorsPerNode: is 16, but `npu-smi info` on "
-                       "roll-cluster:nodes.hosts[0] (192.0.2.11) lists 8 NPUs; every host must have the number this "
+                       "roll-cluster:nodes.hosts[0] (198.18.0.11) lists 8 NPUs; every host must have the number this "
                        "key says (correct it, or leave that host out)"]
 
 

@@ -144,9 +144,9 @@ def test_the_hosts_stack_creates_no_cloud_resource_and_reaches_each_host_as_conf
     assert gpu_ready["GPU_DRIVER"] == "preinstalled" and gpu_ready["COUNT_KEY"].endswith("acceleratorsPerNode")
     assert result.outputs["sshHead"] == (
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o UserKnownHostsFile=~/.ssh/roll-cluster/hosts.known_hosts "
-        "-o StrictHostKeyChecking=accept-new -p 2222 ops@gpu-0.example.com"
+        "-o StrictHostKeyChecking=accept-new -p 2222 -- ops@gpu-0.example.com"
     )
-    assert "-p 2222 ops@gpu-0.example.com" in result.outputs["jobLogs"]
+    assert "-p 2222 -- ops@gpu-0.example.com" in result.outputs["jobLogs"]
 
 
 def test_the_ascend_stack_checks_npus_and_passes_devices_not_privileged() -> None:

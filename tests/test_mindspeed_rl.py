@@ -483,7 +483,7 @@ def test_the_code_step_places_the_packages_and_installs_in_the_guides_order(
     assert node.calls("pip") == [
         f"cwd={sources}/MindSpeed install --progress-bar off {index} -r requirements.txt",
         f"cwd={code_dir} install --progress-bar off {index} -r requirements.txt",
-        f"cwd={code_dir} install --progress-bar off {index} --no-deps antlr4-python3-runtime==4.7.2",
+        f"cwd={code_dir} install --progress-bar off {index} --no-deps -- antlr4-python3-runtime==4.7.2",
     ]
     # MindSpeed-RL's checkout stays clean for fetch_code.sh: the copies are untracked.
     assert git(code_dir, "status", "--porcelain", "--untracked-files=no") == ""

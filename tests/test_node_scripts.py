@@ -818,7 +818,7 @@ def test_fetch_code_checks_out_the_ref_installs_and_a_second_run_only_verifies(
     index = "-i https://mirrors.aliyun.com/pypi/simple/"
     assert node.calls("pip") == [
         f"cwd={code_dir} install --progress-bar off {index} -r requirements.txt",
-        f"cwd={code_dir} install --progress-bar off {index} wandb tensorboard",
+        f"cwd={code_dir} install --progress-bar off {index} -- wandb tensorboard",
         f"cwd={code_dir} install --progress-bar off {index} -e . --no-deps",
     ]
     marker = Path(f"{code_dir}.roll-cluster-code").read_text()
@@ -1011,9 +1011,9 @@ def test_fetch_code_runs_the_openrlhf_spec_like_upstreams_dockerfile(node: FakeN
     index = "-i https://mirrors.aliyun.com/pypi/simple/"
     calls = node.calls("pip")
     assert calls[0] == (
-        f"cwd={code_dir} uninstall -y xgboost transformer_engine flash_attn pynvml opencv-python-headless"
+        f"cwd={code_dir} uninstall -y -- xgboost transformer_engine flash_attn pynvml opencv-python-headless"
     )
-    assert calls[1].startswith(f"cwd={code_dir} install --progress-bar off {index} vllm==0.19.1 https://")
+    assert calls[1].startswith(f"cwd={code_dir} install --progress-bar off {index} -- vllm==0.19.1 https://")
     assert calls[1].endswith(" openrlhf[vllm]==0.10.2") and len(calls) == 2
     assert "removed xgboost transformer_engine flash_attn pynvml opencv-python-headless; installed vllm" in first.stdout
 

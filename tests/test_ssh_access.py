@@ -127,7 +127,8 @@ def test_a_key_only_in_the_agent_works_and_a_missing_key_without_agent_is_refuse
 
 def test_a_plain_key_file_is_handed_to_pulumi_command(tmp_path: Path) -> None:
     plain = keygen(tmp_path, "plain")
-    login = ssh_access.login_key(str(plain), "ssh-ed25519 X", tmp_path / "a.pub", agent_keys=lambda: None)
+    public = Path(f"{plain}.pub").read_text()  # the matching public key (a mismatch is refused)
+    login = ssh_access.login_key(str(plain), public, tmp_path / "a.pub", agent_keys=lambda: None)
     assert login.private_key == plain.read_text() and login.identity_file == str(plain) and not login.via_agent
 
 

@@ -32,6 +32,36 @@ def covers_the_world(cidrs: list[str]) -> bool:
             or ipaddress.IPv6Network("::/0") in ipaddress.collapse_addresses(v6))
 
 
+# Address space that is not public internet (RFC 6890 special-purpose and RFC 1918 private blocks, multicast and
+# reserved): what adminCidrs admits of it does not count as exposure.
+NON_PUBLIC_V4 = tuple(ipaddress.IPv4Network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24",
+    "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
+    "224.0.0.0/4", "240.0.0.0/4",
+))
+# Public addresses SSH may face without allowWorld (a /16), and the dashboard may ever face (a /22).
+SSH_PUBLIC_LIMIT = 2**16
+DASHBOARD_PUBLIC_LIMIT = 2**10
+
+
+def public_addresses(cidrs: list[str]) -> int:
+    """How many public IPv4 addresses the CIDRs admit together, whatever the spelling (overlaps counted once)."""
+    networks: list[ipaddress.IPv4Network] = []
+    for cidr in cidrs:
+        with contextlib.suppress(ValueError):
+            network = ipaddress.ip_network(cidr, strict=False)
+            if isinstance(network, ipaddress.IPv4Network):
+                networks.append(network)
+    intervals = [(int(n.network_address), int(n.broadcast_address) + 1) for n in ipaddress.collapse_addresses(networks)]
+    holes = sorted((int(n.network_address), int(n.broadcast_address) + 1) for n in NON_PUBLIC_V4)
+    total = 0
+    for start, end in intervals:
+        total += end - start
+        for hole_start, hole_end in holes:
+            total -= max(0, min(end, hole_end) - max(start, hole_start))
+    return total
+
+
 class AccessConfig(Section):
     admin_cidrs: list[str] = Field(
         default_factory=list,
@@ -42,8 +72,9 @@ class AccessConfig(Section):
     )
     allow_world: bool = Field(
         False,
-        description="Must be true when `adminCidrs` covers the whole internet (`0.0.0.0/0`, or CIDRs whose union "
-        "covers it). It opens SSH only: the dashboard is never opened to the world.",
+        description="Must be true when `adminCidrs` together admit more than 65,536 public addresses (a /16; "
+        "private and reserved ranges do not count), e.g. `0.0.0.0/0` or CIDRs whose union covers much of the "
+        "internet. It opens SSH only: the dashboard never faces more than 1,024 public addresses.",
     )
     ssh_public_key: str | None = Field(
         None,
@@ -64,7 +95,8 @@ class AccessConfig(Section):
         "them through SSH with the `dashboardTunnel` output. `admin-cidrs` (opt-in): they listen on the head's "
         "address, reachable from `adminCidrs`. Ray's dashboard has no authentication: whoever reaches it can run "
         "code on your cluster and read its secrets (the W&B and Hugging Face tokens in the raylet's environment). "
-        "Refused when `adminCidrs` covers the whole internet, even with `allowWorld`. With nodes.source `hosts` "
+        "Refused when `adminCidrs` admit more than 1,024 public addresses (a /22), even with `allowWorld`. With "
+        "nodes.source `hosts` "
         "only `tunnel`: no rule of ours guards your hosts.",
     )
 
@@ -97,17 +129,20 @@ class AccessConfig(Section):
                 seen[str(network)] = index
         if problems:
             raise _Problems(*problems)
-        return cidrs
+        return [str(ipaddress.ip_network(cidr)) for cidr in cidrs]  # canonical: /0.0.0.255 and /255.255.255.0 -> /24
 
     @field_validator("dashboard")
     @classmethod
     def _dashboard_never_to_the_world(cls, dashboard: str, info: ValidationInfo) -> str:
         # adminCidrs is declared before dashboard, so info.data holds it when it is valid.
         cidrs = info.data.get("admin_cidrs", [])
-        if dashboard == "admin-cidrs" and covers_the_world(cidrs):
+        public = public_addresses(cidrs)
+        if dashboard == "admin-cidrs" and public > DASHBOARD_PUBLIC_LIMIT:
             raise _problem(
-                f"admin-cidrs would open the Ray dashboard to the whole internet (adminCidrs {_shown(cidrs)} covers "
-                "it): whoever reaches the dashboard can run code on your cluster and read its secrets. Refused even "
+                f"admin-cidrs would open the Ray dashboard to {public:,} public addresses"
+                f"{' (the whole internet)' if covers_the_world(cidrs) else ''} (adminCidrs "
+                f"{_shown(cidrs)}; at most {DASHBOARD_PUBLIC_LIMIT:,}, a /22): whoever reaches the dashboard can run "
+                "code on your cluster and read its secrets. Refused even "
                 "with allowWorld; use `tunnel` (the default) or list your own address ranges in adminCidrs; got "
                 '"admin-cidrs"'
             )
@@ -118,17 +153,26 @@ class AccessConfig(Section):
     def _world_needs_opt_in(cls, allow_world: bool, info: ValidationInfo) -> bool:
         # adminCidrs is declared before allowWorld, so info.data holds it when it is valid.
         cidrs = info.data.get("admin_cidrs", [])
-        world = [c for c in cidrs if ipaddress.ip_network(c).prefixlen == 0]
-        if not world and covers_the_world(cidrs):
-            world = cidrs
-        if world and not allow_world:
+        public = public_addresses(cidrs)
+        if public > SSH_PUBLIC_LIMIT and not allow_world:
+            wide = [c for c in cidrs if public_addresses([c]) > SSH_PUBLIC_LIMIT] or cidrs
             raise _problem(
-                f"{' and '.join(world)} opens SSH to the whole internet; allowed only with allowWorld: true "
-                "(better: use your own address range; the dashboard is never opened to the world); got "
-                f"{_shown(world)} without allowWorld",
+                f"admits {public:,} public addresses to SSH (more than {SSH_PUBLIC_LIMIT:,}, a /16: "
+                f"{'the whole internet' if covers_the_world(cidrs) else 'much of the internet'}); allowed only with "
+                "allowWorld: true (better: use your own address range, e.g. your public IP/32; the dashboard is never "
+                f"opened that wide); got {_shown(wide)} without allowWorld",
                 "..", "adminCidrs",
             )
         return allow_world
+
+    @field_validator("ssh_private_key_path")
+    @classmethod
+    def _key_path(cls, path: str) -> str:
+        # It becomes `ssh -i <path>` in the outputs and the steps: never an option, never a second line.
+        if path.startswith("-") or any(ord(c) < 32 or ord(c) == 127 for c in path) or not path.strip():
+            raise _problem(f"must be the path of a private key file, such as `~/.ssh/id_ed25519` (not starting "
+                           f"with `-`, no control characters); got {_shown(path)}")
+        return path
 
     @field_validator("ssh_public_key")
     @classmethod

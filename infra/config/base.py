@@ -9,10 +9,12 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import types
+import typing
 from typing import Any
 
 from pulumi.errors import RunError
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 PROJECT = "roll-cluster"
@@ -61,9 +63,23 @@ def _gpus(count: int) -> str:
 
 
 class Section(BaseModel):
+    # allow_inf_nan=False: `inf`, "NaN" and 1e400 are no count, size or price.
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=False, frozen=True, validate_default=True
+        extra="forbid", alias_generator=to_camel, populate_by_name=False, frozen=True, validate_default=True,
+        allow_inf_nan=False,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads `true` as 1 for an int field; text such as "2" (what `pulumi config set --path`
+        # stores) is still read as its number.
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = set(typing.get_args(annotation)) if isinstance(annotation, types.UnionType) else {annotation}
+            if kinds & {int, float} and bool not in kinds:
+                raise _problem(f"must be a number, not true or false; got {_shown(value)}")
+        return value
 
 
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"

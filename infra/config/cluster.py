@@ -32,9 +32,9 @@ from infra.config.base import (
 )
 from infra.config.container import ContainerConfig, acr_vpc_region
 from infra.config.nodes import NodesConfig
-from infra.config.ray import RayConfig
+from infra.config.ray import RAY_FIXED_PORTS, RAY_PORT_KEYS, RayConfig
 from infra.config.storage import StorageConfig
-from infra.config.training import ASCEND_FRAMEWORKS, TrainingConfig, is_mainland_region
+from infra.config.training import FRAMEWORK_ACCELERATORS, TrainingConfig, is_mainland_region
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
 from infra.sources.alibaba import catalog, regions
 
@@ -123,6 +123,23 @@ class ClusterConfig(Section):
             )
         return container
 
+    @field_validator("container")
+    @classmethod
+    def _shm_fits_memory(cls, container: ContainerConfig, info: ValidationInfo) -> ContainerConfig:
+        # /dev/shm is a tmpfs in the node's memory: sized beyond it, the node swaps or the OOM killer stops Ray.
+        nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is None or nodes.source != "alibaba":
+            return container  # own hosts: the first look compares with each host's MemTotal
+        known = [t for t in (catalog.lookup(n) for n in nodes.instance_types) if t is not None]
+        small = min(known, key=lambda t: t.memory_gib, default=None)
+        if small is not None and container.shm_size_mb > small.memory_gib * 1024:
+            raise _problem(
+                f"must fit in the memory of every candidate type: {small.name} has {small.memory_gib} GiB, and "
+                f"/dev/shm lives in memory; got {_shown(container.shm_size)}",
+                "shmSize",
+            )
+        return container
+
     @field_validator("ray")
     @classmethod
     def _object_store_fits_shm(cls, ray: RayConfig, info: ValidationInfo) -> RayConfig:
@@ -136,6 +153,23 @@ class ClusterConfig(Section):
                 f"lives there); got {_shown(store)} GB. Lower it, or raise container.shmSize",
                 "objectStoreMemoryGb",
             )
+        return ray
+
+    @field_validator("ray")
+    @classmethod
+    def _ray_ports_free_on_hosts(cls, ray: RayConfig, info: ValidationInfo) -> RayConfig:
+        # On own hosts sshd listens on each host's port, in the host network namespace the container shares.
+        nodes: NodesConfig | None = info.data.get("nodes")
+        if nodes is None or nodes.source != "hosts" or not nodes.hosts:
+            return ray
+        ssh = {host.port or nodes.host_defaults.port: index for index, host in enumerate(nodes.hosts)}
+        problems: list[tuple[KeyPath, str]] = []
+        for key, port in zip(RAY_PORT_KEYS, (ray.gcs_port, ray.dashboard_port, ray.client_port), strict=True):
+            if port in ssh:
+                problems.append(((key,), f"must differ from the SSH port of nodes.hosts[{ssh[port]}] (sshd listens "
+                                 f"there, and Ray shares the host's network); got {port}"))
+        if problems:
+            raise _Problems(*problems)
         return ray
 
     @field_validator("access")
@@ -186,13 +220,27 @@ class ClusterConfig(Section):
         # A field validator sees `nodes` (declared before `training`) as soon as that section is valid, so these
         # rules are reported together with problems in other sections, not only after those are fixed.
         nodes: NodesConfig | None = info.data.get("nodes")
-        if nodes is not None and nodes.accelerator == "ascend" and training.framework not in ASCEND_FRAMEWORKS:
+        if nodes is not None and nodes.accelerator not in FRAMEWORK_ACCELERATORS[training.framework]:
+            fits = [f for f, accelerators in FRAMEWORK_ACCELERATORS.items() if nodes.accelerator in accelerators]
             raise _problem(
-                f"must be one of {', '.join(map(_shown, ASCEND_FRAMEWORKS))} with nodes.accelerator ascend (the "
-                "other frameworks' images and settings are built for CUDA here); got "
-                f"{_shown(training.framework)}",
+                f"must be one of {', '.join(map(_shown, fits))} with nodes.accelerator {nodes.accelerator} "
+                f"({training.framework} runs on {' or '.join(FRAMEWORK_ACCELERATORS[training.framework])} only: its "
+                f"images and settings are built for it); got {_shown(training.framework)}",
                 "framework",
             )
+        ray: RayConfig | None = info.data.get("ray")
+        server = training.openrlhf.reward_server if training.framework == "openrlhf" else None
+        if ray is not None and server is not None:
+            used = dict(zip((ray.gcs_port, ray.dashboard_port, ray.client_port),
+                            (f"ray.{key}" for key in RAY_PORT_KEYS), strict=True))
+            used.update({port: name for port, name in RAY_FIXED_PORTS.items()})
+            if nodes is not None and nodes.source == "hosts":
+                used.update({h.port or nodes.host_defaults.port: "the hosts' SSH port" for h in nodes.hosts or []})
+            else:
+                used[22] = "SSH"
+            if server.port in used:
+                raise _problem(f"must differ from {used[server.port]}, which listens on the head too; got "
+                               f"{server.port}", "openrlhf", "rewardServer", "port")
         per_node = nodes.gpus_per_node if nodes is not None else None
         if nodes is None or per_node is None:
             # No candidate type is in the catalog (or nodes is invalid): the GPU count is known only at deployment.
@@ -273,6 +321,11 @@ def _roll_device_mappings_fit(value: Any, gpus: int, cluster: str, path: KeyPath
                 indices = parse_device_mapping(child)
             except DeviceMappingError as error:
                 problems.append((here, f"{error}; got {_shown(child)}"))
+                continue
+            repeated = sorted({i for i in indices if indices.count(i) > 1})
+            if repeated:
+                problems.append((here, f"must name each GPU once (one worker per GPU); got {_shown(child)}, which "
+                                 f"lists GPU {', '.join(map(str, repeated))} more than once"))
                 continue
             if indices and max(indices) >= gpus:
                 problems.append((
@@ -374,6 +427,7 @@ def _allowed(item: Any, loc: KeyPath) -> str:
         "int_from_float": "must be a whole number",
         "float_type": "must be a number",
         "float_parsing": "must be a number",
+        "finite_number": "must be a finite number",
         "bool_type": "must be true or false",
         "bool_parsing": "must be true or false",
         "string_type": "must be a string",
@@ -441,6 +495,15 @@ def _unknown_key(key: str) -> str:
     return f"{PROJECT}:{key}: unknown key{hint} Allowed: {allowed}"
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    # json.loads reads NaN, Infinity and -Infinity as floats; no setting or override may be one.
+    raise _NotFinite(name)
+
+
 def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> ClusterConfig:
     """Validate the `roll-cluster:*` values as Pulumi hands them over (structured values are JSON strings).
 
@@ -461,7 +524,11 @@ def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> C
             f"`pulumi config set --path '{PROJECT}:{key}.<field>' <value>`"
         )
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_no_constant)
+        except _NotFinite:
+            malformed.add(key)
+            problems.append(f"{PROJECT}:{key}: must not hold NaN or Infinity (every number must be finite)")
+            continue
         except json.JSONDecodeError:
             malformed.add(key)
             problems.append(f"{PROJECT}:{key}: must be an object with fields ({how}); got {_shown(text)}")

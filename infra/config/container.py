@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from pydantic import Field, field_validator
 
 from infra.config.base import Section, _problem, _shown
+from infra.sources.alibaba import regions
 
 DEFAULT_ROLL_IMAGE = "roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:nvcr-24.05-py3-torch260-vllm084"
 _IMAGE_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -26,6 +28,23 @@ _ACR_VPC_HOSTS = (
 )
 
 
+# Every ACR endpoint, public or VPC: the region it names must be a region (a typo there hangs every pull).
+_ACR_HOSTS = (
+    re.compile(r"registry(?:-vpc)?\.(?P<region>[a-z0-9-]+)\.aliyuncs\.com"),
+    re.compile(r"crpi-[a-z0-9]+(?:-vpc)?\.(?P<region>[a-z0-9-]+)\.personal\.cr\.aliyuncs\.com"),
+    re.compile(r"[a-z0-9-]+-registry(?:-vpc)?\.(?P<region>[a-z0-9-]+)\.cr\.aliyuncs\.com"),
+)
+
+
+def acr_region(host: str) -> str | None:
+    """The region an ACR endpoint host names (public or VPC), or None when the host is not one."""
+    for pattern in _ACR_HOSTS:
+        match = pattern.fullmatch(host)
+        if match:
+            return match.group("region")
+    return None
+
+
 def acr_vpc_region(host: str) -> str | None:
     """The region of an ACR VPC endpoint host, or None when the host is not one."""
     for pattern in _ACR_VPC_HOSTS:
@@ -33,6 +52,10 @@ def acr_vpc_region(host: str) -> str | None:
         if match:
             return match.group("region")
     return None
+
+
+SHM_FLOOR_MB = 1024
+SHM_CEILING_MB = 4 * 1024 * 1024
 
 
 class ContainerConfig(Section):
@@ -96,6 +119,18 @@ class ContainerConfig(Section):
             )
         return image
 
+    @field_validator("image")
+    @classmethod
+    def _registry_region(cls, image: str) -> str:
+        host = image.split("/", 1)[0] if "/" in image else ""
+        region = acr_region(host)
+        if region is not None and not regions.is_region(region):
+            close = difflib.get_close_matches(region, regions.REGIONS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise _problem(f"names an Alibaba Cloud Container Registry in an unknown region {region}{hint}: the pull "
+                           f"would never reach it; got {_shown(image)}")
+        return image
+
     @field_validator("shm_size")
     @classmethod
     def _shm(cls, size: str) -> str:
@@ -105,7 +140,20 @@ class ContainerConfig(Section):
             raise _problem(
                 f"must be a whole number of megabytes or gigabytes such as `16g` or `512m`; got {_shown(size)}"
             )
-        return match.group(1) + match.group(2).lower()
+        canonical = match.group(1) + match.group(2).lower()
+        megabytes = int(match.group(1)) * (1024 if canonical.endswith("g") else 1)
+        # Below 1 GiB NCCL and Ray fail in odd ways (and on own hosts the remount would shrink a working /dev/shm);
+        # above 4 TiB no machine has the memory behind it.
+        if not SHM_FLOOR_MB <= megabytes <= SHM_CEILING_MB:
+            raise _problem(f"must be between 1g and 4096g (/dev/shm of the host is sized to it); got {_shown(size)}")
+        return canonical
+
+    @field_validator("registry_username")
+    @classmethod
+    def _username(cls, name: str | None) -> str | None:
+        if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}", name):
+            raise _problem(f"must be a registry user name (letters, digits and ._@+-); got {_shown(name)}")
+        return name
 
     @property
     def shm_size_mb(self) -> int:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from infra.config import values
 from infra.config.base import Section, _problem, _shown
 
 DEFAULT_ROLL_REPO = "https://github.com/alibaba/ROLL.git"
@@ -77,6 +78,31 @@ class RollConfig(Section):
     )
     pip_index_url: str = Field(DEFAULT_PIP_INDEX, description="pip index used on the nodes (Alibaba's mirror).")
 
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, url: str) -> str:
+        return values.git_repo(url)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, ref: str) -> str:
+        return values.git_ref(ref)
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive(cls, url: str | None) -> str | None:
+        return values.archive_url(url)
+
+    @field_validator("pip_index_url")
+    @classmethod
+    def _index(cls, url: str) -> str:
+        return values.pip_index(url)
+
+    @field_validator("requirements_file")
+    @classmethod
+    def _requirements(cls, path: str | None) -> str | None:
+        return None if path is None else values.relative_path(path)
+
     @field_validator("base_config")
     @classmethod
     def _inside_examples(cls, path: str) -> str:
@@ -113,7 +139,37 @@ class VerlConfig(Section):
             raise _problem(
                 f"must be an absolute path (relative paths land in Ray's temporary working_dir); got {_shown(path)}"
             )
-        return path
+        return values.absolute_path(path)
+
+    @field_validator("entrypoint_module")
+    @classmethod
+    def _module(cls, name: str) -> str:
+        return values.module_name(name)
+
+    @field_validator("data_preparation")
+    @classmethod
+    def _no_credentials(cls, command: str | None) -> str | None:
+        return None if command is None else values.refuse_credentials(command)
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, url: str) -> str:
+        return values.git_repo(url)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, ref: str) -> str:
+        return values.git_ref(ref)
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive(cls, url: str | None) -> str | None:
+        return values.archive_url(url)
+
+    @field_validator("pip_index_url")
+    @classmethod
+    def _index(cls, url: str) -> str:
+        return values.pip_index(url)
 
 
 class RewardServerConfig(Section):
@@ -139,6 +195,14 @@ class RewardServerConfig(Section):
     health_timeout_seconds: int = Field(
         900, ge=10, le=7200, description="How long to wait for the server to answer before failing."
     )
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: str) -> str:
+        if "{port}" not in command:
+            raise _problem("must contain `{port}`, where the server's port is put (the job posts to that port); got "
+                           + _shown(command))
+        return values.refuse_credentials(command)
 
 
 # What upstream's own image adds to nvcr.io/nvidia/pytorch:25.11-py3 at v0.10.2 (dockerfile/Dockerfile): the
@@ -192,6 +256,46 @@ class OpenRlhfConfig(Section):
     )
     pip_index_url: str = Field(DEFAULT_PIP_INDEX, description="pip index used on the nodes.")
 
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, url: str) -> str:
+        return values.git_repo(url)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, ref: str) -> str:
+        return values.git_ref(ref)
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive(cls, url: str | None) -> str | None:
+        return values.archive_url(url)
+
+    @field_validator("pip_index_url")
+    @classmethod
+    def _index(cls, url: str) -> str:
+        return values.pip_index(url)
+
+    @field_validator("entrypoint_module")
+    @classmethod
+    def _module(cls, name: str) -> str:
+        return values.module_name(name)
+
+    @field_validator("package")
+    @classmethod
+    def _package(cls, spec: str) -> str:
+        return values.requirement(spec)
+
+    @field_validator("preinstall_packages")
+    @classmethod
+    def _preinstall(cls, specs: list[str]) -> list[str]:
+        return [values.requirement(spec) for spec in specs]
+
+    @field_validator("uninstall_packages")
+    @classmethod
+    def _uninstall(cls, names: list[str]) -> list[str]:
+        return [values.package_name(name) for name in names]
+
 
 class CustomConfig(Section):
     entrypoint: str = Field(
@@ -202,6 +306,18 @@ class CustomConfig(Section):
     )
     working_dir: str = Field("/workspace", description="Directory (in the container) the entrypoint runs from.")
 
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, command: str) -> str:
+        if not command.strip():
+            raise _problem(f"must be a shell command (not blank); got {_shown(command)}")
+        return values.refuse_credentials(command)
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, path: str) -> str:
+        return values.absolute_path(path)
+
 
 def _absolute_path(path: str) -> str:
     if not path.startswith("/") or "\n" in path:
@@ -209,7 +325,7 @@ def _absolute_path(path: str) -> str:
             "must be an absolute path in the container, the same on every node (MindSpeed-RL's workers resolve "
             f"relative paths against the directory Ray was started in, not the code directory); got {_shown(path)}"
         )
-    return path
+    return values.absolute_path(path)
 
 
 class _CodePin(Section):
@@ -223,6 +339,21 @@ class _CodePin(Section):
         "GitHub repo, the GitHub mirror (github.com/Ascend/...) for the Ascend repos on gitcode.",
     )
     mirror_repo: str | None = Field(None, description=MIRROR_REPO_HELP)
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, url: str) -> str:
+        return values.git_repo(url)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, ref: str) -> str:
+        return values.git_ref(ref)
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive(cls, url: str | None) -> str | None:
+        return values.archive_url(url)
 
 
 class MindSpeedPin(_CodePin):
@@ -295,6 +426,30 @@ class MindSpeedRlConfig(Section):
         description="Installed with `--no-deps` after the requirements, as MindSpeed-RL 2.0.0's install guide does.",
     )
     pip_index_url: str = Field(DEFAULT_PIP_INDEX, description="pip index used on the nodes.")
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, url: str) -> str:
+        return values.git_repo(url)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, ref: str) -> str:
+        return values.git_ref(ref)
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive(cls, url: str | None) -> str | None:
+        return values.archive_url(url)
+    @field_validator("pip_index_url")
+    @classmethod
+    def _index(cls, url: str) -> str:
+        return values.pip_index(url)
+
+    @field_validator("antlr_requirement")
+    @classmethod
+    def _antlr(cls, spec: str) -> str:
+        return values.requirement(spec)
 
     @field_validator("code_dir", "tokenizer_path", "data_path", "load_path", "save_path")
     @classmethod

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import re
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from infra.config.base import _HOST_NAME, KeyPath, Section, _gpus, _is_ip, _problem, _Problems, _shown
+from infra.config.base import KeyPath, Section, _gpus, _is_ip, _problem, _Problems, _shown
+from infra.config.values import SSH_USER, canonical_host
 from infra.sources.alibaba import catalog
 
-_SSH_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+_SSH_USER = SSH_USER
 _INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}")
 _NOT_GIVEN = object()  # a required key of one source only, left out
 # Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
 ALIBABA_ONLY_NODE_KEYS = (
     "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "osImage", "gpuDriver",
-    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps", "paused", "spotHead",
+    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps", "paused", "spotHead", "image", "bake",
+    "placementGeneration",
 )
 # Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
 HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
@@ -29,6 +30,13 @@ _NVIDIA_BF16_MODEL = re.compile(
 )
 
 
+MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
 def nvidia_model_has_bf16(model: str) -> bool:
     return bool(_NVIDIA_BF16_MODEL.search(model.upper().replace("NVIDIA", "")))
 
@@ -36,12 +44,15 @@ def nvidia_model_has_bf16(model: str) -> bool:
 def _check_interface(name: str | None) -> str | None:
     if name is not None and not _INTERFACE.fullmatch(name):
         raise _problem(f"must be a network interface name such as `eth0` or `bond0`; got {_shown(name)}")
+    if name is not None and (name == "lo" or name.startswith("lo:")):
+        raise _problem("must be the NIC of the private address, not the loopback interface (NCCL over `lo` never "
+                       f"reaches another host); got {_shown(name)}")
     return name
 
 
 class HostDefaults(Section):
     user: str = Field(
-        "root", pattern=_SSH_USER.pattern,
+        "root", pattern=f"^{_SSH_USER.pattern}$",
         description="SSH user; a user other than root needs passwordless sudo (`sudo -n`).",
     )
     port: int = Field(22, ge=1, le=65535, description="SSH port.")
@@ -67,7 +78,7 @@ class HostConfig(Section):
         "which must then be an IP address.",
     )
     user: str | None = Field(
-        None, pattern=_SSH_USER.pattern, description="SSH user of this host; default `hostDefaults.user`."
+        None, pattern=f"^{_SSH_USER.pattern}$", description="SSH user of this host; default `hostDefaults.user`."
     )
     port: int | None = Field(None, ge=1, le=65535, description="SSH port of this host; default `hostDefaults.port`.")
     network_interface: str | None = Field(
@@ -82,12 +93,8 @@ class HostConfig(Section):
     @field_validator("address")
     @classmethod
     def _address(cls, address: str) -> str:
-        with contextlib.suppress(ValueError):
-            ipaddress.ip_address(address)
-            return address
-        if not _HOST_NAME.fullmatch(address):
-            raise _problem(f"must be an IP address or a DNS name such as `gpu-1.example.com`; got {_shown(address)}")
-        return address
+        # Canonical (IP in its usual form, DNS names lower-cased): two spellings of one host compare equal.
+        return canonical_host(address)
 
     @field_validator("private_address")
     @classmethod
@@ -103,6 +110,11 @@ class HostConfig(Section):
             return address
         if not _is_ip(address):
             raise _problem(f"must be an IP address such as `10.0.0.11`; got {_shown(address)}")
+        address = canonical_host(address)
+        ip = ipaddress.ip_address(address)
+        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+            raise _problem("must be an address the other hosts can reach (not loopback, link-local, unspecified, "
+                           f"multicast or reserved); got {_shown(address)}")
         return address
 
     @property
@@ -136,7 +148,8 @@ class NodesConfig(Section):
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
         "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
-        "cudnnVersion, internetBandwidthMbps, paused, spotHead) are refused; see docs/own-hosts.md.",
+        "cudnnVersion, internetBandwidthMbps, paused, spotHead, image, bake, placementGeneration) are refused; see "
+        "docs/own-hosts.md.",
     )
     count: int = Field(
         1, ge=1, le=256,
@@ -426,6 +439,27 @@ class NodesConfig(Section):
                 "..", "spot",
             )
         return limit
+
+    @field_validator("cuda_version")
+    @classmethod
+    def _driver_supports_cuda(cls, cuda: str, info: ValidationInfo) -> str:
+        # The oldest driver each CUDA major runs on (minor-version compatibility, NVIDIA CUDA release notes
+        # table 2: >= 525.60.13 for 12.x, >= 580.65.06 for 13.x).
+        driver = info.data.get("driver_version")
+        major = int(cuda.split(".")[0]) if cuda.split(".")[0].isdigit() else 0
+        minimum = MIN_DRIVER.get(major)
+        if driver is not None and minimum is not None and _version(driver) < _version(minimum):
+            raise _problem(f"must be at least {minimum} for CUDA {cuda} (nodes.cudaVersion); got {_shown(driver)}",
+                           "..", "driverVersion")
+        return cuda
+
+    @field_validator("gpu_driver")
+    @classmethod
+    def _preinstalled_needs_image(cls, driver: str, info: ValidationInfo) -> str:
+        if driver == "preinstalled" and info.data.get("source") == "alibaba" and info.data.get("image") is None:
+            raise _problem("`preinstalled` needs nodes.image, an image with the NVIDIA driver: the public images "
+                           "have none, so no GPU would work; got \"preinstalled\" without nodes.image")
+        return driver
 
     @field_validator("accelerator")
     @classmethod

@@ -7,6 +7,9 @@ from pydantic import Field, ValidationInfo, field_validator
 from infra.config.base import KeyPath, Section, _problem, _Problems
 
 RAY_PORT_KEYS = ("gcsPort", "dashboardPort", "clientPort")
+# Ports Ray binds on every node besides the three above, at Ray 2.x defaults (ray/_private/ray_constants.py,
+# DEFAULT_DASHBOARD_AGENT_LISTEN_PORT = 52365).
+RAY_FIXED_PORTS = {52365: "Ray's dashboard agent"}
 
 
 class RayConfig(Section):
@@ -34,6 +37,8 @@ class RayConfig(Section):
     def _not_ssh(cls, port: int) -> int:
         if port == 22:
             raise _problem("must not be 22, the nodes' SSH port; got 22")
+        if port in RAY_FIXED_PORTS:
+            raise _problem(f"must not be {port}, the port of {RAY_FIXED_PORTS[port]} on every node; got {port}")
         return port
 
     @field_validator("client_port")

@@ -7,7 +7,18 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from infra.config.base import _HOST_NAME, Section, _is_ip, _problem, _shown
+from infra.config.base import Section, _problem, _shown
+from infra.config.values import absolute_path, canonical_host
+
+# System locations of a host: bind-mounting one of them (or a directory inside) into the container hands the
+# training job the host's configuration, binaries or Docker's own data.
+SYSTEM_PATHS = (
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev", "/proc", "/sys", "/run",
+    "/var/run", "/var/lib/docker", "/var/lib/containerd", "/var/lib/roll-cluster", "/root", "/data/docker", "/var/lib",
+    "/var/log", "/snap",
+)
+# Top-level directories of the filesystem hierarchy: a whole /home or /opt is no shared data directory.
+_TOP_LEVEL = ("/", "/opt", "/home", "/mnt", "/srv", "/var", "/tmp", "/media", "/data", "/usr", "/lost+found")
 
 
 class StorageConfig(Section):
@@ -69,15 +80,28 @@ class StorageConfig(Section):
     @field_validator("nfs_server")
     @classmethod
     def _server(cls, server: str | None) -> str | None:
-        if server is not None and not (_is_ip(server) or _HOST_NAME.fullmatch(server)):
-            raise _problem(f"must be an IP address or a DNS name such as `nfs.example.com`; got {_shown(server)}")
-        return server
+        return None if server is None else canonical_host(server)
 
     @field_validator("nfs_path", "shared_host_path")
     @classmethod
     def _path(cls, path: str | None) -> str | None:
         if (path is not None and not re.fullmatch(r"/[A-Za-z0-9._/-]*", path)) or (path is not None and ".." in path):
             raise _problem(f"must be an absolute path of letters, digits and ._/- (no `..`); got {_shown(path)}")
+        return path
+
+    @field_validator("shared_host_path")
+    @classmethod
+    def _not_a_system_path(cls, path: str | None) -> str | None:
+        if path is None:
+            return None
+        absolute_path(path)
+        system = next((p for p in SYSTEM_PATHS if path == p or path.startswith(p + "/")), None)
+        if path in _TOP_LEVEL or system is not None:
+            raise _problem(
+                "must be a directory of your shared storage (e.g. `/mnt/nfs/shared`), not "
+                f"a system location{' (' + system + ')' if system else ''}: it is bind-mounted read-write into the "
+                f"container; got {_shown(path)}"
+            )
         return path
 
     @property

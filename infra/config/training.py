@@ -6,11 +6,17 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from infra.config.base import Section, _problem
+from infra.config import values
+from infra.config.base import Section, _problem, _Problems
 from infra.config.frameworks import CustomConfig, MindSpeedRlConfig, OpenRlhfConfig, RollConfig, VerlConfig
 
 # Frameworks that run on Ascend NPUs here (MindSpeed-RL joins with its adapter).
 ASCEND_FRAMEWORKS = ("mindspeed-rl", "custom")
+# The accelerators each framework runs on: MindSpeed-RL only on Ascend; ROLL, verl and OpenRLHF only on NVIDIA.
+FRAMEWORK_ACCELERATORS = {
+    "roll": ("nvidia",), "verl": ("nvidia",), "openrlhf": ("nvidia",), "mindspeed-rl": ("ascend",),
+    "custom": ("nvidia", "ascend"),
+}
 
 
 MODEL_SOURCES = ("huggingface", "modelscope", "hf-mirror")
@@ -88,6 +94,14 @@ class TrainingConfig(Section):
     mindspeed_rl: MindSpeedRlConfig | None = Field(
         None, description="MindSpeed-RL settings; required when framework is `mindspeed-rl`."
     )
+
+    @field_validator("overrides")
+    @classmethod
+    def _no_credentials(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        found = values.credentials_in_overrides(overrides)
+        if found:
+            raise _Problems(*found)
+        return overrides
 
     @field_validator("custom")
     @classmethod

@@ -212,8 +212,9 @@ class RollAdapter:
         )
         # The config needs no other file; the launcher must be there (a checkout at another ref may lack it).
         check = (
-            f"cd {ROLL_DIR} && test -f {launcher} || {{ echo 'no {launcher} in {ROLL_DIR}: is the checkout at "
-            f"{self.roll.ref}?' >&2; exit 1; }}"
+            # The message is quoted as a whole: the ref is data, never shell text (docs/security.md).
+            f"cd {ROLL_DIR} && test -f {shlex.quote(launcher)} || {{ echo "
+            f"{shlex.quote(f'no {launcher} in {ROLL_DIR}: is the checkout at {self.roll.ref}?')} >&2; exit 1; }}"
         )
         configuration = {
             "roll": self.roll.model_dump(mode="json", exclude={*WHERE_FROM_ONLY, "checkout"}),

@@ -69,12 +69,19 @@ def exported_env(command_text: str) -> dict[str, str]:
     return env
 
 
+# Whether a section of the stack config is held as a secret (`pulumi config set --secret --path ...`): then every
+# command derived from the config is a secret too, so that no part of the section reaches the state in clear text.
+# Set by stack_config.load() on every run of the program.
+SECRET_CONFIG: dict[str, bool] = {"set": False}
+
+
 def render(
     step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]], sudo: bool = False
 ) -> pulumi.Output[str]:
     """The command for a step whose environment may hold Outputs (IPs, secrets), or be one Output as a whole."""
     resolved: pulumi.Output[Mapping[str, str]] = pulumi.Output.from_input(env)  # type: ignore[arg-type]
-    return resolved.apply(lambda values: render_plain(step, scripts, values, sudo))
+    command = resolved.apply(lambda values: render_plain(step, scripts, values, sudo))
+    return pulumi.Output.secret(command) if SECRET_CONFIG["set"] else command
 
 
 def render_user_data(script: str, env: Mapping[str, str]) -> str:

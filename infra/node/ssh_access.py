@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import os
 import subprocess
 from collections.abc import Callable
@@ -97,6 +98,47 @@ def _same_key(a: str, b: str) -> bool:
     return a.split()[:2] == b.split()[:2]
 
 
+def fingerprint(public_key: str) -> str:
+    """`SHA256:...` as `ssh-keygen -lf` prints it: the unpadded base64 of the SHA-256 of the key blob."""
+    try:
+        blob = base64.b64decode(public_key.split()[1], validate=True)
+    except (binascii.Error, IndexError):
+        return "an unreadable key"
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def derived_public_key(key_file: Path) -> str | None:
+    """The public half of an unencrypted private key file (`ssh-keygen -y`), or None when ssh-keygen cannot say."""
+    try:
+        derived = subprocess.run(
+            ["ssh-keygen", "-y", "-P", "", "-f", str(key_file)],
+            capture_output=True, text=True, timeout=AGENT_LIST_TIMEOUT_S, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    line = derived.stdout.strip()
+    return line if derived.returncode == 0 and len(line.split()) >= 2 else None
+
+
+def _check_pair(key_file: Path, text: str, public_key: str | None) -> None:
+    """The private key file must be a private key, and the one whose public half the nodes get."""
+    if text.lstrip().startswith(("ssh-", "ecdsa-", "sk-")):
+        raise ConfigError([
+            f"{PRIVATE_KEY_KEY}: {key_file} holds a public key; give the private key file (the one without .pub); "
+            "nothing was created"
+        ])
+    if public_key is None:
+        return
+    derived = derived_public_key(key_file)
+    if derived is not None and not _same_key(derived, public_key):
+        raise ConfigError([
+            f"{PUBLIC_KEY_KEY}: must be the public half of the private key {key_file} (access.sshPrivateKeyPath) "
+            f"that the program logs in with: the nodes would get {fingerprint(public_key)}, but that file is "
+            f"{fingerprint(derived)}; set it with `pulumi config set --path '{PUBLIC_KEY_KEY}' \"$(ssh-keygen -y -f "
+            f"{key_file})\"`, or point sshPrivateKeyPath at the matching key; nothing was created"
+        ])
+
+
 def login_key(
     private_key_path: str,
     public_key: str | None,
@@ -111,6 +153,7 @@ def login_key(
     key_file = Path(private_key_path).expanduser()
     text = key_file.read_text() if key_file.is_file() else None
     if text is not None and not is_encrypted(text):
+        _check_pair(key_file, text, public_key)
         return LoginKey(private_key=text, identity_file=private_key_path, via_agent=False)
     if public_key is None:
         # Your own hosts (nodes.source hosts) name no public key in the config: the one beside the private key.

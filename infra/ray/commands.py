@@ -254,11 +254,12 @@ def _host(host: str) -> str:
 
 
 def _login(host: str, user: str, port: int) -> str:
-    """`[-p PORT ]user@host` for ssh (the port only when it is not 22)."""
+    """`[-p PORT ]-- user@host` for ssh (the port only when it is not 22)."""
     if not re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}", user):
         raise ValueError(f"{user!r} is not a user name")
     _check_port("SSH port", port)
-    return ("" if port == 22 else f"-p {port} ") + f"{user}@{_host(host)}"
+    # `--`: the destination is never read as an option (`-oProxyCommand=...` as a user would run a command).
+    return ("" if port == 22 else f"-p {port} ") + f"-- {user}@{_host(host)}"
 
 
 def _env_names(names: Sequence[str]) -> str:

@@ -87,11 +87,12 @@ container_git_checkout() {
   if [[ ! -d "$dir/.git" ]]; then
     mkdir -p "$dir"
     git -C "$dir" init -q
-    git -C "$dir" remote add origin "$repo"
+    # --end-of-options (git >= 2.24): a repo or ref is never read as an option (`--upload-pack=<cmd>` runs <cmd>).
+    git -C "$dir" remote add --end-of-options origin "$repo"
   else
-    git -C "$dir" remote set-url origin "$repo"  # the mirror, or the repo itself after a mirror's checkout
+    git -C "$dir" remote set-url --end-of-options origin "$repo"  # the mirror, or the repo itself after a mirror's checkout
   fi
-  timeout "$timeout_s" git -C "$dir" fetch -q --depth 1 origin "$ref"
+  timeout "$timeout_s" git -C "$dir" fetch -q --depth 1 --end-of-options origin "$ref"
   git -C "$dir" -c advice.detachedHead=false checkout -q FETCH_HEAD
   if [[ -f "$dir/.gitmodules" ]]; then
     timeout "$timeout_s" git -C "$dir" submodule update -q --init --recursive --depth 1
@@ -318,7 +319,7 @@ pip_install() {
 pip_uninstall() {
   # Removing what is not installed is a warning, not an error, for pip: a rerun passes.
   retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd docker exec -w "$CODE_DIR" "$CONTAINER_NAME" \
-    timeout "$PIP_TIMEOUT_S" "$CONTAINER_PYTHON" -m pip uninstall -y "$@" \
+    timeout "$PIP_TIMEOUT_S" "$CONTAINER_PYTHON" -m pip uninstall -y -- "$@" \
     || fail "pip uninstall $* in $CONTAINER_NAME failed after $RETRY_ATTEMPTS attempts"
 }
 
@@ -340,7 +341,7 @@ install_requirements() {
   fi
   read -r -a extra_packages <<<"$PIP_EXTRA_PACKAGES"
   if ((${#extra_packages[@]} > 0)); then
-    pip_install "${extra_packages[@]}"
+    pip_install -- "${extra_packages[@]}"
   fi
   if [[ "$INSTALL_EDITABLE" == 1 ]]; then
     pip_install -e . --no-deps

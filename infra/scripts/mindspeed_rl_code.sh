@@ -186,7 +186,7 @@ install_placed_requirements() {
     || fail "$MSRL_REQUIREMENTS not found in $MSRL_DIR (MindSpeed-RL@$MSRL_COMMIT)"
   msrl_pip "$MSRL_SOURCES_DIR/MindSpeed" -r requirements.txt
   msrl_pip "$MSRL_DIR" -r "$MSRL_REQUIREMENTS"
-  msrl_pip "$MSRL_DIR" --no-deps "$MSRL_ANTLR_REQUIREMENT"
+  msrl_pip "$MSRL_DIR" --no-deps -- "$MSRL_ANTLR_REQUIREMENT"
   printf '%s\n' "$expected" | run_in_container -i container_write_file "$PIP_MARKER"
   banner "installed MindSpeed's and MindSpeed-RL's requirements and $MSRL_ANTLR_REQUIREMENT (--no-deps)"
 }

@@ -23,6 +23,8 @@
 #   SHM_MOUNT [/dev/shm]
 #   OBJECT_STORE_MEMORY_GB ['']  ray.objectStoreMemoryGb: must fit in SHM_MOUNT (Ray keeps its object store there)
 #   MEMINFO_FILE [/proc/meminfo] the node's memory, which SHM_SIZE must not exceed
+#   SHM_NEVER_SHRINK [0]         1 (your own hosts): a SHM_MOUNT larger than SHM_SIZE is kept, with a warning (other
+#                                programs on the host may rely on it)
 #   NAS_SERVER ['']              NAS mount target host (e.g. xxxx.cn-hangzhou.nas.aliyuncs.com), or any NFS
 #                                server (your own hosts); empty: no NAS
 #   SHARED_HOST_DIR ['']         a directory the user says is shared between the hosts (bind-mounted into the
@@ -45,6 +47,7 @@
 : "${SHM_MOUNT:=/dev/shm}"
 : "${OBJECT_STORE_MEMORY_GB:=}"
 : "${MEMINFO_FILE:=/proc/meminfo}"
+: "${SHM_NEVER_SHRINK:=0}"
 : "${DATA_DISK_WAIT_TIMEOUT_S:=300}"
 : "${DATA_FS_TYPE:=ext4}"
 : "${DATA_MOUNT:=/data}"
@@ -264,11 +267,14 @@ size_shm() {
     if [[ -n "$memory" ]] && ((wanted > memory)); then
       fail "container.shmSize $SHM_SIZE is more than this node's memory ($((memory / 1024)) MiB); lower it"
     fi
-    ensure_fstab_entry "$SHM_MOUNT" "tmpfs $SHM_MOUNT tmpfs defaults,size=$SHM_SIZE 0 0"
     current=$(shm_kib)
-    if [[ "$current" == "$wanted" ]]; then
+    if [[ "$SHM_NEVER_SHRINK" == 1 ]] && ((current > wanted)); then
+      banner "WARNING: $SHM_MOUNT is $((current / 1024)) MiB, more than container.shmSize $SHM_SIZE; kept as it is (a host of yours is never shrunk)"
+    elif [[ "$current" == "$wanted" ]]; then
+      ensure_fstab_entry "$SHM_MOUNT" "tmpfs $SHM_MOUNT tmpfs defaults,size=$SHM_SIZE 0 0"
       banner "$SHM_MOUNT is already $SHM_SIZE; skipped"
     else
+      ensure_fstab_entry "$SHM_MOUNT" "tmpfs $SHM_MOUNT tmpfs defaults,size=$SHM_SIZE 0 0"
       logged mount -o "remount,size=$SHM_SIZE" "$SHM_MOUNT"
       current=$(shm_kib)
       [[ "$current" == "$wanted" ]] \

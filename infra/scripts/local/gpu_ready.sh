@@ -104,7 +104,7 @@ run_check() {
   # shellcheck disable=SC2029  # SUDO is meant to expand here: it selects the remote command
   # bounded: an ssh session that hangs (a node that accepts the connection and then freezes) counts as an ssh
   # failure after SSH_PROBE_TIMEOUT_S, so the deadline holds.
-  CHECK_OUTPUT=$(bounded "$SSH_PROBE_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" "${SUDO}bash -s" \
+  CHECK_OUTPUT=$(bounded "$SSH_PROBE_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" -- "$SSH_USER@$HOST" "${SUDO}bash -s" \
     <"$CHECK_SCRIPT" 2>"$errors") || CHECK_STATUS=$?
   if ((CHECK_STATUS == 124)); then
     printf 'ssh probe cut off after %ss\n' "$SSH_PROBE_TIMEOUT_S" >>"$errors"
@@ -126,7 +126,7 @@ request_reboot() {
   local status=0
   banner "driver installed; rebooting $HOST once to load it (${CHECK_OUTPUT%%$'\n'*})"
   # shellcheck disable=SC2029  # SUDO is meant to expand here: it selects the remote command
-  bounded "$SSH_PROBE_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" "${SUDO}systemctl reboot" </dev/null \
+  bounded "$SSH_PROBE_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" -- "$SSH_USER@$HOST" "${SUDO}systemctl reboot" </dev/null \
     >>"$ROLL_STEP_LOG" 2>&1 || status=$?
   ((status != 124)) || status=255
   # 255: the connection dropped because the node went down, which is what was asked for.

@@ -73,7 +73,7 @@ check_settings() {
 }
 
 node_answers() {
-  ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" true </dev/null
+  ssh "${SSH_OPTIONS[@]}" -- "$SSH_USER@$HOST" true </dev/null
 }
 
 # classify_ssh_failure STATUS ERRORS_FILE: print what a failed probe means, from its exit status and ssh's stderr
@@ -171,7 +171,7 @@ probe_node() {
 
 run_delete() {
   local status=0
-  bounded "$TEARDOWN_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" "$SSH_USER@$HOST" sh -s <<<"$REMOTE_COMMAND" || status=$?
+  bounded "$TEARDOWN_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" -- "$SSH_USER@$HOST" sh -s <<<"$REMOTE_COMMAND" || status=$?
   case $status in
     0) ;;
     # The node went away while the step ran (a reboot, a release): nothing is left running there.

@@ -11,6 +11,7 @@ existing cluster runs. The real region reports its own.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -58,6 +59,16 @@ FAMILIES: dict[str, GpuFamily] = {
         GpuFamily("ecs.gn8v", "NVIDIA H20", 96, True, 8, 40.0, False),
         GpuFamily("ecs.ebmgn8v", "NVIDIA H20", 96, True, 5, 41.0, False),
     ]
+}
+
+# Families Alibaba sells only on request (GPU families page, ../shared/reference/alibaba-real-account.md F9:
+# gn8v, gn8is and ebmgn8v "contact Alibaba Cloud sales personnel"; gn7s "submit a ticket to apply"): an account
+# without that approval gets no instance, whatever the stock.
+ON_REQUEST: dict[str, str] = {
+    "ecs.gn8v": "contact Alibaba Cloud sales to enable it for your account",
+    "ecs.ebmgn8v": "contact Alibaba Cloud sales to enable it for your account",
+    "ecs.gn8is": "contact Alibaba Cloud sales to enable it for your account",
+    "ecs.gn7s": "submit a ticket in the Alibaba Cloud console to apply for it",
 }
 
 # Families whose 8-GPU types are whole HGX baseboards (SXM GPUs on NVSwitch): gn7/gn7e (A100 SXM4) and gn8v/ebmgn8v
@@ -129,6 +140,16 @@ INSTANCE_TYPES: dict[str, GpuInstanceType] = _build()
 
 def lookup(type_name: str) -> GpuInstanceType | None:
     return INSTANCE_TYPES.get(type_name)
+
+
+def on_request(type_name: str) -> str | None:
+    """What to do before this type can be bought, for a family sold only on request; None otherwise."""
+    return ON_REQUEST.get(family_of(type_name) or "")
+
+
+def similar_types(type_name: str) -> list[str]:
+    """Catalog types whose names are close to this one (for "did you mean")."""
+    return difflib.get_close_matches(type_name, INSTANCE_TYPES, n=2, cutoff=0.6)
 
 
 def is_gpu_family(type_name: str) -> bool:

@@ -181,14 +181,24 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
     nodes = config.nodes
     tried: list[str] = []
     nas = _nas_zones(config)
+    unknown: list[str] = []
     for type_name in nodes.instance_types:
         live = _available(config, type_name)
         zones = list(live.availability_zones) if live is not None else []
         if nodes.zone != "auto":
             zones = [z for z in zones if z == nodes.zone]
+        if not zones and catalog.lookup(type_name) is None:
+            # Neither the catalog nor any zone knows it: a typo or another region's type, not a stock problem.
+            close = catalog.similar_types(type_name)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            unknown.append(f"{type_name}: unknown instance type in {config.region}{hint}")
+            tried.append(unknown[-1])
+            continue
         if not zones:
             where = f"zone {nodes.zone}" if nodes.zone != "auto" else f"any zone of {config.region}"
-            tried.append(f"{type_name}: no stock in {where}")
+            request = catalog.on_request(type_name)
+            tried.append(f"{type_name}: no stock in {where}"
+                         + (f" (a family sold only on request: {request})" if request else ""))
             continue
         nas_zones = zones if nas is None else [z for z in zones if z in nas]
         if not nas_zones:
@@ -209,6 +219,12 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
             tried=tuple(tried), image_id=image_id, image_name=image_name, existing=False,
             vswitch_name=vswitch_name(stack),
             nvswitch=catalog.family_of(type_name) in catalog.NVSWITCH_FAMILIES and gpus == 8,
+        )
+    if len(unknown) == len(nodes.instance_types):
+        raise PlacementError(
+            "roll-cluster:nodes.instanceTypes: " + "; ".join(unknown) + ("" if unknown[-1].endswith("?") else ".")
+            + " Use a type that the region sells "
+            "(infra/sources/alibaba/catalog.py lists the known ones). Nothing was created."
         )
     spot_hint = "" if nodes.spot else ", or spot instances (nodes.spot: true), whose stock differs"
     raise PlacementError(

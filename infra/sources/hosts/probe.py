@@ -98,7 +98,7 @@ def ssh_argv(target: HostTarget, access: HostAccess, checking: str) -> list[str]
     ]
     if access.identity_file:
         argv += ["-i", str(expand_home(access.identity_file)), "-o", "IdentitiesOnly=yes"]
-    return [*argv, f"{target.user}@{target.address}"]
+    return [*argv, "--", f"{target.user}@{target.address}"]  # the destination is never read as an option
 
 
 def recorded_key(known_hosts_file: str, address: str, port: int) -> str | None:

@@ -1,0 +1,372 @@
+"""Untrusted input (issue 19): every bad value refused before anything exists, and none reaches a shell, ssh, git or
+pip as code or as an option. One group per class of the issue; the walker at the end renders every shipped stack
+with hostile values in every free-text field (../shared/reference/untrusted-input.md lists the classes)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from offline_helpers import custom_resources, run
+from pydantic import BaseModel
+from script_harness import FakeNode
+from test_config import as_pulumi, parse, stack
+from test_node_identity_scripts import shm_env
+
+from devtools import offline_cloud, plan
+from devtools.mock_secrets import is_secret
+from devtools.offline_cloud import OfflineCloud, stack_config
+from infra import runmode
+from infra.config import ClusterConfig, ConfigError, ContainerConfig, RollConfig, TrainingConfig, parse_cluster_config
+from infra.frameworks import ClusterShape, adapter_for
+from infra.node import ssh_access
+from infra.sources.alibaba.placement import PlacementError
+from infra.sources.base import SourceError
+from infra.sources.hosts import probe
+
+REPO = Path(__file__).resolve().parents[1]
+REFUSALS = (ConfigError, PlacementError, SourceError)
+
+
+def refused(stack_name: str, key: str, *, config: dict[str, Any] | None = None,
+            replace: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> str:
+    """Run the program on the offline cloud: it must refuse, naming `key`, before any resource (no traceback)."""
+    cloud = OfflineCloud()
+    with pytest.raises(REFUSALS) as caught:
+        run(stack_name, cloud=cloud, config=config or {}, replace_config=replace or {}, secrets=secrets or {})
+    text = str(caught.value)
+    assert key in text, text
+    assert "Traceback" not in text
+    assert custom_resources(cloud) == []
+    return text
+
+
+def hosts_with(**changes: Any) -> dict[str, Any]:
+    """The shipped hosts stack's config, with `section.field` values replaced (None removes the field)."""
+    values = copy.deepcopy(stack_config("hosts"))
+    for dotted, value in changes.items():
+        section, _, field = dotted.partition("__")
+        target = values.setdefault(f"roll-cluster:{section}", {})
+        if value is None:
+            target.pop(field, None)
+        else:
+            target[field] = value
+    return values
+
+
+# ------------------------------------------------------------------------------ 1. one validation layer, strict
+@pytest.mark.parametrize("stack_name,config,key", [
+    ("dev", {"roll-cluster:nodes": {"count": True}}, "roll-cluster:nodes.count"),
+    ("dev", {"roll-cluster:nodes": {"internetBandwidthMbps": True}}, "roll-cluster:nodes.internetBandwidthMbps"),
+    ("dev", {"roll-cluster:nodes": {"spotPriceLimit": "Infinity"}}, "roll-cluster:nodes.spotPriceLimit"),
+    ("dev", {"roll-cluster:nodes": {"placementGeneration": True}}, "roll-cluster:nodes.placementGeneration"),
+    # glibc reads 0x0a.0.0.21 as 10.0.0.21: one machine in two spellings would be two Ray nodes
+    ("hosts", {"roll-cluster:nodes": {"hosts": [{"address": "0x0a.0.0.21", "privateAddress": "10.0.0.11"},
+                                                {"address": "10.0.0.21", "privateAddress": "10.0.0.12"}]}},
+     "roll-cluster:nodes.hosts[0].address"),
+    ("hosts", {"roll-cluster:nodes": {"hosts": [{"address": "GPU-A.Lab.example.net", "privateAddress": "10.0.0.11"},
+                                                {"address": "gpu-a.lab.example.net", "privateAddress": "10.0.0.12"}]}},
+     "roll-cluster:nodes.hosts[1].address"),
+    ("hosts", {"roll-cluster:nodes": {"hosts": [{"address": "::ffff:10.0.0.21", "privateAddress": "10.0.0.11"},
+                                                {"address": "10.0.0.22", "privateAddress": "10.0.0.12"}]}},
+     "roll-cluster:nodes.hosts[0].address"),
+])
+def test_strict_layer_refuses_bools_non_finite_numbers_and_aliased_hosts(
+    stack_name: str, config: dict[str, Any], key: str
+) -> None:
+    refused(stack_name, key, config=config)
+
+
+def test_non_finite_json_in_a_section_is_refused() -> None:
+    raw = {**as_pulumi(stack()), "training": '{"overrides": {"max_steps": -Infinity}}'}
+    with pytest.raises(ConfigError, match=r"roll-cluster:training: must not hold NaN or Infinity"):
+        parse_cluster_config(raw, "cn-hangzhou")
+
+
+def test_cidrs_are_stored_canonical() -> None:
+    config = parse(stack(access={"adminCidrs": ["198.51.100.0/0.0.0.255", "203.0.113.0/255.255.255.0"]}))
+    assert config.access.admin_cidrs == ["198.51.100.0/24", "203.0.113.0/24"]
+
+
+def _fields(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for name, field in model.model_fields.items():
+        here = (*path, field.alias or name)
+        yield here, field
+        for candidate in (field.annotation, *typing.get_args(field.annotation)):
+            inner = typing.get_args(candidate)[0] if typing.get_origin(candidate) is list else candidate
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                yield from _fields(inner, here)
+
+
+def test_every_pattern_matches_the_whole_value() -> None:
+    # pydantic's `pattern=` is a search: an unanchored one accepts `-oProxyCommand=...` for `[a-z_]...`.
+    patterns = [(path, m.pattern) for path, field in _fields(ClusterConfig) for m in field.metadata
+                if getattr(m, "pattern", None)]
+    assert patterns, "the walk found no pattern: it walks nothing"
+    for path, pattern in patterns:
+        assert pattern.startswith("^") and pattern.endswith("$"), (path, pattern)
+
+
+# ------------------------------------------------------------------- 2. no value becomes code or an option
+@pytest.mark.parametrize("stack_name,config,key", [
+    *[("dev", {"roll-cluster:training": {"roll": {"ref": ref}}}, "roll-cluster:training.roll.ref")
+      for ref in ("--upload-pack=touch /tmp/x", "v0.3.0';id;'", "refs/tags/a..b", "v1 v2", "x.lock", "-x")],
+    ("verl", {"roll-cluster:training": {"verl": {"ref": "--filter=blob:none"}}}, "roll-cluster:training.verl.ref"),
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "ext::sh -c touch% /tmp/x"}}},
+     "roll-cluster:training.roll.repo"),
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "--upload-pack=touch /tmp/x"}}},
+     "roll-cluster:training.roll.repo"),
+    ("dev", {"roll-cluster:training": {"roll": {"archiveUrl": "file:///etc/shadow"}}},
+     "roll-cluster:training.roll.archiveUrl"),
+    ("dev", {"roll-cluster:training": {"roll": {"requirementsFile": "../../etc/passwd"}}},
+     "roll-cluster:training.roll.requirementsFile"),
+    ("openrlhf", {"roll-cluster:training": {"openrlhf": {"package": "--index-url=https://evil.test/"}}},
+     "roll-cluster:training.openrlhf.package"),
+    ("openrlhf", {"roll-cluster:training": {"openrlhf": {"uninstallPackages": ["-r/etc/passwd"]}}},
+     "roll-cluster:training.openrlhf.uninstallPackages"),
+    ("openrlhf", {"roll-cluster:training": {"openrlhf": {"entrypointModule": "--help"}}},
+     "roll-cluster:training.openrlhf.entrypointModule"),
+    ("hosts", {"roll-cluster:nodes": {"hostDefaults": {"user": "-oProxyCommand=touch /tmp/x"}}},
+     "roll-cluster:nodes.hostDefaults.user"),
+    ("hosts", {"roll-cluster:nodes": {"hostDefaults": {"user": "ops;id"}}}, "roll-cluster:nodes.hostDefaults.user"),
+    ("dev", {"roll-cluster:container": {"registryUsername": "-u x"}}, "roll-cluster:container.registryUsername"),
+])
+def test_values_that_would_be_code_or_an_option_are_refused(stack_name: str, config: dict[str, Any], key: str) -> None:
+    refused(stack_name, key, config=config)
+
+
+def test_roll_pre_submit_check_quotes_the_ref(tmp_path: Path) -> None:
+    # The renderer itself quotes: a ref that bypassed validation still creates no file.
+    training = TrainingConfig(roll=RollConfig().model_copy(update={"ref": "v1'$(touch pwned)'"}))
+    shape = ClusterShape(stack="t", nodes=1, gpus_per_node=1, bf16=False, head_ip="10.0.0.1", shared_dir=None,
+                         data_dir="/data", dashboard_port=8265, model_source="huggingface",
+                         hf_endpoint="https://hf-mirror.com")
+    adapter: Any = adapter_for(training, ContainerConfig())
+    check = adapter.job(shape).pre_submit_check
+    subprocess.run(["bash", "-c", check], cwd=tmp_path, capture_output=True, check=False)
+    assert not (tmp_path / "pwned").exists()
+
+
+def _script_lines() -> Iterator[tuple[str, str]]:
+    for path in sorted((REPO / "infra" / "scripts").rglob("*.sh")):
+        joined = re.sub(r"\\\n\s*", " ", path.read_text())
+        for line in joined.splitlines():
+            if not line.lstrip().startswith("#"):
+                yield path.name, line
+
+
+def test_git_ssh_and_pip_end_options_before_config_values() -> None:
+    checked = 0
+    for name, line in _script_lines():
+        code = re.sub(r"'[^']*'", "''", line)  # a message in single quotes runs nothing
+        if re.search(r'(^|[\s;&|(])git\s+(-C\s+\S+\s+)?(fetch|remote add|clone)\b.*"\$', code):
+            assert "--end-of-options" in line, (name, line)
+            checked += 1
+        if 'ssh "${SSH_OPTIONS[@]}"' in line:
+            assert ' -- "$SSH_USER@$HOST"' in line, (name, line)
+            checked += 1
+        if re.search(r"\bpip_install\b.*\"\$\{|\bmsrl_pip\b.*--no-deps|-m pip uninstall", line):
+            assert " -- " in line, (name, line)
+            checked += 1
+    assert checked >= 7
+
+
+def test_probe_and_output_commands_end_ssh_options_before_the_destination() -> None:
+    target = probe.HostTarget(name="node-0", key="roll-cluster:nodes.hosts[0]", address="10.0.0.11", user="root",
+                              port=22)
+    access = probe.HostAccess(identity_file=None, known_hosts_file="/tmp/k")
+    assert probe.ssh_argv(target, access, "yes")[-2:] == ["--", "root@10.0.0.11"]
+    outputs = run("hosts").outputs
+    for name in ("sshHead", "dashboardTunnel", "jobLogs"):
+        assert " -- root@" in str(outputs[name]), outputs[name]
+
+
+# ----------------------------------------------------------------------- 3. exposure computed, not matched
+@pytest.mark.parametrize("access,key", [
+    ({"adminCidrs": ["64.0.0.0/3", "160.0.0.0/3"]}, "roll-cluster:access.adminCidrs"),
+    ({"adminCidrs": [f"{a}.0.0.0/8" for a in range(11, 20)]}, "roll-cluster:access.adminCidrs"),
+    ({"adminCidrs": ["8.0.0.0/255.0.0.0"]}, "roll-cluster:access.adminCidrs"),  # netmask spelling of a /8
+    ({"adminCidrs": ["8.0.0.0/9"], "allowWorld": True, "dashboard": "admin-cidrs"}, "roll-cluster:access.dashboard"),
+    ({"adminCidrs": ["8.8.0.0/21"], "allowWorld": True, "dashboard": "admin-cidrs"}, "roll-cluster:access.dashboard"),
+])
+def test_exposure_is_measured_in_public_addresses(access: dict[str, Any], key: str) -> None:
+    text = refused("dev", key, replace={"roll-cluster:access": {**stack_config("dev")["roll-cluster:access"],
+                                                                 **access}})
+    assert "public addresses" in text
+
+
+def test_private_ranges_do_not_count_as_exposure() -> None:
+    assert parse(stack(access={"adminCidrs": ["10.0.0.0/8", "172.16.0.0/12", "203.0.113.7/32"]}))
+
+
+# ---------------------------------------------------------------------------- 4. credentials only as secrets
+@pytest.mark.parametrize("stack_name,config,key,token", [
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "https://ci:glpat-aaaaaaaaaaaaaaaaaaaa@git.example.org/x.git"}}},
+     "roll-cluster:training.roll.repo", "glpat-a"),
+    ("dev", {"roll-cluster:training": {"roll": {"pipIndexUrl": "https://u:s3cret@pypi.example.org/simple/"}}},
+     "roll-cluster:training.roll.pipIndexUrl", "s3cret"),
+    ("dev", {"roll-cluster:training": {"framework": "custom",
+                                       "custom": {"entrypoint": "HF_TOKEN=hf_" + "b" * 34 + " python3 t.py"}}},
+     "roll-cluster:training.custom.entrypoint", "hf_b"),
+    ("dev", {"roll-cluster:training": {"framework": "custom",
+                                       "custom": {"entrypoint": "python3 t.py --wandb_key " + "d" * 40}}},
+     "roll-cluster:training.custom.entrypoint", "dddd"),
+    ("openrlhf", {"roll-cluster:training": {"overrides": {"logger.wandb.key": "c" * 40}}},
+     "roll-cluster:training.overrides.logger.wandb.key", "cccc"),
+    ("dev", {"alicloud:secretKey": "not-a-real-key-value"}, "alicloud:secretKey", "not-a-real"),
+])
+def test_credentials_in_plain_config_are_refused_naming_the_secret(
+    stack_name: str, config: dict[str, Any], key: str, token: str
+) -> None:
+    text = refused(stack_name, key, config=config)
+    assert token not in text  # the value is never echoed
+    assert "secret" in text or "mirror" in text
+
+
+# ------------------------------------------------------------------------------ 5. your own hosts undamaged
+@pytest.mark.parametrize("path", ["/", "/etc/ssh", "/var/lib/docker/volumes", "/run/containerd", "/boot", "/opt",
+                                  "/home", "/root/.ssh", "/var/run/docker.sock"])
+def test_system_directories_are_never_bind_mounted(path: str) -> None:
+    refused("hosts", "roll-cluster:storage.sharedHostPath",
+            replace={"roll-cluster:storage": {"sharedHostPath": path}})
+
+
+@pytest.mark.parametrize("replace,key", [
+    ({"container__shmSize": "200m"}, "roll-cluster:container.shmSize"),
+    ({"nodes__hosts": [{"address": "198.18.0.11", "privateAddress": "127.0.1.1"},
+                       {"address": "198.18.0.12", "privateAddress": "127.0.1.2"}]},
+     "roll-cluster:nodes.hosts[0].privateAddress"),
+    ({"nodes__hosts": [{"address": "198.18.0.11", "privateAddress": "169.254.0.11"},
+                       {"address": "198.18.0.12", "privateAddress": "169.254.0.12"}]},
+     "roll-cluster:nodes.hosts[1].privateAddress"),
+    ({"nodes__hostDefaults": {"networkInterface": "lo"}}, "roll-cluster:nodes.hostDefaults.networkInterface"),
+    ({"nodes__hostDefaults": {"port": 2200}, "ray__gcsPort": 2200}, "roll-cluster:ray.gcsPort"),
+    ({"ray__dashboardPort": 52365}, "roll-cluster:ray.dashboardPort"),
+])
+def test_own_hosts_are_not_damaged(replace: dict[str, Any], key: str) -> None:
+    values = hosts_with(**replace)
+    refused("hosts", key, replace={k: v for k, v in values.items() if k.startswith("roll-cluster:")})
+
+
+def test_a_reward_server_on_a_ray_port_is_refused() -> None:
+    gcs = stack_config("openrlhf").get("roll-cluster:ray", {}).get("gcsPort", 6379)
+    refused("openrlhf", "roll-cluster:training.openrlhf.rewardServer.port",
+            config={"roll-cluster:training": {"openrlhf": {"rewardServer": {
+                "command": "python3 -m openrlhf.cli.serve_rm --port {port}", "port": gcs}}}})
+
+
+# ------------------------------------------------------------------------- 6. checked before paying
+@pytest.mark.parametrize("stack_name,config,key", [
+    ("dev", {"roll-cluster:container": {"shmSize": "512g"}}, "roll-cluster:container.shmSize"),
+    ("dev", {"roll-cluster:training": {"framework": "mindspeed-rl", "mindspeedRl": {
+        "tokenizerPath": "/m/t", "dataPath": "/m/d", "loadPath": "/m/l"}}}, "roll-cluster:training.framework"),
+    ("dev", {"roll-cluster:nodes": {"gpuDriver": "preinstalled"}}, "roll-cluster:nodes.gpuDriver"),
+    ("dev", {"roll-cluster:nodes": {"driverVersion": "470.82.01"}}, "roll-cluster:nodes.driverVersion"),
+    ("openrlhf", {"roll-cluster:training": {"openrlhf": {"rewardServer": {"command": "serve_rm --port 5000"}}}},
+     "roll-cluster:training.openrlhf.rewardServer.command"),
+    ("dev", {"roll-cluster:training": {"overrides": {"actor_train": {"device_mapping": "[0, 0]"}}}},
+     "roll-cluster:training.overrides.actor_train.device_mapping"),
+    ("verl", {"roll-cluster:training": {"verl": {"dataDir": "/mnt/shared/x/../../data"}}},
+     "roll-cluster:training.verl.dataDir"),
+    ("dev", {"roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": "  "}}},
+     "roll-cluster:training.custom.entrypoint"),
+    ("dev", {"roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": "python3 t.py",
+                                                                          "workingDir": "work"}}},
+     "roll-cluster:training.custom.workingDir"),
+    ("hosts", {"roll-cluster:nodes": {"bake": True}}, "roll-cluster:nodes.bake"),
+    ("dev", {"roll-cluster:container": {"image": "registry.cn-hangzou.aliyuncs.com/me/roll:v1"}},
+     "roll-cluster:container.image"),
+    ("hosts", {"roll-cluster:nodes": {"placementGeneration": 1}}, "roll-cluster:nodes.placementGeneration"),
+])
+def test_what_fails_on_the_node_is_refused_before_paying(stack_name: str, config: dict[str, Any], key: str) -> None:
+    refused(stack_name, key, config=config)
+
+
+# ----------------------------------------------------------------------- 7. the costly first-time mistakes
+def _keygen(tmp_path: Path, name: str) -> Path:
+    key = tmp_path / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key), "-C", name], check=True)
+    return key
+
+
+def test_preview_refuses_the_placeholder_key_and_documentation_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = _keygen(tmp_path, "k")
+    monkeypatch.setattr(runmode, "offline", lambda: False)
+    text = refused("dev", "roll-cluster:access.sshPublicKey",
+                   config={"roll-cluster:access": {"sshPrivateKeyPath": str(key)}})
+    assert "roll-cluster:access.adminCidrs[0]" in text
+    assert "pulumi config set --path 'roll-cluster:access.sshPublicKey'" in text
+    assert "pulumi config set --path 'roll-cluster:access.adminCidrs[0]'" in text
+
+
+def test_the_offline_plan_of_dev_warns_and_still_works(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan.main(["dev"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING roll-cluster:access.sshPublicKey" in out and "placeholder" in out
+    assert "WARNING roll-cluster:access.adminCidrs[0]: 203.0.113.0/24" in out
+
+
+def test_the_public_key_must_belong_to_the_private_key(tmp_path: Path) -> None:
+    a, b = _keygen(tmp_path, "a"), _keygen(tmp_path, "b")
+    with pytest.raises(ConfigError, match=r"access\.sshPublicKey.*SHA256:"):
+        ssh_access.login_key(str(a), Path(f"{b}.pub").read_text(), tmp_path / "x.pub", agent_keys=lambda: None)
+    with pytest.raises(ConfigError, match=r"access\.sshPrivateKeyPath.*public key"):
+        ssh_access.login_key(f"{a}.pub", None, tmp_path / "x.pub", agent_keys=lambda: None)
+
+
+def test_an_unknown_instance_type_is_not_no_stock() -> None:
+    text = refused("dev", "roll-cluster:nodes.instanceTypes",
+                   replace={"roll-cluster:nodes": {**stack_config("dev")["roll-cluster:nodes"],
+                                                   "instanceTypes": ["ecs.gn6v-c8g1.3xlarge"]}})
+    assert "unknown instance type" in text and "did you mean ecs.gn6v-c8g1." in text and "no stock" not in text
+
+
+def test_a_yaml_error_names_the_stack_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  roll-cluster:nodes: {count: 1\n")
+    monkeypatch.setattr(offline_cloud, "PROJECT_DIR", tmp_path)
+    assert plan.main(["bad"]) == 1
+    err = capsys.readouterr().err
+    assert "Pulumi.bad.yaml:3:" in err and "not valid YAML" in err and "Traceback" not in err
+
+
+def test_the_plan_names_a_family_sold_on_request(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan.main(["large"]) == 0
+    assert "sells only on request: contact Alibaba Cloud sales" in capsys.readouterr().out
+
+
+def test_own_hosts_shm_is_never_shrunk(tmp_path: Path) -> None:
+    # A host of yours whose /dev/shm is larger than container.shmSize keeps it (with a warning): other programs on
+    # the host may rely on it. ECS nodes, which the program owns, are still sized exactly.
+    node = FakeNode(tmp_path)
+    shm = str(node.root / "dev-shm")
+    node.set_state("tmpfs-sizes", f"{shm}\t{32 * 1024 * 1024}\n")  # 32 GiB today
+    env = shm_env(node, "16g")
+    kept = node.run_step("prepare-host", ["prepare_host.sh"], SHM_NEVER_SHRINK="1", **env)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert [c for c in node.calls("mount") if "remount" in c] == []
+    assert "WARNING" in kept.stdout and "kept as it is" in kept.stdout
+    sized = node.run_step("prepare-host", ["prepare_host.sh"], SHM_NEVER_SHRINK="0", **env)
+    assert sized.returncode == 0
+    assert [c for c in node.calls("mount") if "remount" in c] == [f"-o remount,size=16g {shm}"]
+
+
+def test_a_section_set_as_secret_stays_secret_in_every_command() -> None:
+    # `pulumi config set --secret --path 'roll-cluster:training.overrides...'` makes the whole section a secret.
+    training = stack_config("verl")["roll-cluster:training"]
+    cloud = OfflineCloud()
+    run("verl", cloud=cloud, secrets={"roll-cluster:training": json.dumps(training)})
+    commands = [r for r in cloud.resources if r.type == "command:remote:Command"]
+    assert commands and all(is_secret(r.inputs["create"]) for r in commands)
+    plain = run("verl", cloud=OfflineCloud())
+    assert not any(is_secret(r.inputs["create"]) for r in plain.cloud.resources if r.type == "command:remote:Command")
