@@ -47,7 +47,32 @@ ROLL_PIPELINES = (
 )
 
 
-class RollConfig(Section):
+class _GitSourced(Section):
+    """What every section that fetches code has in common: its repository, mirror, ref, archive and pip index
+    are validated as what they are (infra/config/values.py), whichever of them the section has."""
+
+    @field_validator("repo", "mirror_repo", check_fields=False)
+    @classmethod
+    def _repo(cls, url: str | None) -> str | None:
+        return None if url is None else values.git_repo(url)
+
+    @field_validator("ref", check_fields=False)
+    @classmethod
+    def _ref(cls, ref: str) -> str:
+        return values.git_ref(ref)
+
+    @field_validator("archive_url", check_fields=False)
+    @classmethod
+    def _archive(cls, url: str | None) -> str | None:
+        return values.archive_url(url)
+
+    @field_validator("pip_index_url", check_fields=False)
+    @classmethod
+    def _index(cls, url: str) -> str:
+        return values.pip_index(url)
+
+
+class RollConfig(_GitSourced):
     repo: str = Field(DEFAULT_ROLL_REPO, description="Git URL of ROLL.")
     ref: str = Field(DEFAULT_ROLL_REF, description="Tag or commit of ROLL; never a moving branch by default.")
     archive_url: str | None = Field(
@@ -78,26 +103,6 @@ class RollConfig(Section):
     )
     pip_index_url: str = Field(DEFAULT_PIP_INDEX, description="pip index used on the nodes (Alibaba's mirror).")
 
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, url: str) -> str:
-        return values.git_repo(url)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, ref: str) -> str:
-        return values.git_ref(ref)
-
-    @field_validator("archive_url")
-    @classmethod
-    def _archive(cls, url: str | None) -> str | None:
-        return values.archive_url(url)
-
-    @field_validator("pip_index_url")
-    @classmethod
-    def _index(cls, url: str) -> str:
-        return values.pip_index(url)
-
     @field_validator("requirements_file")
     @classmethod
     def _requirements(cls, path: str | None) -> str | None:
@@ -114,7 +119,7 @@ class RollConfig(Section):
         return path
 
 
-class VerlConfig(Section):
+class VerlConfig(_GitSourced):
     repo: str = Field("https://github.com/volcengine/verl.git", description="Git URL of verl.")
     ref: str = Field("v0.7.0", description="Tag or commit of verl.")
     archive_url: str | None = Field(None, description="Tarball of the same ref, used when GitHub is unreachable.")
@@ -150,26 +155,6 @@ class VerlConfig(Section):
     @classmethod
     def _no_credentials(cls, command: str | None) -> str | None:
         return None if command is None else values.refuse_credentials(command)
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, url: str) -> str:
-        return values.git_repo(url)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, ref: str) -> str:
-        return values.git_ref(ref)
-
-    @field_validator("archive_url")
-    @classmethod
-    def _archive(cls, url: str | None) -> str | None:
-        return values.archive_url(url)
-
-    @field_validator("pip_index_url")
-    @classmethod
-    def _index(cls, url: str) -> str:
-        return values.pip_index(url)
 
 
 class RewardServerConfig(Section):
@@ -215,7 +200,7 @@ OPENRLHF_PREINSTALL = [
 ]
 
 
-class OpenRlhfConfig(Section):
+class OpenRlhfConfig(_GitSourced):
     repo: str = Field("https://github.com/OpenRLHF/OpenRLHF.git", description="Git URL of OpenRLHF.")
     ref: str = Field(
         "v0.10.2",
@@ -255,26 +240,6 @@ class OpenRlhfConfig(Section):
         None, description="A remote reward-model server started on the head and health-checked before the job."
     )
     pip_index_url: str = Field(DEFAULT_PIP_INDEX, description="pip index used on the nodes.")
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, url: str) -> str:
-        return values.git_repo(url)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, ref: str) -> str:
-        return values.git_ref(ref)
-
-    @field_validator("archive_url")
-    @classmethod
-    def _archive(cls, url: str | None) -> str | None:
-        return values.archive_url(url)
-
-    @field_validator("pip_index_url")
-    @classmethod
-    def _index(cls, url: str) -> str:
-        return values.pip_index(url)
 
     @field_validator("entrypoint_module")
     @classmethod
@@ -328,7 +293,7 @@ def _absolute_path(path: str) -> str:
     return values.absolute_path(path)
 
 
-class _CodePin(Section):
+class _CodePin(_GitSourced):
     """One repository at one ref; the subclasses only differ in their defaults."""
 
     repo: str
@@ -339,21 +304,6 @@ class _CodePin(Section):
         "GitHub repo, the GitHub mirror (github.com/Ascend/...) for the Ascend repos on gitcode.",
     )
     mirror_repo: str | None = Field(None, description=MIRROR_REPO_HELP)
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, url: str) -> str:
-        return values.git_repo(url)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, ref: str) -> str:
-        return values.git_ref(ref)
-
-    @field_validator("archive_url")
-    @classmethod
-    def _archive(cls, url: str | None) -> str | None:
-        return values.archive_url(url)
 
 
 class MindSpeedPin(_CodePin):
@@ -376,7 +326,7 @@ class MindSpeedLlmPin(_CodePin):
     )
 
 
-class MindSpeedRlConfig(Section):
+class MindSpeedRlConfig(_GitSourced):
     repo: str = Field(DEFAULT_MSRL_REPO, description="Git URL of MindSpeed-RL.")
     ref: str = Field(DEFAULT_MSRL_REF, description="Commit (or tag) of MindSpeed-RL; default: the 2.0.0 release.")
     archive_url: str | None = Field(
@@ -426,25 +376,6 @@ class MindSpeedRlConfig(Section):
         description="Installed with `--no-deps` after the requirements, as MindSpeed-RL 2.0.0's install guide does.",
     )
     pip_index_url: str = Field(DEFAULT_PIP_INDEX, description="pip index used on the nodes.")
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, url: str) -> str:
-        return values.git_repo(url)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, ref: str) -> str:
-        return values.git_ref(ref)
-
-    @field_validator("archive_url")
-    @classmethod
-    def _archive(cls, url: str | None) -> str | None:
-        return values.archive_url(url)
-    @field_validator("pip_index_url")
-    @classmethod
-    def _index(cls, url: str) -> str:
-        return values.pip_index(url)
 
     @field_validator("antlr_requirement")
     @classmethod

@@ -177,62 +177,20 @@ configure_nvidia_runtime() {
   banner "nvidia runtime registered in $DOCKER_DAEMON_JSON"
 }
 
-# Merged into what nvidia-ctk wrote (and whatever else is there), not written over it.
-configure_data_root() {
-  local result
-  if [[ -z "$DOCKER_DATA_ROOT" ]]; then
-    banner "DOCKER_DATA_ROOT empty: Docker keeps its default data root; skipped"
-    return 0
-  fi
-  mkdir -p "$DOCKER_DATA_ROOT"
-  result=$(python3 - "$DOCKER_DAEMON_JSON" "$DOCKER_DATA_ROOT" <<'PY'
+# set_daemon_json KEY JSON_VALUE: KEY set to the value in daemon.json, merged into what nvidia-ctk wrote (and whatever
+# else is there), not written over it; written atomically. Prints `unchanged` or `changed`.
+set_daemon_json() {
+  python3 - "$DOCKER_DAEMON_JSON" "$1" "$2" <<'PY'
 import json, os, sys
-path, data_root = sys.argv[1], sys.argv[2]
+path, key, value = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 config = {}
 if os.path.exists(path) and os.path.getsize(path) > 0:
     with open(path) as f:
         config = json.load(f)
-if config.get("data-root") == data_root:
+if config.get(key) == value:
     print("unchanged")
     sys.exit(0)
-config["data-root"] = data_root
-tmp = path + ".roll-cluster.tmp"
-with open(tmp, "w") as f:
-    json.dump(config, f, indent=4)
-    f.write("\n")
-os.chmod(tmp, 0o644)
-os.replace(tmp, path)
-print("changed")
-PY
-  )
-  if [[ "$result" == unchanged ]]; then
-    banner "data-root already $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON; skipped"
-  else
-    banner "data-root set to $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON"
-    DAEMON_JSON_CHANGED=1
-  fi
-}
-
-# configure_pull_concurrency: more layers downloaded at once (dockerd's --max-concurrent-downloads, default 3:
-# moby daemon/config/config.go DefaultMaxConcurrentDownloads); merged into daemon.json like the data root. Not on
-# the user's own Docker (KEEP_EXISTING_DOCKER=1): a changed daemon.json restarts dockerd.
-configure_pull_concurrency() {
-  local result
-  if [[ "$KEEP_EXISTING_DOCKER" == 1 ]]; then
-    banner "KEEP_EXISTING_DOCKER=1: max-concurrent-downloads left as the host has it; skipped"
-    return 0
-  fi
-  result=$(python3 - "$DOCKER_DAEMON_JSON" "$DOCKER_MAX_CONCURRENT_DOWNLOADS" <<'PY'
-import json, os, sys
-path, downloads = sys.argv[1], int(sys.argv[2])
-config = {}
-if os.path.exists(path) and os.path.getsize(path) > 0:
-    with open(path) as f:
-        config = json.load(f)
-if config.get("max-concurrent-downloads") == downloads:
-    print("unchanged")
-    sys.exit(0)
-config["max-concurrent-downloads"] = downloads
+config[key] = value
 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 tmp = path + ".roll-cluster.tmp"
 with open(tmp, "w") as f:
@@ -242,7 +200,35 @@ os.chmod(tmp, 0o644)
 os.replace(tmp, path)
 print("changed")
 PY
-  )
+}
+
+configure_data_root() {
+  local result
+  if [[ -z "$DOCKER_DATA_ROOT" ]]; then
+    banner "DOCKER_DATA_ROOT empty: Docker keeps its default data root; skipped"
+    return 0
+  fi
+  mkdir -p "$DOCKER_DATA_ROOT"
+  result=$(set_daemon_json data-root "$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$DOCKER_DATA_ROOT")")
+  if [[ "$result" == unchanged ]]; then
+    banner "data-root already $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON; skipped"
+  else
+    banner "data-root set to $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON"
+    DAEMON_JSON_CHANGED=1
+  fi
+}
+
+# configure_pull_concurrency: more layers downloaded at once (dockerd's --max-concurrent-downloads, default 3:
+# moby daemon/config/config.go DefaultMaxConcurrentDownloads). Not on the user's own Docker
+# (KEEP_EXISTING_DOCKER=1): a changed daemon.json restarts dockerd.
+configure_pull_concurrency() {
+  local result
+  if [[ "$KEEP_EXISTING_DOCKER" == 1 ]]; then
+    banner "KEEP_EXISTING_DOCKER=1: max-concurrent-downloads left as the host has it; skipped"
+    return 0
+  fi
+  [[ "$DOCKER_MAX_CONCURRENT_DOWNLOADS" =~ ^[0-9]+$ ]] || fail "DOCKER_MAX_CONCURRENT_DOWNLOADS must be a number"
+  result=$(set_daemon_json max-concurrent-downloads "$DOCKER_MAX_CONCURRENT_DOWNLOADS")
   if [[ "$result" == unchanged ]]; then
     banner "max-concurrent-downloads already $DOCKER_MAX_CONCURRENT_DOWNLOADS in $DOCKER_DAEMON_JSON; skipped"
   else
