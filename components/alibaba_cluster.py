@@ -100,6 +100,7 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
                 data_disk_serial=node.data_disk_serial,
                 host_key=node.host_public_key,
                 depends_on=[node],
+                deleted_with=node.instance,
                 bake=_baker(stack, node) if config.nodes.bake and rank == 0 else None,
             )
         )

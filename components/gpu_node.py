@@ -110,6 +110,7 @@ class GpuNode(pulumi.ComponentResource):
                 ignore_changes=["userData", "imageId", "dataDisks[0].snapshotId"],
             ),
         )
+        self.instance = instance  # the bootstrap deletes the node's container with it (Machine.deleted_with)
         self.instance_id = instance.id
         self.public_ip = instance.public_ip
         self.private_ip = instance.private_ip

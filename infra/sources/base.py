@@ -67,6 +67,9 @@ class Machine:
     # The NIC of private_ip: NCCL/Gloo/HCCL bind to it. None: unknown (NCCL then only avoids docker0 and lo).
     network_interface: str | None = "eth0"
     depends_on: Sequence[pulumi.Resource] = ()  # what must exist before the first SSH step
+    # The resource whose deletion takes the machine's container with it (an instance): a destroy then deletes no
+    # container over SSH, which fails on a node that cannot be reached. None: own hosts (the container is deleted).
+    deleted_with: pulumi.Resource | None = None
     # Baking (a source that can image its machines, with nodes.bake): called by the bootstrap once the machine is
     # prepared, with the step(s) to wait for and the parent for the image; returns the image resource (later steps
     # wait for it) and its id.
