@@ -78,7 +78,8 @@ class Network(pulumi.ComponentResource):
                 policy="accept",
                 priority=1,
                 description=rule.description,
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                    aliases=[pulumi.Alias(name=f"{name}-{rule.former_name}")] if rule.former_name else None)),
             )
         self.vpc_id = vpc.id
         self.vswitch_id = vswitch.id
