@@ -101,7 +101,7 @@ def registration(request: Any) -> Registration:
     dependencies = {name_of(u) for u in request.dependencies}
     if request.provider:
         dependencies.add(name_of(request.provider.rsplit("::", 1)[0]))  # a provider reference is "<urn>::<id>"
-    aliases = tuple(spec.name for spec in request.aliases if spec.name) + tuple(
+    aliases = tuple(a.spec.name if a.HasField("spec") else name_of(a.urn) for a in request.aliases) + tuple(
         name_of(u) for u in request.aliasURNs)
     return Registration(
         type=request.type, name=request.name, dependencies=frozenset(dependencies),

@@ -388,7 +388,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             outputs["imageId"] = f"sha256:{_digest(str(inputs.get('name')), 64)}"
             outputs["repoDigest"] = f"{inputs.get('name')}@sha256:{_digest('d' + str(inputs.get('name')), 64)}"
         elif typ == "docker:index/container:Container":
-            resource_id = _digest(args.name, 64)
+            resource_id = _digest(args.name + (str(old.id) if old else ""), 64)  # a new container: a new id
             outputs["exitCode"] = None
         # The engine keeps the state's value of a property in ignore_changes when the resource already exists.
         options = self.options.get(args.name)
