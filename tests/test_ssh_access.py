@@ -259,3 +259,8 @@ def test_an_agent_key_past_sshds_max_auth_tries_is_refused_with_the_fix(tmp_path
         ssh_access.login_key(str(locked), public, tmp_path / "a.pub", agent_keys=lambda: [*others, public])
     assert ssh_access.login_key(str(locked), public, tmp_path / "a.pub",
                                 agent_keys=lambda: [*others[:5], public]).via_agent
+
+
+def test_the_system_ssh_skips_the_agent_with_a_key_file_and_uses_it_for_an_agent_key() -> None:
+    assert "IdentityAgent=none" in known_hosts.ssh_options("~/.ssh/id_ed25519", "kh", "yes")
+    assert "IdentityAgent=none" not in known_hosts.ssh_options("~/.ssh/roll-cluster/dev.agent-key.pub", "kh", "yes")
