@@ -127,7 +127,10 @@ def remote_step(
     resource = command.remote.Command(
         resource_name,
         connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key, ctx.dial_error_limit),
-        create=remote.render(step, scripts, full_env, sudo=ctx.user != "root"),
+        # The text (exports, secrets among them, and the scripts) on stdin, off every command line and error
+        # message (infra/node/remote.py); a changed text is an update that re-runs `create`, as before.
+        create=remote.stdin_command(step, sudo=ctx.user != "root"),
+        stdin=remote.render(step, scripts, full_env),
         triggers=list(triggers) if triggers is not None else None,
         # Without this pulumi-command sends PULUMI_COMMAND_STDOUT/STDERR as SSH env requests, which a stock sshd
         # refuses with a warning per step (AcceptEnv); the scripts never read them.

@@ -95,10 +95,10 @@ def render_cluster(
     teardowns = [inputs(f"{name}-teardown")["environment"] for name in ["training-job", *ray_steps]
                  if f"{name}-teardown" in names]
     return ProgramCommands(
-        head=inputs("node-0-ray-head")["create"],
-        workers=[inputs(name)["create"] for name in workers],
-        ready=inputs("ray-ready")["create"],
-        submit=job["create"] if job else None,
+        head=ssh_command(inputs("node-0-ray-head")),
+        workers=[ssh_command(inputs(name)) for name in workers],
+        ready=ssh_command(inputs("ray-ready")),
+        submit=ssh_command(job) if job else None,
         job_stop=inputs("training-job-teardown")["environment"]["REMOTE_COMMAND"] if job else None,
         ray_stop=[inputs(f"{name}-teardown")["environment"]["REMOTE_COMMAND"] for name in ray_steps],
         outputs=result.outputs,
@@ -107,6 +107,16 @@ def render_cluster(
         container_command=list(inputs("node-0-container")["command"]),
         teardowns=[dict(env) for env in teardowns],
     )
+
+
+def ssh_command(inputs: Mapping[str, Any]) -> str:
+    """One string the harness's SSH session runs with the same effect as the remote step: its text (`stdin`) on
+    the `create` command's stdin (infra/node/remote.py). The text is on this command line here, unlike in
+    pulumi-command's session (no stdin in the harness's runner)."""
+    text = inputs.get("stdin")
+    if text is None:
+        return str(inputs["create"])
+    return f"printf '%s\\n' {shlex.quote(str(text))} | {inputs['create']}"
 
 
 def _local_command(inputs: Mapping[str, Any]) -> str:
@@ -193,7 +203,7 @@ def render_hosts_program(
         command, env, login = "", {}, "root"
         kind = record.kind
         if kind == "remote":
-            command, login = inputs["create"], inputs["connection"]["user"]
+            command, login = ssh_command(inputs), inputs["connection"]["user"]
         elif kind == "local":
             command, env = inputs["create"], dict(inputs.get("environment") or {})
         elif record.step == "image":
