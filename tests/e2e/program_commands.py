@@ -24,7 +24,7 @@ TYPE_WITH_GPUS = {1: "ecs.gn6v-c8g1.2xlarge", 2: "ecs.gn6v-c8g1.4xlarge", 4: "ec
 
 @dataclass(frozen=True)
 class ProgramCommands:
-    head: str
+    head: StepCommand
     workers: list[str]  # rank 1.. in order
     ready: str
     submit: str | None  # None with training.autoStart false
@@ -109,14 +109,25 @@ def render_cluster(
     )
 
 
-def ssh_command(inputs: Mapping[str, Any]) -> str:
-    """One string the harness's SSH session runs with the same effect as the remote step: its text (`stdin`) on
-    the `create` command's stdin (infra/node/remote.py). The text is on this command line here, unlike in
-    pulumi-command's session (no stdin in the harness's runner)."""
+class StepCommand(str):
+    """A remote step as pulumi-command runs it: the command (`create`) and the text it reads on the SSH session's
+    stdin (infra/node/remote.py); the harness's runner sends `stdin` (e2e_harness.RunningCommand)."""
+
+    stdin: str | None
+
+    def __new__(cls, command: str, stdin: str | None = None) -> StepCommand:
+        made = super().__new__(cls, command)
+        made.stdin = stdin
+        return made
+
+    def prefixed(self, exports: str) -> StepCommand:
+        """The same step with `exports` run first (variables the step's bash inherits)."""
+        return StepCommand(exports + self, self.stdin)
+
+
+def ssh_command(inputs: Mapping[str, Any]) -> StepCommand:
     text = inputs.get("stdin")
-    if text is None:
-        return str(inputs["create"])
-    return f"printf '%s\\n' {shlex.quote(str(text))} | {inputs['create']}"
+    return StepCommand(str(inputs["create"]), None if text is None else str(text))
 
 
 def _local_command(inputs: Mapping[str, Any]) -> str:

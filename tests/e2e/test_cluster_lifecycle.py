@@ -191,8 +191,8 @@ def test_a_hung_probe_is_cut_at_its_bound(network, cluster):
     try:
         bound, probe = 6, 3
         started = time.monotonic()
-        result = network.run(head, f"export RAY_START_TIMEOUT_S={bound} PROBE_TIMEOUT_S={probe}\n{commands.head}",
-                             timeout=120)
+        limits = f"export RAY_START_TIMEOUT_S={bound} PROBE_TIMEOUT_S={probe}\n"
+        result = network.run(head, commands.head.prefixed(limits), timeout=120)
         seconds = time.monotonic() - started
     finally:
         hang.unlink()
