@@ -25,8 +25,10 @@ reference/pulumi-engine-semantics.md):
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -258,9 +260,24 @@ class _State(Protocol):
     registration: Registration | None
 
 
-def destroy(resources: Sequence[_State], unreachable: Iterable[str]) -> Destroyed:
+def run_local_delete(r: _State, cwd: str, only: Callable[[str], bool] = lambda _: True) -> str | None:
+    """A local.Command's delete as pulumi-command runs it on destroy: `/bin/sh -c <delete>` from the old state, in
+    the provider's working directory, with os.environ plus its `environment` (local/commandOutputs.go:73-80).
+    Returns its error (stderr), None on success; `only` selects which deletes run (the others succeed)."""
+    delete = unwrap(r.inputs.get("delete"))
+    if r.type != "command:local:Command" or not delete or not only(str(delete)):
+        return None
+    env = {**os.environ, **{k: str(unwrap(v)) for k, v in (unwrap(r.inputs.get("environment")) or {}).items()}}
+    done = subprocess.run(["/bin/sh", "-c", str(delete)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    return None if done.returncode == 0 else f"{r.name}: {done.stderr.strip()}"
+
+
+def destroy(resources: Sequence[_State], unreachable: Iterable[str],
+            local: Callable[[Any], str | None] | None = None) -> Destroyed:
     """`pulumi destroy`: reverse dependency (registration) order; a delete that dials an unreachable host fails
-    and the destroy stops there (nothing it depends on is deleted)."""
+    and the destroy stops there (nothing it depends on is deleted). `local`: runs local commands' deletes
+    (run_local_delete); a failure stops the destroy the same way."""
     unreachable = set(unreachable)
     gone = {r.name for r in resources}
     by_name = {r.name: r for r in resources}
@@ -275,6 +292,9 @@ def destroy(resources: Sequence[_State], unreachable: Iterable[str]) -> Destroye
         host = dialed_host(r.type, r.inputs, provider.inputs if provider else None)
         if host is not None and host in unreachable:
             return Destroyed(deleted, dropped, r.name, f"{r.name}: ssh: connect to host {host}: timed out")
+        error = local(r) if local is not None else None
+        if error is not None:
+            return Destroyed(deleted, dropped, r.name, error)
         deleted.append(r.name)
     return Destroyed(deleted, dropped, None, None)
 

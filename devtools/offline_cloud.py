@@ -147,9 +147,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
         """A first preview: no id, and only the inputs are known (every computed output unknown)."""
         return None, dict(inputs)
 
-    def destroy(self, unreachable: set[str] | frozenset[str] = frozenset()) -> engine_model.Destroyed:
+    def destroy(self, unreachable: set[str] | frozenset[str] = frozenset(),
+                local: Callable[[Registered], str | None] | None = None) -> engine_model.Destroyed:
         """`pulumi destroy` of this run's state; a delete that dials an unreachable host fails (engine_model)."""
-        return engine_model.destroy(self.resources, unreachable)
+        return engine_model.destroy(self.resources, unreachable, local)
 
     # ------------------------------------------------------------------ invokes
     def call(self, args: pulumi.runtime.MockCallArgs) -> Any:

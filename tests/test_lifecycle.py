@@ -7,12 +7,15 @@ revoked by a reordered admin CIDR list, the old reward server kept on a changed 
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devtools import engine_model
 from devtools.offline_cloud import OfflineCloud, OfflineRun, Registered, run_program, shipped_stacks
+from infra.layout import PROJECT_DIR
 
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
 INSTANCE = "alicloud:ecs/instance:Instance"
@@ -174,3 +177,40 @@ def test_a_changed_reward_server_port_stops_the_old_server_first() -> None:
     ops = later.cloud.ops
     assert later.cloud.changes["reward-server"] == "replace"
     assert ops.index(("delete", "reward-server-teardown")) < ops.index(("replace", "reward-server"))
+
+
+# ------------------------------------------------------------------------------------------------ item 8b
+def _pulumi_standin(tmp_path: Path, answer: str) -> dict[str, str]:
+    """A `pulumi` on PATH whose `config get` answers `answer` (or fails like an unset key: `not found`)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "pulumi"
+    reply = ('echo "error: configuration key \'roll-cluster:storage\' not found for stack" >&2; exit 255'
+             if answer == "unset" else f"echo {answer}")
+    script.write_text(f"#!/bin/sh\n{reply}\n")
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize(("now", "refused"), [("true", True), ("unset", True), ("false", False)])
+def test_destroy_after_retain_on_destroy_changed_to_true_stops_before_the_nas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, now: str, refused: bool
+) -> None:
+    run = run_program("multi", config={"roll-cluster:storage": {"retainOnDestroy": False}})
+    monkeypatch.setenv("PATH", _pulumi_standin(tmp_path, now)["PATH"])
+    result = run.cloud.destroy(local=lambda r: engine_model.run_local_delete(
+        r, str(PROJECT_DIR), only=lambda delete: "nas_guard.sh" in delete))
+    if refused:
+        assert result.failed == "shared-fs-guard" and "Run `pulumi up` first" in str(result.error)
+        assert "shared-fs" not in result.deleted
+    else:
+        assert result.failed is None and "shared-fs" in result.deleted
+
+
+def test_a_retained_nas_is_dropped_from_the_state_and_its_guard_lets_the_destroy_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = run_program("multi")  # retainOnDestroy: true (the default)
+    monkeypatch.setenv("PATH", _pulumi_standin(tmp_path, "false")["PATH"])
+    result = run.cloud.destroy(local=lambda r: engine_model.run_local_delete(r, str(PROJECT_DIR)))
+    assert result.failed is None and "shared-fs" in result.dropped
