@@ -36,6 +36,7 @@ class ProgramCommands:
     container_command: list[str]  # the training container's command (its main process)
     # The local teardown commands `pulumi destroy` runs (job first, then Ray, rank 0 first): their environments.
     teardowns: list[dict[str, str]]
+    cloud: OfflineCloud  # the run's state: what `pulumi destroy` would delete, and in which order (engine_model)
 
 
 def render_cluster(
@@ -106,6 +107,7 @@ def render_cluster(
         known_hosts=_local_command(inputs("known-hosts")),
         container_command=list(inputs("node-0-container")["command"]),
         teardowns=[dict(env) for env in teardowns],
+        cloud=cloud,
     )
 
 
