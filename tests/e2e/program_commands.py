@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.offline_cloud import OfflineCloud, run_program, stack_config, unwrap
+from infra.layout import PROJECT_DIR
 from infra.node import steps
 
 # V100 types of the catalog by GPUs per node: the GPU count is a test parameter (Ray is told --num-gpus).
@@ -133,9 +134,10 @@ def ssh_command(inputs: Mapping[str, Any]) -> StepCommand:
 
 
 def _local_command(inputs: Mapping[str, Any]) -> str:
-    """A pulumi-command local.Command as one shell line: its `create` run in its `dir` with its `environment`."""
+    """A pulumi-command local.Command as one shell line: its `create` run with its `environment` in the project root
+    of the checkout that runs `up` (no `dir`: the provider's working directory, local/commandOutputs.go:73-80)."""
     env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in inputs["environment"].items())
-    return f"cd {shlex.quote(inputs['dir'])} && env {env} {inputs['create']}"
+    return f"cd {shlex.quote(str(inputs.get('dir', PROJECT_DIR)))} && env {env} {inputs['create']}"
 
 
 def _public_key_of(private_key_path: str) -> str:
