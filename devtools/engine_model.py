@@ -252,6 +252,16 @@ def dialed_host(typ: str, inputs: Mapping[str, Any], provider_inputs: Mapping[st
     return None
 
 
+def kept_names(resources: Iterable[Any]) -> set[str]:
+    """The names a run's resources hold in the state: their own and their aliases (a prior resource of such a name
+    is kept, not deleted)."""
+    names: set[str] = set()
+    for r in resources:
+        names.add(r.name)
+        names |= set(r.registration.aliases) if r.registration is not None else set()
+    return names
+
+
 class _State(Protocol):
     type: str
     name: str

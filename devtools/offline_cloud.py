@@ -120,14 +120,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     @property
     def ops(self) -> list[tuple[str, str]]:
         """What this `up` does, in order: (create | update | same | replace | delete, resource name)."""
-        return self._ops.finish([r.name for r in self.prior], self._kept_prior_names())
-
-    def _kept_prior_names(self) -> set[str]:
-        names = {r.name for r in self.resources}
-        for r in self.resources:
-            if r.registration is not None:
-                names |= set(r.registration.aliases)
-        return names
+        return self._ops.finish([r.name for r in self.prior], engine_model.kept_names(self.resources))
 
     def _engine_change(self, typ: str, name: str, inputs: Mapping[str, Any]) -> tuple[str, Registered | None]:
         reg = self.registrations.get(name)
@@ -142,10 +135,6 @@ class OfflineCloud(pulumi.runtime.Mocks):
         self.changes[name] = change
         self._ops.record(change, name, engine_model.delete_first(typ, reg))
         return change, old
-
-    def _preview_outputs(self, inputs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-        """A first preview: no id, and only the inputs are known (every computed output unknown)."""
-        return None, dict(inputs)
 
     def destroy(self, unreachable: set[str] | frozenset[str] = frozenset(),
                 local: Callable[[Registered], str | None] | None = None) -> engine_model.Destroyed:
@@ -397,8 +386,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
             for prop in options.ignore_changes or []:
                 if prop in self.previous[args.name]:
                     outputs[prop] = self.previous[args.name][prop]
-        if self.preview:
-            resource_id, outputs = self._preview_outputs(inputs)
+        if self.preview:  # a first preview: no id, and only the inputs are known (every computed output unknown)
+            resource_id, outputs = None, dict(inputs)
         self.resources.append(
             Registered(typ, args.name, resource_id, inputs, outputs, bool(args.custom), args.provider or None, reg)
         )
