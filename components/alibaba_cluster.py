@@ -103,6 +103,7 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
                 host_key=node.host_public_key,
                 depends_on=[node, *network.ssh_rules],
                 started=node.start_time,
+                deleted_with=node.instance,
                 bake=_baker(stack, node) if config.nodes.bake and rank == 0 else None,
             )
         )

@@ -41,7 +41,7 @@ import pulumi_docker as docker
 from components import remote_steps
 from infra import model_cache
 from infra.config import ClusterConfig
-from infra.layout import DATA_MOUNT, PROJECT_DIR, SHARED_MOUNT, WORKSPACE
+from infra.layout import DATA_MOUNT, SHARED_MOUNT, WORKSPACE
 from infra.node import accelerators, remote, ssh_access, steps
 from infra.node import known_hosts as known_hosts_module
 from infra.ray import commands as ray_commands
@@ -172,8 +172,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         else:
             accelerators_ready = command.local.Command(
                 f"{node_name}-gpu-ready",
-                create="bash infra/scripts/local/gpu_ready.sh",
-                dir=str(PROJECT_DIR),
+                create="bash infra/scripts/local/gpu_ready.sh",  # no `dir`: see components/known_hosts.py
                 environment={
                     "HOST": machine.ssh_host,
                     "SSH_USER": machine.ssh_user,
@@ -246,7 +245,10 @@ class NodeBootstrap(pulumi.ComponentResource):
             f"{node_name}-image",
             name=config.container.pull_image,
             keep_locally=True,
-            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(depends_on=[pull, accelerators_ready])),
+            # A changed provider `host` (a replaced worker, a swapped own host) is an update of the provider, and the
+            # image's own inputs are unchanged: without this it would stay "same" and never reach the new machine.
+            opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(
+                depends_on=[pull, accelerators_ready], replacement_trigger=machine.identity)),
         )
         steps.record(node_name, "image", "docker", [], [f"{node_name}/pull-image", f"{node_name}/{kind.ready_step}"],
                      f"{node_name}-image")
@@ -307,7 +309,14 @@ class NodeBootstrap(pulumi.ComponentResource):
             # The name is fixed, and Docker refuses a second container of the same name ("Conflict. The container
             # name ... is already in use"): a replacement (new image, new NAS) must delete the old one first.
             opts=pulumi.ResourceOptions.merge(
-                on_node, pulumi.ResourceOptions(depends_on=[*before_container, image], delete_before_replace=True)
+                on_node, pulumi.ResourceOptions(
+                    depends_on=[*before_container, image], delete_before_replace=True,
+                    # Another machine behind the same provider: create the container there (see the image). Null
+                    # before (stacks created earlier) does not replace (step_generator.go:3692-3694).
+                    replacement_trigger=machine.identity,
+                    # Destroy: no container delete over SSH when its instance goes too (an unreachable node would
+                    # stop the destroy before the instance; deploy/step.go:603-612,663).
+                    deleted_with=machine.deleted_with),
             ),
         )
         steps.record(node_name, "container", "docker", [], [*container_after, f"{node_name}/image"],

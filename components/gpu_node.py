@@ -128,6 +128,7 @@ class GpuNode(pulumi.ComponentResource):
                 replace_on_changes=["vswitchId", "instanceType"],
             ),
         )
+        self.instance = instance  # the bootstrap deletes the node's container with it (Machine.deleted_with)
         self.instance_id = instance.id
         self.public_ip = instance.public_ip
         self.private_ip = instance.private_ip

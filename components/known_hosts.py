@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_command as command
 
-from infra.layout import PROJECT_DIR
 from infra.node.known_hosts import HostKey, KnownHosts, known_hosts_line, known_hosts_path, split_host_key
 from infra.sources.base import Machine
 
@@ -18,13 +17,21 @@ from infra.sources.base import Machine
 def host_key(name: str, parent: pulumi.Resource | None = None) -> HostKey:
     generated = command.local.Command(
         f"{name}-host-key",
+        # No `dir`: pulumi-command runs a local command in the provider's working directory, the project root of
+        # the checkout running `up`/`destroy` (local/commandOutputs.go:73-80; the engine starts plugins in the
+        # project root, sdk/go/common/resource/plugin/plugin.go:599). An absolute path would tie the state to one
+        # checkout.
         create="bash infra/scripts/local/host_key.sh",
-        dir=str(PROJECT_DIR),
         environment={"NODE_NAME": name},
         # The private key must never reach the console or the logs; the output is a secret in the state.
         logging=command.local.Logging.NONE,
         add_previous_output_in_env=False,
-        opts=pulumi.ResourceOptions(parent=parent, additional_secret_outputs=["stdout"]),
+        # Any input change is an update, and an update re-runs `create` (pulumi-command local/commandController.go
+        # :67-90): a new key pair the node, booted with the first, never presents. So no input may ever change it:
+        # not another checkout (the `dir` of stacks created before), not a pulumi-command upgrade.
+        opts=pulumi.ResourceOptions(parent=parent, additional_secret_outputs=["stdout"], ignore_changes=[
+            "dir", "create", "update", "delete", "environment", "logging", "addPreviousOutputInEnv", "interpreter",
+            "stdin", "triggers"]),
     )
     parts = generated.stdout.apply(split_host_key)
     return HostKey(
@@ -43,11 +50,14 @@ def register(stack: str, machines: Sequence[Machine]) -> KnownHosts:
         "known-hosts",
         create="bash infra/scripts/local/known_hosts.sh",
         delete="bash infra/scripts/local/known_hosts.sh --delete",
-        dir=str(PROJECT_DIR),
         environment={"KNOWN_HOSTS_FILE": path, "KNOWN_HOSTS": content},
-        # A changed node address or key changes KNOWN_HOSTS: the update runs `create` again (rewrites the file).
-        triggers=[content],
+        # A changed node address or key changes KNOWN_HOSTS: the update runs `create` again (rewrites the file) and
+        # never `delete`. No `triggers`: a replacement would create the new file, then run the old one's delete
+        # (create before delete), which removes it.
         add_previous_output_in_env=False,
+        # A replacement all the same (`pulumi up --replace`, or the `triggers` of stacks created before) deletes
+        # the old file first, then writes the new one (step_generator.go:2041-2157).
+        opts=pulumi.ResourceOptions(delete_before_replace=True),
     )
     return KnownHosts(path=path, written=written)
 

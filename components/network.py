@@ -85,7 +85,8 @@ class Network(pulumi.ComponentResource):
                 policy="accept",
                 priority=1,
                 description=rule.description,
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                    aliases=[pulumi.Alias(name=f"{name}-{rule.former_name}")] if rule.former_name else None)),
             )
             if rule.ports == "22/22" and not source_is_group:
                 self.ssh_rules.append(resource)

@@ -6,13 +6,13 @@ The record of each step (infra/node/steps.py) is kept alongside, for the offline
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_command as command
 
-from infra.layout import PROJECT_DIR
 from infra.node import known_hosts, remote, ssh_access
 from infra.node.steps import (
     DIAL_ERROR_LIMIT,
@@ -70,6 +70,7 @@ class StepContext:
     # or "recorded" at first contact (your own hosts); the teardown's advice on a changed key depends on it.
     host_key_origin: str = "generated"
     dial_error_limit: int = DIAL_ERROR_LIMIT
+    identity: pulumi.Input[str] = ""  # the machine's identity (Machine.identity): its teardowns follow it
 
 
 def context_for(
@@ -85,7 +86,8 @@ def context_for(
                        known_hosts_file=known_hosts.known_hosts_path(pulumi.get_stack()),
                        host_key_checking=known_hosts.host_key_checking(machine),
                        host_key_origin="recorded" if machine.existing else "generated",
-                       dial_error_limit=RUNNING_NODE_DIAL_ERROR_LIMIT if running else DIAL_ERROR_LIMIT)
+                       dial_error_limit=RUNNING_NODE_DIAL_ERROR_LIMIT if running else DIAL_ERROR_LIMIT,
+                       identity=machine.identity)
 
 
 def remote_step(
@@ -101,6 +103,7 @@ def remote_step(
     triggers: Sequence[pulumi.Input[str]] | None = None,
     delete_before_replace: bool = False,
     resource_name: str | None = None,
+    replacement_trigger: pulumi.Input[str] | None = None,
 ) -> command.remote.Command:
     """A remote.Command running `scripts` on the node; `after` lists (step key, resource) it depends on.
 
@@ -120,11 +123,14 @@ def remote_step(
         # teardown (stop the job) thus runs before Ray's (stop Ray), which runs before the container goes. The
         # same triggers replace both, so a replaced step is stopped (teardown's delete) before it starts again.
         depends_on = [*depends_on, teardown_step(ctx, step, delete_scripts, delete_env, triggers, depends_on,
-                                                 f"{resource_name}-teardown")]
+                                                 f"{resource_name}-teardown", replacement_trigger)]
     resource = command.remote.Command(
         resource_name,
         connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key, ctx.dial_error_limit),
-        create=remote.render(step, scripts, full_env, sudo=ctx.user != "root"),
+        # The text (exports, secrets among them, and the scripts) on stdin, off every command line and error
+        # message (infra/node/remote.py); a changed text is an update that re-runs `create`, as before.
+        create=remote.stdin_command(step, sudo=ctx.user != "root"),
+        stdin=remote.render(step, scripts, full_env),
         triggers=list(triggers) if triggers is not None else None,
         # Without this pulumi-command sends PULUMI_COMMAND_STDOUT/STDERR as SSH env requests, which a stock sshd
         # refuses with a warning per step (AcceptEnv); the scripts never read them.
@@ -133,6 +139,8 @@ def remote_step(
             parent=ctx.parent,
             depends_on=depends_on,
             delete_before_replace=delete_before_replace,
+            # A change that must stop the old before the new starts (an update would only re-run `create`).
+            replacement_trigger=replacement_trigger,
         ),
     )
     record(ctx.node, step, "remote", scripts, [k for k, _ in after], resource_name)
@@ -147,6 +155,7 @@ def teardown_step(
     triggers: Sequence[pulumi.Input[str]] | None,
     depends_on: Sequence[pulumi.Resource],
     resource_name: str,
+    replacement_trigger: pulumi.Input[str] | None = None,
 ) -> command.local.Command:
     """A local command whose delete runs `delete_scripts` on the node over ssh (infra/scripts/local/teardown.sh):
     it probes the node with short bounds first and treats a node that cannot be reached as gone (done), so a
@@ -160,8 +169,7 @@ def teardown_step(
                                    sudo=ctx.user != "root")
     resource = command.local.Command(
         resource_name,
-        delete=f"bash infra/scripts/{TEARDOWN_SCRIPT}",
-        dir=str(PROJECT_DIR),
+        delete=f"bash infra/scripts/{TEARDOWN_SCRIPT}",  # no `dir`: see components/known_hosts.py
         environment={
             "HOST": ctx.host,
             "SSH_USER": ctx.user,
@@ -181,6 +189,16 @@ def teardown_step(
         },
         triggers=list(triggers) if triggers is not None else None,
         add_previous_output_in_env=False,
-        opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(depends_on), delete_before_replace=True),
+        opts=pulumi.ResourceOptions(
+            parent=ctx.parent, depends_on=list(depends_on), delete_before_replace=True,
+            # An update never runs `delete` (pulumi-command local/commandController.go:67-90): a teardown whose
+            # machine or step changed must be replaced, so that its old delete stops the old thing on the old
+            # machine. Null in stacks created before: no replacement on the upgrade (step_generator.go:3692-3694).
+            # The machine is its identity (an instance id; an own host's address), not its public address: a paused
+            # and resumed instance gets a new public IP and is still the same machine with the same Ray on it.
+            replacement_trigger=pulumi.Output.all(ctx.identity, str(ctx.port), ctx.user,
+                                                  replacement_trigger or "").apply(
+                lambda parts: json.dumps(parts)),
+        ),
     )
     return resource

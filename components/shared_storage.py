@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_alicloud as alicloud
+import pulumi_command as command
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,21 @@ class SharedStorage(pulumi.ComponentResource):
                 ),
             )
             file_system_id = file_system.id
+            # retain_on_delete is recorded by `pulumi up` only (deploy/step.go:661 reads the old state's): a
+            # destroy after retainOnDestroy changed to true would still delete the file system. This step is
+            # deleted just before it (it depends on it) and refuses then (infra/scripts/local/nas_guard.sh).
+            guard_name = f"{name}-fs-guard"
+            command.local.Command(
+                guard_name,
+                delete="bash infra/scripts/local/nas_guard.sh",
+                environment={
+                    "STACK": f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
+                    "RETAIN": "true" if args.retain_on_destroy else "false",
+                    "GUARD_RESOURCE": guard_name,
+                },
+                add_previous_output_in_env=False,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[file_system]),
+            )
         # Only the cluster's vSwitch may mount it (not the whole VPC, which the default access group allows).
         access_group = alicloud.nas.AccessGroup(
             f"{name}-access",

@@ -8,6 +8,7 @@ OpenRLHF's reward-model server runs supervised on the head and must answer befor
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -85,6 +86,10 @@ class TrainingJob(pulumi.ComponentResource):
                 delete_before_replace=True,
                 triggers=started or None,
                 resource_name="reward-server",
+                # A changed port or command is otherwise an update, which re-runs `create` only: the old server
+                # would keep its port and GPU memory. Replaced instead: its teardown's delete stops it first.
+                replacement_trigger=self.spec.apply(lambda spec: json.dumps(ray_commands.reward_server_env(
+                    settings, reward_of(spec), extra_env_names=sorted(args.secret_env)), sort_keys=True)),
             )
             after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
         self.submission = None

@@ -17,14 +17,15 @@ class AlibabaRefused(RuntimeError):
 
 def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None:
     if typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
-        key_type = str(reveal(inputs.get("publicKey")) or "").split(maxsplit=1)[:1]
+        key = reveal(inputs.get("publicKey"))  # unknown in a first preview: nothing to check yet
+        key_type = (key if isinstance(key, str) else "").split(maxsplit=1)[:1]
         if key_type and key_type[0] not in IMPORT_KEY_PAIR_TYPES:
             raise AlibabaRefused(
                 f"{name}: ImportKeyPair refuses a {key_type[0]} key (it accepts rsa, dsa and ecdsa)"
             )
     if typ == "alicloud:ecs/instance:Instance":
         user_data = reveal(inputs.get("userData"))
-        if user_data:
+        if user_data and isinstance(user_data, str):
             size = len(base64.b64decode(str(user_data)))  # gzip-compressed or not: the bytes before Base64
             if size > USER_DATA_LIMIT_BYTES:
                 raise AlibabaRefused(

@@ -31,7 +31,7 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
-from devtools import alibaba_shapes, provider_rules
+from devtools import alibaba_shapes, engine_model, provider_rules
 from devtools.alibaba_refusals import AlibabaRefused as AlibabaRefused
 from devtools.alibaba_refusals import _refuse_like_alibaba
 from devtools.alibaba_shapes import (
@@ -66,6 +66,7 @@ class Registered:
     outputs: dict[str, Any]
     custom: bool
     provider: str | None
+    registration: engine_model.Registration | None = None  # its options as the engine recorded them
 
 
 @dataclass
@@ -104,6 +105,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
     # node name -> what infra/scripts/local/host_key.sh would print (a real key pair), for hosts that must present
     # it (the e2e tier); others get a placeholder (offline_host_key).
     host_keys: dict[str, str] = field(default_factory=dict)
+    replace: set[str] = field(default_factory=set)  # `pulumi up --replace` of these resource names
+    registrations: dict[str, engine_model.Registration] = field(default_factory=dict)
+    _ops: engine_model.Ops = field(default_factory=engine_model.Ops)
     _instances: int = 0
 
     def next_run(self, **changes: Any) -> OfflineCloud:
@@ -116,6 +120,31 @@ class OfflineCloud(pulumi.runtime.Mocks):
         }
         fields.update(changes)
         return OfflineCloud(prior=list(self.resources), **fields)
+
+    # ------------------------------------------------------------------ the engine (devtools/engine_model.py)
+    @property
+    def ops(self) -> list[tuple[str, str]]:
+        """What this `up` does, in order: (create | update | same | replace | delete, resource name)."""
+        return self._ops.finish([r.name for r in self.prior], engine_model.kept_names(self.resources))
+
+    def _engine_change(self, typ: str, name: str, inputs: Mapping[str, Any]) -> tuple[str, Registered | None]:
+        reg = self.registrations.get(name)
+        old = self._prior(typ, name)
+        for alias in reg.aliases if reg is not None and old is None else ():
+            old = self._prior(typ, alias)
+            if old is not None:
+                break
+        replaced = {n for n, c in self.changes.items() if c == "replace"}
+        change = engine_model.decide(typ, inputs, reg, old.inputs if old else None,
+                                     old.registration if old else None, replaced, self.replace)
+        self.changes[name] = change
+        self._ops.record(change, name, engine_model.delete_first(typ, reg))
+        return change, old
+
+    def destroy(self, unreachable: set[str] | frozenset[str] = frozenset(),
+                local: Callable[[Registered], str | None] | None = None) -> engine_model.Destroyed:
+        """`pulumi destroy` of this run's state; a delete that dials an unreachable host fails (engine_model)."""
+        return engine_model.destroy(self.resources, unreachable, local)
 
     # ------------------------------------------------------------------ invokes
     def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
@@ -331,9 +360,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
         typ = args.typ
         _refuse_like_alibaba(typ, args.name, inputs)
         _refuse_by_rules(provider_rules.check_resource(typ, args.name, inputs, self.preview))
-        old = self._prior(typ, args.name)
-        change = self._change(typ, args.name, inputs, old)
-        self.changes[args.name] = change
+        change, old = self._engine_change(typ, args.name, inputs)
+        reg = self.registrations.get(args.name)
         if old is not None and change in ("same", "update"):
             # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
             outputs = {**old.outputs, **inputs}
@@ -341,7 +369,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
                 addresses = lambda: self._instance_addresses(args.name)  # noqa: E731 (only if it restarts)
                 outputs.update(power_state(inputs, old.outputs, self._instances, addresses))
             self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
-                                             args.provider or None))
+                                             args.provider or None, reg))
             if change == "update":
                 self._refuse(typ, args.name, inputs, replacing=None)
             return old.id, outputs
@@ -368,7 +396,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
             outputs["imageId"] = f"sha256:{_digest(str(inputs.get('name')), 64)}"
             outputs["repoDigest"] = f"{inputs.get('name')}@sha256:{_digest('d' + str(inputs.get('name')), 64)}"
         elif typ == "docker:index/container:Container":
-            resource_id = _digest(args.name, 64)
+            resource_id = _digest(args.name + (str(old.id) if old else ""), 64)  # a new container: a new id
             outputs["exitCode"] = None
         # The engine keeps the state's value of a property in ignore_changes when the resource already exists.
         options = self.options.get(args.name)
@@ -376,12 +404,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
             for prop in options.ignore_changes or []:
                 if prop in self.previous[args.name]:
                     outputs[prop] = self.previous[args.name][prop]
-        if self.preview and typ == "alicloud:ecs/instance:Instance":
-            resource_id = None
-            outputs.pop("publicIp", None)
-            outputs.pop("privateIp", None)
+        if self.preview:  # a first preview: no id, and only the inputs are known (every computed output unknown)
+            resource_id, outputs = None, dict(inputs)
         self.resources.append(
-            Registered(typ, args.name, resource_id, inputs, outputs, bool(args.custom), args.provider or None)
+            Registered(typ, args.name, resource_id, inputs, outputs, bool(args.custom), args.provider or None, reg)
         )
         return resource_id, outputs
 
@@ -391,20 +417,6 @@ class OfflineCloud(pulumi.runtime.Mocks):
             if r.type == typ and r.name == name:
                 return r
         return None
-
-    def _change(self, typ: str, name: str, inputs: Mapping[str, Any], old: Registered | None) -> str:
-        """What the engine would do: create, same, update, or replace (a ForceNew property changed)."""
-        if old is None:
-            return "create"
-        options = self.options.get(name)
-        ignored = set(options.ignore_changes or []) if options is not None else set()
-        if typ.startswith("alicloud:"):
-            return _provider_change(typ, old.inputs, inputs, ignored, options)
-        keys = (set(inputs) | set(old.inputs)) - ignored
-        changed = {k for k in keys if _canonical(inputs.get(k)) != _canonical(old.inputs.get(k))}
-        if not changed:
-            return "same"
-        return "replace"
 
     def live(self, typ: str) -> list[Registered]:
         """Resources of a type that exist while this run creates: this run's, and the prior ones not yet deleted
@@ -435,7 +447,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
             "alicloud:nas/fileSystem:FileSystem": self._refuse_file_system,
             "alicloud:nas/mountTarget:MountTarget": self._refuse_mount_target,
         }.get(typ)
-        if check is not None:
+        # A preview checks what it knows: a property that is another resource's unknown output is checked when
+        # the `up` knows it (the providers' Check skips unknowns), so the check waits too.
+        if check is not None and not engine_model.has_unknown(dict(inputs)):
             check(name, inputs)
 
     def _refuse_vswitch(self, name: str, inputs: Mapping[str, Any]) -> None:
@@ -548,23 +562,9 @@ class OfflineCloud(pulumi.runtime.Mocks):
         return found[0]
 
 
-def _provider_change(typ: str, old: Mapping[str, Any], new: Mapping[str, Any], ignored: set[str],
-                     options: pulumi.ResourceOptions | None) -> str:
-    """ForceNew (devtools/provider_rules) or replace_on_changes (step_generator.go:3170-3198) replace; else update."""
-    paths = provider_rules.changed_paths(typ, old, new, ignored)
-    replace_on = list(options.replace_on_changes or []) if options is not None else []
-    named = [p for p in paths for r in replace_on
-             if r == "*" or re.sub(r"\[\d+\]", "[*]", p) == r or p.startswith((r + ".", r + "["))]
-    return "same" if not paths else "replace" if any(paths.values()) or named else "update"
-
-
 def _refuse_by_rules(errors: Sequence[str]) -> None:  # the provider's schema validation (devtools/provider_rules)
     if errors:
         raise CloudRefusal("; ".join(errors))
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(unwrap(value), sort_keys=True, default=str)
 
 
 def _rule_identity(inputs: Mapping[str, Any]) -> tuple[str, ...]:
@@ -662,27 +662,30 @@ def run_program(
         return None
 
     pulumi.runtime.register_stack_transformation(capture_options)
+    engine_model.record_registrations(pulumi_settings.SETTINGS.monitor, cloud.registrations)
     steps_module.RECORDED.clear()
     steps_module.NOTES.clear()
 
-    def program() -> pulumi.Output[Any]:
+    def program() -> dict[str, Any]:
         runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")
         root = pulumi_settings.get_root_resource()
-        return pulumi.Output.from_input(getattr(root, "outputs", {}))
+        return dict(getattr(root, "outputs", {}) or {})
 
     outputs = _run_to_completion(program)
     return OfflineRun(stack, cloud, outputs, list(steps_module.RECORDED))
 
 
-def _run_to_completion(program: Callable[[], pulumi.Output[Any]]) -> dict[str, Any]:
+def _run_to_completion(program: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
 
     def body() -> Any:
-        output = program()
+        outputs = program()
 
         async def resolve() -> None:
-            value = await output.future()
-            result.update(value or {})
+            # Each output on its own: a preview knows some (engine_model.UNKNOWN for the others).
+            for key, value in outputs.items():
+                known = await pulumi.Output.from_input(value).future(with_unknowns=True)
+                result[key] = engine_model.UNKNOWN if isinstance(known, pulumi.output.Unknown) else known
 
         return pulumi_mocks._sync_await(resolve())  # type: ignore[attr-defined]
 

@@ -202,7 +202,7 @@ def _container_and_ray_sections(run: OfflineRun) -> list[str]:
     lines.append(section("Ray"))
     heads = [r for r in cloud.of_type("command:remote:Command") if r.name == "node-0-ray-head"]
     if heads:
-        env = remote.exported_env(str(unwrap(heads[0].inputs.get("create"))))
+        env = remote.exported_env(str(unwrap(heads[0].inputs.get("stdin"))))
         resources = env.get("RAY_RESOURCES") or "none"
         lines.append(f"  per node    --num-gpus={env.get('NUM_GPUS')}  --resources={resources}  "
                      f"jemalloc preloaded: {'yes' if env.get('RAY_PRELOAD_JEMALLOC') == '1' else 'no'}")

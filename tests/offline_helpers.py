@@ -22,7 +22,9 @@ def custom_resources(cloud: OfflineCloud) -> list[Registered]:
 
 
 def step_command(result: OfflineRun, resource_name: str) -> str:
-    return str(unwrap(result.cloud.named(resource_name).inputs["create"]))
+    """A step's text: what a remote step sends on stdin (infra/node/remote.py), else its command."""
+    inputs = result.cloud.named(resource_name).inputs
+    return str(unwrap(inputs.get("stdin", inputs["create"])))
 
 
 def env_of(command_text: str) -> dict[str, str]:

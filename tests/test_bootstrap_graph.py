@@ -125,7 +125,7 @@ def test_docker_provider_runs_over_ssh_only_after_docker_is_installed():
 def test_registry_password_is_secret_everywhere():
     result = run("multi", config={"roll-cluster:container": {"registryUsername": "puller"}},
                  secrets={"roll-cluster:registryPassword": "s3cret-pw"})
-    pull = result.cloud.named("node-0-pull-image").inputs["create"]
+    pull = result.cloud.named("node-0-pull-image").inputs["stdin"]
     assert is_secret(pull) and env_of(reveal(pull))["REGISTRY_PASSWORD"] == "s3cret-pw"
     provider = result.cloud.named("node-0-docker-engine").inputs
     assert "s3cret-pw" in str(provider["registryAuth"])

@@ -129,10 +129,9 @@ def test_the_hosts_stack_creates_no_cloud_resource_and_reaches_each_host_as_conf
     head_steps = [r for r in result.cloud.of_type(REMOTE) if r.name.startswith("node-0-")]
     assert head_steps and all(unwrap(r.inputs["connection"])["user"] == "ops" for r in head_steps)
     assert all(unwrap(r.inputs["connection"])["port"] == 2222 for r in head_steps)
-    # A non-root user runs every step through sudo, which keeps only the exported variables.
-    prepare = step_command(result, "node-0-prepare-host")
-    assert "exec sudo -n --preserve-env=ROLL_STEP,DATA_DISK_DEVICE," in prepare
-    assert "exec bash -c" in step_command(result, "node-1-prepare-host")
+    # A non-root user runs every step's text (stdin) in a root bash under sudo; root runs it in a plain bash.
+    assert unwrap(result.cloud.named("node-0-prepare-host").inputs["create"]).startswith("exec sudo -n bash -c ")
+    assert unwrap(result.cloud.named("node-1-prepare-host").inputs["create"]).startswith("exec bash -c ")
     docker_env = env_of(step_command(result, "node-1-docker"))
     assert docker_env["KEEP_EXISTING_DOCKER"] == "1" and docker_env["NVIDIA_RUNTIME"] == "1"
     nfs = env_of(step_command(result, "node-1-prepare-host"))

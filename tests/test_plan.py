@@ -122,7 +122,7 @@ def test_plan_shows_the_dashboard_reached_through_the_tunnel_by_default(stack, c
     assert "dashboardUrl" not in text and "8265/8265" not in text  # no output and no security group rule
     result = run(stack)
     head = next(r for r in result.cloud.resources if r.name == "node-0-ray-head")
-    assert "export DASHBOARD_HOST=127.0.0.1" in str(head.inputs["create"])
+    assert "export DASHBOARD_HOST=127.0.0.1" in str(head.inputs["stdin"])
 
 
 @pytest.mark.parametrize("stack", ["dev", "multi", "large", "hosts"])

@@ -212,7 +212,7 @@ def test_custom_framework_submits_the_entrypoint():
 def test_wandb_and_hf_tokens_reach_ray_as_secrets_and_never_appear_in_plain(stack):
     secrets = {"roll-cluster:wandbApiKey": "wandb-0123456789", "roll-cluster:hfToken": "hf_abcdefghijkl"}
     result = run(stack, secrets=secrets)
-    head = result.cloud.named("node-0-ray-head").inputs["create"]
+    head = result.cloud.named("node-0-ray-head").inputs["stdin"]
     assert is_secret(head)
     env = env_of(reveal(head))
     assert env["WANDB_API_KEY"] == "wandb-0123456789" and env["HF_TOKEN"] == "hf_abcdefghijkl"
@@ -260,7 +260,7 @@ def test_worker_and_gate_timeouts_come_from_the_config():
 
 def test_the_job_step_gets_the_secrets_for_its_preparation_but_only_as_secrets():
     result = run("verl", secrets={"roll-cluster:hfToken": "hf_prepare_token"})
-    create = result.cloud.named("training-job").inputs["create"]
+    create = result.cloud.named("training-job").inputs["stdin"]
     assert is_secret(create)
     env = env_of(reveal(create))
     assert env["HF_TOKEN"] == "hf_prepare_token" and "HF_TOKEN" in env["RAY_EXTRA_ENV_NAMES"]
@@ -277,8 +277,8 @@ def test_ray_steps_and_the_container_are_replaced_cleanly():
 def test_the_reward_server_gets_hf_token_as_a_secret_and_is_stopped_when_removed():
     result = run("openrlhf", secrets={"roll-cluster:hfToken": "hf_reward_token"})
     server = result.cloud.named("reward-server").inputs
-    assert is_secret(server["create"])
-    env = env_of(reveal(server["create"]))
+    assert is_secret(server["stdin"])
+    env = env_of(reveal(server["stdin"]))
     assert env["HF_TOKEN"] == "hf_reward_token" and "HF_TOKEN" in env["RAY_EXTRA_ENV_NAMES"]
     # Removed, it is stopped by its teardown (a local command that reaches the head briefly; infra/node/steps.py).
     teardown = result.cloud.named("reward-server-teardown").inputs["environment"]

@@ -339,6 +339,14 @@ def test_job_status_gives_up_on_a_jobs_api_that_never_answers_at_its_bound(tmp_p
     assert "Traceback" not in result.stderr
 
 
+def test_job_status_says_another_error_at_once_without_waiting_or_a_traceback(tmp_path: Path) -> None:
+    wrong = "Traceback (most recent call last):\n  ...\nValueError: invalid address http://127.0.0.1:8101x"
+    result = run_job_status(tmp_path, wrong, 1, api_wait_s=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result
+    assert "ray job status failed: ValueError: invalid address" in result.stderr
+    assert "does not answer yet" not in result.stderr
+
+
 def test_the_resubmit_command_replaces_the_job_step_by_its_urn() -> None:
     assert rc.job_resubmit_command("org/proj/dev", URN) == f"pulumi up --stack org/proj/dev --replace '{URN}'"
     with pytest.raises(ValueError):

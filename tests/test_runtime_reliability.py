@@ -126,22 +126,22 @@ def test_a_changed_ray_setting_reruns_ray_on_every_node_the_gate_and_the_job_but
     base = run("multi")
     bigger = run("multi", config={"roll-cluster:ray": {"objectStoreMemoryGb": 2}})
     for name in ("node-0-ray-head", "node-1-ray-worker", "ray-ready", "training-job"):
-        assert _inputs(base, name)["create"] != _inputs(bigger, name)["create"], name
+        assert _inputs(base, name)["stdin"] != _inputs(bigger, name)["stdin"], name
     for name in ("node-0-container", "node-1-container"):
         assert _inputs(base, name) == _inputs(bigger, name), name
-    generation = env_of(str(_inputs(bigger, "node-1-ray-worker")["create"]))["RAY_GENERATION"]
-    assert generation and generation == env_of(str(_inputs(bigger, "ray-ready")["create"]))["RAY_GENERATION"]
-    assert generation != env_of(str(_inputs(base, "node-1-ray-worker")["create"]))["RAY_GENERATION"]
+    generation = env_of(str(_inputs(bigger, "node-1-ray-worker")["stdin"]))["RAY_GENERATION"]
+    assert generation and generation == env_of(str(_inputs(bigger, "ray-ready")["stdin"]))["RAY_GENERATION"]
+    assert generation != env_of(str(_inputs(base, "node-1-ray-worker")["stdin"]))["RAY_GENERATION"]
 
 
 def test_a_rotated_secret_reruns_ray_the_gate_and_the_job_and_the_gate_learns_it_only_as_a_digest() -> None:
     one = run("multi", secrets={"roll-cluster:wandbApiKey": "wandb-rotation-one"})
     two = run("multi", secrets={"roll-cluster:wandbApiKey": "wandb-rotation-two"})
-    gate_one, gate_two = (r.cloud.named("ray-ready").inputs["create"] for r in (one, two))
+    gate_one, gate_two = (r.cloud.named("ray-ready").inputs["stdin"] for r in (one, two))
     assert is_secret(gate_one)
     assert reveal(gate_one) != reveal(gate_two) and "wandb-rotation" not in reveal(gate_two)
     for name in ("node-0-ray-head", "node-1-ray-worker", "training-job"):
-        assert reveal(one.cloud.named(name).inputs["create"]) != reveal(two.cloud.named(name).inputs["create"])
+        assert reveal(one.cloud.named(name).inputs["stdin"]) != reveal(two.cloud.named(name).inputs["stdin"])
 
 
 def test_the_plan_says_which_changes_restart_ray_or_the_job_and_what_a_reboot_does(capsys: Any) -> None:
@@ -174,7 +174,7 @@ def test_the_container_runs_the_supervisor_and_a_new_nas_recreates_it() -> None:
     assert container["restart"] == "unless-stopped"
     assert result.cloud.options["node-1-container"].delete_before_replace is True
     assert any(e.startswith("ROLL_CLUSTER_NAS=") and e.endswith(".nas.aliyuncs.com") for e in container["envs"])
-    docker_step = env_of(str(_inputs(result, "node-1-docker")["create"]))
+    docker_step = env_of(str(_inputs(result, "node-1-docker")["stdin"]))
     assert docker_step["MOUNTS"] == "/data /mnt/shared"
 
 
@@ -534,7 +534,10 @@ def test_secrets_reach_steps_only_as_exported_secrets_never_in_a_script_teardown
             if not any(v in text for v in values.values()):
                 continue
             assert is_secret(value), (resource.name, key)
-            assert resource.type == REMOTE and key == "create", (resource.name, key)
+            # On the step's stdin, never in its command (sshd's `sh -c` argv, pulumi-command's error message).
+            assert resource.type == REMOTE and key == "stdin", (resource.name, key)
+            create = str(unwrap(resource.inputs["create"]))
+            assert len(create) < 256 and not any(v in create for v in values.values()), resource.name
             seen_in_a_step = True
             # Only on the `export NAME=...` lines the login shell runs before `exec bash -c <script>`: never inside
             # the script text, which is the command line of the step's bash.

@@ -240,3 +240,29 @@ def test_teardowns_log_in_with_the_same_identity_as_every_other_local_client(
         assert env["TEARDOWN_RESOURCE"] == teardown.name
     gpu_ready = [r for r in cloud.of_type(LOCAL) if r.name.endswith("-gpu-ready")]
     assert gpu_ready and all(unwrap(r.inputs["environment"])["SSH_KEY_PATH"] == agent_pub for r in gpu_ready)
+
+
+def test_a_stale_ssh_auth_sock_is_refused_even_with_a_key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pulumi-command dials $SSH_AUTH_SOCK whenever it is set and fails every remote step on the dial error.
+    plain = keygen(tmp_path, "plain")
+    public = (tmp_path / "plain.pub").read_text().strip()  # the pair matches: only the socket is wrong
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "gone.sock"))
+    with pytest.raises(ConfigError, match="SSH_AUTH_SOCK"):
+        ssh_access.login_key(str(plain), public, tmp_path / "a.pub", agent_keys=lambda: None)
+    monkeypatch.delenv("SSH_AUTH_SOCK")
+    assert ssh_access.login_key(str(plain), public, tmp_path / "a.pub", agent_keys=lambda: None).private_key
+
+
+def test_an_agent_key_past_sshds_max_auth_tries_is_refused_with_the_fix(tmp_path: Path) -> None:
+    locked = keygen(tmp_path, "locked", passphrase="pw")
+    public = (tmp_path / "locked.pub").read_text().strip()
+    others = [f"ssh-ed25519 AAAAother{i} k{i}" for i in range(6)]
+    with pytest.raises(ConfigError, match="MaxAuthTries"):
+        ssh_access.login_key(str(locked), public, tmp_path / "a.pub", agent_keys=lambda: [*others, public])
+    assert ssh_access.login_key(str(locked), public, tmp_path / "a.pub",
+                                agent_keys=lambda: [*others[:5], public]).via_agent
+
+
+def test_the_system_ssh_skips_the_agent_with_a_key_file_and_uses_it_for_an_agent_key() -> None:
+    assert "IdentityAgent=none" in known_hosts.ssh_options("~/.ssh/id_ed25519", "kh", "yes")
+    assert "IdentityAgent=none" not in known_hosts.ssh_options("~/.ssh/roll-cluster/dev.agent-key.pub", "kh", "yes")

@@ -367,6 +367,8 @@ def test_a_section_set_as_secret_stays_secret_in_every_command() -> None:
     cloud = OfflineCloud()
     run("verl", cloud=cloud, secrets={"roll-cluster:training": json.dumps(training)})
     commands = [r for r in cloud.resources if r.type == "command:remote:Command"]
-    assert commands and all(is_secret(r.inputs["create"]) for r in commands)
+    # The step's text (its exports and scripts) travels on stdin (components/remote_steps.py): that is what holds
+    # values derived from the section.
+    assert commands and all(is_secret(r.inputs["stdin"]) for r in commands)
     plain = run("verl", cloud=OfflineCloud())
     assert not any(is_secret(r.inputs["create"]) for r in plain.cloud.resources if r.type == "command:remote:Command")

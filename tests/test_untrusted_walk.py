@@ -274,7 +274,7 @@ def examine(result: OfflineRun, marker: str, own_code: bool) -> list[str]:
                     check_script(f"{resource.name}/userData", text, marker, own_code, findings)
             elif marker not in text:
                 continue
-            elif resource.type == "command:remote:Command" and path == ".create":
+            elif resource.type == "command:remote:Command" and path in (".create", ".stdin"):  # stdin: the script
                 check_script(resource.name, text, marker, own_code, findings)
             elif resource.type == "command:local:Command" and path == ".environment.REMOTE_COMMAND":
                 check_script(f"{resource.name}/REMOTE_COMMAND", text, marker, own_code, findings)

@@ -79,10 +79,14 @@ def host_key_checking(machine: Machine) -> str:
 
 
 def ssh_options(identity_file: str, known_hosts: str, checking: str) -> list[str]:
-    """Options of every system `ssh` the program runs itself (the docker provider's ssh_opts)."""
+    """Options of every system `ssh` the program runs itself (the docker provider's ssh_opts). A private key file
+    needs no agent: IdentityAgent=none (a stale $SSH_AUTH_SOCK is then not dialled); a `.pub` file names an agent
+    key."""
+    agent = [] if identity_file.endswith(".pub") else ["-o", "IdentityAgent=none"]
     return [
         "-i", identity_file,
         "-o", "IdentitiesOnly=yes",
+        *agent,
         "-o", "BatchMode=yes",
         "-o", f"UserKnownHostsFile={known_hosts}",
         "-o", "GlobalKnownHostsFile=/dev/null",

@@ -9,7 +9,12 @@ login shell (sh or bash), so it only uses POSIX syntax before handing the script
     exec bash -c '<lib.sh><script>' roll-cluster-docker
 
 Values are single-quoted with shlex.quote; secrets may be Outputs and keep their secretness in the result.
-The script text is passed as an argument, not on stdin, so commands inside it may read stdin safely.
+
+The steps send that text on the SSH channel's stdin, not as the command (`stdin_command`): sshd runs the command
+as `$SHELL -c <command>`, in argv (`ps`, /proc/<pid>/cmdline, execve audit logs), and pulumi-command prints the
+whole command of a failed step (remote/commandOutputs.go:100-101). The outer bash reads stdin whole before running
+anything (`eval "$(cat)"`), so the script still finds stdin at EOF; the script text itself, which holds no secret,
+is the inner bash's argument as before.
 """
 
 from __future__ import annotations
@@ -55,6 +60,13 @@ def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str], sudo
     if sudo:
         runner = "sudo -n --preserve-env=" + ",".join(["ROLL_STEP", *sorted(env)]) + " bash"
     return "\n".join(exports) + f"\nexec {runner} -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
+
+
+def stdin_command(step: str, sudo: bool = False) -> str:
+    """The short, constant command of a step whose text (`render`, sudo=False) arrives on stdin; with `sudo` the
+    whole text runs in a root bash, so its exports need no --preserve-env."""
+    runner = "sudo -n bash" if sudo else "bash"
+    return f"exec {runner} -c 'eval \"$(cat)\"' {shlex.quote('roll-cluster-' + step)}"
 
 
 def exported_env(command_text: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ import base64
 import binascii
 import hashlib
 import os
+import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,6 +140,33 @@ def _check_pair(key_file: Path, text: str, public_key: str | None) -> None:
         ])
 
 
+SSHD_MAX_AUTH_TRIES = 6  # sshd_config(5) MaxAuthTries default
+AGENT_PROBE_TIMEOUT_S = 2.0
+
+
+def agent_socket_answers(path: str) -> bool:
+    """Whether something accepts a connection on the ssh-agent socket at `path`."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(AGENT_PROBE_TIMEOUT_S)
+            sock.connect(path)
+    except OSError:
+        return False
+    return True
+
+
+def _refuse_stale_agent_socket() -> None:
+    """pulumi-command dials $SSH_AUTH_SOCK whenever it is set, even with a private key, and fails the step on the
+    dial error (remote/connection.go:131-145, connection_unix.go:12-17): a stale socket fails every remote step."""
+    sock = os.environ.get("SSH_AUTH_SOCK")
+    if sock and not agent_socket_answers(sock):
+        raise ConfigError([
+            f"SSH_AUTH_SOCK points to {sock}, where no ssh-agent answers; the remote steps (pulumi-command) dial it "
+            "even with a key file and would all fail: `unset SSH_AUTH_SOCK` or start the agent again, then run "
+            "again; nothing was created"
+        ])
+
+
 def login_key(
     private_key_path: str,
     public_key: str | None,
@@ -154,6 +182,7 @@ def login_key(
     text = key_file.read_text() if key_file.is_file() else None
     if text is not None and not is_encrypted(text):
         _check_pair(key_file, text, public_key)
+        _refuse_stale_agent_socket()
         return LoginKey(private_key=text, identity_file=private_key_path, via_agent=False)
     if public_key is None:
         # Your own hosts (nodes.source hosts) name no public key in the config: the one beside the private key.
@@ -164,6 +193,16 @@ def login_key(
     if in_agent and public_key is not None:
         # The system ssh gets the public key as -i: with IdentitiesOnly=yes it then offers exactly this agent key,
         # without reading (and asking the passphrase of) the private key file.
+        position = next(i for i, k in enumerate(held or []) if _same_key(k, public_key))
+        if position >= SSHD_MAX_AUTH_TRIES:
+            # pulumi-command offers every agent key in the agent's order (remote/connection.go:131-145), and sshd
+            # counts each refused one: past MaxAuthTries (default 6, sshd_config(5)) it disconnects first.
+            raise ConfigError([
+                f"{PRIVATE_KEY_KEY}: the login key is key {position + 1} of {len(held or [])} in ssh-agent; the SSH "
+                f"steps offer the agent's keys in order and sshd's MaxAuthTries (default {SSHD_MAX_AUTH_TRIES}) "
+                "disconnects before this one. Run with an agent holding only this key (`eval \"$(ssh-agent)\" && "
+                f"ssh-add {private_key_path}`), or give a key file without a passphrase; nothing was created"
+            ])
         agent_pub_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         agent_pub_file.write_text(public_key.strip() + "\n")
         return LoginKey(private_key=None, identity_file=str(agent_pub_file), via_agent=True)

@@ -576,6 +576,10 @@ _JOB_STATUS_SH = _JOB_PHASE_SH + (
     "while :; do\n"
     '  if out=$(ray job status "$1" --address "$2" 2>&1); then printf "%s\\n" "$out"; show_phase "$@"; exit 0; fi\n'
     '  case $out in *"does not exist"* | *"status code 404"*) break ;; esac\n'
+    # Only a Jobs API that does not answer (yet) is waited for; any other error is said at once, its last line.
+    '  case $out in *"Failed to connect"* | *"Connection refused"* | *"status code 5"[0-9][0-9]*) ;;\n'
+    '    *) printf "%s\\n" "ray job status failed: ${out##*$\'\\n\'}" >&2; exit 1 ;;\n'
+    "  esac\n"
     '  if [ "$SECONDS" -ge "$deadline" ]; then\n'
     '    printf "%s\\n" "the Ray head\'s Jobs API ($2) did not answer within $5 s: ${out##*$\'\\n\'}" >&2\n'
     "    exit 1\n"

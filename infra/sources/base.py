@@ -71,6 +71,9 @@ class Machine:
     # machines (own hosts). The job step carries the head's, so a resumed cluster (nodes.paused removed, or after
     # autostop with `pulumi up --refresh`) submits its job again (docs/operations.md, 'Pause, resume and autostop').
     started: pulumi.Input[str] | None = None
+    # The resource whose deletion takes the machine's container with it (an instance): a destroy then deletes no
+    # container over SSH, which fails on a node that cannot be reached. None: own hosts (the container is deleted).
+    deleted_with: pulumi.Resource | None = None
     # Baking (a source that can image its machines, with nodes.bake): called by the bootstrap once the machine is
     # prepared, with the step(s) to wait for and the parent for the image; returns the image resource (later steps
     # wait for it) and its id.

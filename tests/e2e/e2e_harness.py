@@ -21,12 +21,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import venv
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
@@ -147,14 +149,21 @@ class RunningCommand:
     """A command started in the background (say a worker that waits for a head not started yet)."""
 
     def __init__(
-        self, where: str, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+        self, where: str, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
+        stdin_text: str | None = None,
     ) -> None:
         self.where = where
         self.started = time.monotonic()
+        stdin: Any = subprocess.DEVNULL
+        if stdin_text is not None:
+            stdin = tempfile.TemporaryFile()  # noqa: SIM115 - the child reads it; closed with the process below
+            stdin.write(stdin_text.encode())
+            stdin.seek(0)
         self.process = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            cwd=cwd,
+            list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
         )
+        if stdin is not subprocess.DEVNULL:
+            stdin.close()  # the child holds its own descriptor
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -381,7 +390,9 @@ class TestNetwork:
         return self.start_command(host, command, user).wait(timeout)
 
     def start_command(self, host: TestHost, command: str, user: str = "root") -> RunningCommand:
-        return RunningCommand(host.name, self.ssh_argv(host, command, user))
+        # A program step (program_commands.StepCommand) reads its text on the session's stdin, as from
+        # pulumi-command.
+        return RunningCommand(host.name, self.ssh_argv(host, command, user), stdin_text=getattr(command, "stdin", None))
 
     def run_parallel(self, runs: Sequence[tuple[TestHost, str]], timeout: float = 300) -> list[CommandResult]:
         with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.offline_cloud import OfflineCloud, run_program, stack_config, unwrap
+from infra.layout import PROJECT_DIR
 from infra.node import steps
 
 # V100 types of the catalog by GPUs per node: the GPU count is a test parameter (Ray is told --num-gpus).
@@ -24,7 +25,7 @@ TYPE_WITH_GPUS = {1: "ecs.gn6v-c8g1.2xlarge", 2: "ecs.gn6v-c8g1.4xlarge", 4: "ec
 
 @dataclass(frozen=True)
 class ProgramCommands:
-    head: str
+    head: StepCommand
     workers: list[str]  # rank 1.. in order
     ready: str
     submit: str | None  # None with training.autoStart false
@@ -36,6 +37,7 @@ class ProgramCommands:
     container_command: list[str]  # the training container's command (its main process)
     # The local teardown commands `pulumi destroy` runs (job first, then Ray, rank 0 first): their environments.
     teardowns: list[dict[str, str]]
+    cloud: OfflineCloud  # the run's state: what `pulumi destroy` would delete, and in which order (engine_model)
 
 
 def render_cluster(
@@ -96,10 +98,10 @@ def render_cluster(
     teardowns = [inputs(f"{name}-teardown")["environment"] for name in ["training-job", *ray_steps]
                  if f"{name}-teardown" in names]
     return ProgramCommands(
-        head=inputs("node-0-ray-head")["create"],
-        workers=[inputs(name)["create"] for name in workers],
-        ready=inputs("ray-ready")["create"],
-        submit=job["create"] if job else None,
+        head=ssh_command(inputs("node-0-ray-head")),
+        workers=[ssh_command(inputs(name)) for name in workers],
+        ready=ssh_command(inputs("ray-ready")),
+        submit=ssh_command(job) if job else None,
         job_stop=inputs("training-job-teardown")["environment"]["REMOTE_COMMAND"] if job else None,
         ray_stop=[inputs(f"{name}-teardown")["environment"]["REMOTE_COMMAND"] for name in ray_steps],
         outputs=result.outputs,
@@ -107,13 +109,36 @@ def render_cluster(
         known_hosts=_local_command(inputs("known-hosts")),
         container_command=list(inputs("node-0-container")["command"]),
         teardowns=[dict(env) for env in teardowns],
+        cloud=cloud,
     )
 
 
+class StepCommand(str):
+    """A remote step as pulumi-command runs it: the command (`create`) and the text it reads on the SSH session's
+    stdin (infra/node/remote.py); the harness's runner sends `stdin` (e2e_harness.RunningCommand)."""
+
+    stdin: str | None
+
+    def __new__(cls, command: str, stdin: str | None = None) -> StepCommand:
+        made = super().__new__(cls, command)
+        made.stdin = stdin
+        return made
+
+    def prefixed(self, exports: str) -> StepCommand:
+        """The same step with `exports` run first (variables the step's bash inherits)."""
+        return StepCommand(exports + self, self.stdin)
+
+
+def ssh_command(inputs: Mapping[str, Any]) -> StepCommand:
+    text = inputs.get("stdin")
+    return StepCommand(str(inputs["create"]), None if text is None else str(text))
+
+
 def _local_command(inputs: Mapping[str, Any]) -> str:
-    """A pulumi-command local.Command as one shell line: its `create` run in its `dir` with its `environment`."""
+    """A pulumi-command local.Command as one shell line: its `create` run with its `environment` in the project root
+    of the checkout that runs `up` (no `dir`: the provider's working directory, local/commandOutputs.go:73-80)."""
     env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in inputs["environment"].items())
-    return f"cd {shlex.quote(inputs['dir'])} && env {env} {inputs['create']}"
+    return f"cd {shlex.quote(str(inputs.get('dir', PROJECT_DIR)))} && env {env} {inputs['create']}"
 
 
 def _public_key_of(private_key_path: str) -> str:
@@ -194,7 +219,7 @@ def render_hosts_program(
         command, env, login = "", {}, "root"
         kind = record.kind
         if kind == "remote":
-            command, login = inputs["create"], inputs["connection"]["user"]
+            command, login = ssh_command(inputs), inputs["connection"]["user"]
         elif kind == "local":
             command, env = inputs["create"], dict(inputs.get("environment") or {})
         elif record.step == "image":

@@ -354,3 +354,38 @@ def test_teardown_stops_ray_everywhere_and_tolerates_what_is_gone(network: TestN
     assert "nothing answers on the Jobs API port 8101: Ray is down and the job with it" in job_gone.stdout
     assert "container roll is not running: Ray is not running there" in no_container.stdout
     assert "container roll is not running: no job to stop" in no_job_container.stdout
+
+
+def reward_server_ops(port: int) -> list[tuple[str, str]]:
+    """What the next `pulumi up` of the openrlhf stack does to the reward server when its port changes from 5001
+    to `port`: the engine model's steps (devtools/engine_model.py) for the server and its teardown, in order."""
+    from devtools.offline_cloud import run_program
+
+    first = run_program("openrlhf")
+    config = {"roll-cluster:training": {"openrlhf": {"rewardServer": {"port": port}}}}
+    later = run_program("openrlhf", cloud=first.cloud.next_run(), config=config)
+    return [op for op in later.cloud.ops if op[1] in ("reward-server", "reward-server-teardown")]
+
+
+def test_a_changed_reward_server_port_stops_the_old_server(network: TestNetwork, hosts: list[TestHost]) -> None:
+    head = hosts[0]
+    old, new = (rc.RewardServer(command=f"exec python3 -m http.server {p} --bind 127.0.0.1", port=p,
+                                health_timeout_s=30) for p in (5001, 5002))
+    network.run(head, steps.reward_server(SETTINGS, head, old)).check()
+    try:
+        # The program's second `up` as the engine runs it: a delete runs the teardown's stop, a create, update or
+        # replace runs the step (pulumi-command re-runs `create` on an update and never `delete`).
+        ops = reward_server_ops(5002)
+        assert ops, "the engine model has no step for the reward server"
+        for verb, name in ops:
+            if verb == "delete" and name == "reward-server-teardown":
+                network.run(head, steps.reward_stop(SETTINGS, head)).check()
+            elif verb in ("create", "update", "replace") and name == "reward-server":
+                network.run(head, steps.reward_server(SETTINGS, head, new)).check()
+        deadline = time.monotonic() + 30
+        while reward_port_answers(network, head, 5001) or not reward_port_answers(network, head, 5002):
+            assert time.monotonic() < deadline, f"after {ops}: 5001 still answers or 5002 does not"
+            time.sleep(0.5)
+        assert reward_server_pid(network, head, 5001) == ""
+    finally:
+        network.run(head, steps.reward_stop(SETTINGS, head))

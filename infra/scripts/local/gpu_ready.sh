@@ -66,6 +66,8 @@ check_settings() {
     SSH_KEY_PATH=$(home_path "$SSH_KEY_PATH")
     [[ -r "$SSH_KEY_PATH" ]] || fail "SSH_KEY_PATH $SSH_KEY_PATH is not readable"
     SSH_OPTIONS+=(-i "$SSH_KEY_PATH" -o IdentitiesOnly=yes)
+    # A private key file needs no agent: a stale $SSH_AUTH_SOCK is then not even dialled.
+    if [[ "$SSH_KEY_PATH" != *.pub ]]; then SSH_OPTIONS+=(-o IdentityAgent=none); fi
   fi
   SUDO=''
   if [[ "$SSH_USER" != root ]]; then SUDO='sudo -n '; fi

@@ -65,6 +65,8 @@ check_settings() {
   if [[ -n "$SSH_KEY_PATH" ]]; then
     SSH_KEY_PATH=$(home_path "$SSH_KEY_PATH")
     SSH_OPTIONS+=(-i "$SSH_KEY_PATH" -o IdentitiesOnly=yes)
+    # A private key file needs no agent: a stale $SSH_AUTH_SOCK is then not even dialled.
+    if [[ "$SSH_KEY_PATH" != *.pub ]]; then SSH_OPTIONS+=(-o IdentityAgent=none); fi
   fi
   if [[ -n "$KNOWN_HOSTS_FILE" ]]; then
     KNOWN_HOSTS_FILE=$(home_path "$KNOWN_HOSTS_FILE")

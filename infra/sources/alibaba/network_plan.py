@@ -36,6 +36,9 @@ class IngressRule:
     ports: str
     source: str
     description: str
+    # The name it had when rules were named by their position in adminCidrs (an alias: an unchanged list keeps
+    # its rules on the upgrade).
+    former_name: str = ""
 
 
 def ingress_rules(args: NetworkArgs) -> list[IngressRule]:
@@ -43,9 +46,20 @@ def ingress_rules(args: NetworkArgs) -> list[IngressRule]:
         IngressRule("intra-tcp", "tcp", "1/65535", "this security group", "Ray, NCCL and Gloo between nodes"),
         IngressRule("intra-udp", "udp", "1/65535", "this security group", "NCCL and Gloo between nodes"),
     ]
+    # Named by the CIDR, not by its position: every field of a rule forces a new one (TF
+    # resource_alicloud_security_group_rule.go:28-107) and a replacement re-authorizes a rule that already exists
+    # (accepted, adds nothing), so the delete of the old resource would revoke a rule that is still wanted. By CIDR,
+    # reordering changes nothing, removing one deletes exactly its rules, adding one creates its rules.
     for index, cidr in enumerate(args.admin_cidrs):
-        rules.append(IngressRule(f"ssh-{index}", "tcp", "22/22", cidr, "SSH from an admin CIDR"))
+        key = rule_key(cidr)
+        rules.append(IngressRule(f"ssh-{key}", "tcp", "22/22", cidr, "SSH from an admin CIDR", f"ssh-{index}"))
         if args.dashboard_open_to_admins:
             port = f"{args.dashboard_port}/{args.dashboard_port}"
-            rules.append(IngressRule(f"dashboard-{index}", "tcp", port, cidr, "Ray dashboard from an admin CIDR"))
+            rules.append(IngressRule(f"dashboard-{key}", "tcp", port, cidr, "Ray dashboard from an admin CIDR",
+                                     f"dashboard-{index}"))
     return rules
+
+
+def rule_key(cidr: str) -> str:
+    """A CIDR as part of a resource name (no `/`, no `:`): 203.0.113.0/24 -> 203.0.113.0_24."""
+    return cidr.replace("/", "_").replace(":", "-")
