@@ -17,6 +17,8 @@
 #   SPOT_POLL_S        seconds between looks                                                          15
 #   METADATA_URL       the instance metadata service                                  http://100.100.100.200
 #   SPOT_STATE_DIR     where the watcher keeps its copy and settings            /var/lib/roll-cluster-spot
+#   (METADATA_URL and SPOT_POLL_S are test seams too: the program never sets them; tests/e2e/test_idle_and_reclaim.py
+#   points them at a stand-in metadata service)
 
 require_env SPOT_ACTION RECLAIM_DIR NODE_NAME
 SPOT_POLL_S=${SPOT_POLL_S:-15}
