@@ -97,10 +97,12 @@ EOF
     banner "autostop watcher running (systemd unit roll-cluster-autostop)"
   else
     stop_detached_watcher
+    # The redirections on the whole background subshell, which execs the watcher (so $! is the watcher): had the
+    # subshell kept the step's stdout, the SSH session of the step would never end (seen on the real-host tier).
     # shellcheck source=/dev/null # written just above
     (. "$AUTOSTOP_STATE_DIR/settings.env" && AUTOSTOP_ACTION=watch ROLL_STEP=autostop \
-      setsid bash -- "$AUTOSTOP_STATE_DIR/autostop.sh" </dev/null >>"$AUTOSTOP_STATE_DIR/watch.log" 2>&1 &
-      echo $! >"$AUTOSTOP_STATE_DIR/watch.pid")
+      exec setsid bash -- "$AUTOSTOP_STATE_DIR/autostop.sh") </dev/null >>"$AUTOSTOP_STATE_DIR/watch.log" 2>&1 &
+    echo $! >"$AUTOSTOP_STATE_DIR/watch.pid"
     banner "autostop watcher running (no systemd: process $(cat -- "$AUTOSTOP_STATE_DIR/watch.pid"))"
   fi
 }

@@ -108,13 +108,13 @@ def test_after_the_job_ends_autostop_stops_exactly_this_stacks_instances_with_th
     assert commands.submit is not None and commands.autostop is not None and commands.autostop_remove is not None
     assert len(commands.instance_ids) == 2 and all(i.startswith("i-") for i in commands.instance_ids)
     network.run(head, commands.submit, timeout=300).check()
-    wait_until("the stand-in job SUCCEEDED", lambda: job_status(network, commands),
-               lambda r: r.returncode == 0 and "SUCCEEDED" in r.stdout, timeout=120, every=2)
-    assert standin.calls() == []
     # The program's autostop step, as `pulumi up` runs it on the head after the job step, pointed at the stand-ins.
     seams = f"export ECS_ENDPOINT={standin.ecs_url} METADATA_URL={standin.metadata_url} AUTOSTOP_POLL_S={POLL_S}\n"
     installed = network.run(head, seams + commands.autostop, timeout=60).check()
     assert "autostop watcher running (no systemd: process" in installed.output, installed.output
+    wait_until("the stand-in job succeeded", lambda: job_status(network, commands),
+               lambda r: r.returncode == 0 and "succeeded" in r.stdout.lower(), timeout=120, every=2)
+    assert standin.calls() == []  # not while it ran, nor the moment it ended: a whole minute after
     # afterJobMinutes: 1 -> the first StopInstances once the watcher has seen the job ended for a whole minute.
     calls = wait_until("a StopInstances call", standin.calls, lambda c: len(c) > 0, timeout=150)
     call = calls[0]
