@@ -77,11 +77,12 @@ def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramC
         for other in (host.root / "docker" / "containers").glob("*.env"):
             if other.stem != CONTAINER:
                 network.run(host, f"docker exec {other.stem} ray stop --force || true", timeout=120)
-        network.create_container(host, CONTAINER)
         # The NAS: the same directory at /mnt/shared on both hosts (a tmpfs over /mnt first, in the host's own
-        # mount namespace, so that nothing is created in the test machine's /mnt).
+        # mount namespace, so that nothing is created in the test machine's /mnt); before the container, whose
+        # mount namespace (the docker stand-in's) is a copy taken when it starts, as a real bind mount would be.
         network.run(host, f"mountpoint -q /mnt/shared || {{ mount -t tmpfs e2e-mnt /mnt && mkdir -p /mnt/shared && "
                           f"mount --bind {SHARED} /mnt/shared; }}", timeout=30).check()
+        network.create_container(host, CONTAINER)
     network.run(head, commands.head).check()
     network.run(worker, commands.workers[0]).check()
     network.run(head, commands.ready).check()
