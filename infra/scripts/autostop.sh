@@ -26,6 +26,8 @@
 #   RAM_ROLE                    the head's instance RAM role                            required for instances
 #   ECS_ENDPOINT                ECS API endpoint                              https://ecs.$REGION_ID.aliyuncs.com
 #   METADATA_URL                the instance metadata service                          http://100.100.100.200
+#     (ECS_ENDPOINT, METADATA_URL and AUTOSTOP_POLL_S are test seams too: the program never sets them; the real-
+#     host tier, tests/e2e/test_idle_and_reclaim.py, points them at stand-ins on the test network)
 #   AUTOSTOP_STATE_DIR          where the watcher keeps its copy, settings and clock  /var/lib/roll-cluster-autostop
 
 require_env AUTOSTOP_ACTION
@@ -74,7 +76,7 @@ install_watcher() {
     # printf %q: each value is one shell word when the service sources the file; no value becomes code.
     printf 'export %s=%q\n' "$name" "${!name:-}" >>"$AUTOSTOP_STATE_DIR/settings.env"
   done
-  rm -f -- "$AUTOSTOP_STATE_DIR/ended_since" "$AUTOSTOP_STATE_DIR/idle_since"
+  rm -f -- "$AUTOSTOP_STATE_DIR/ended_since" "$AUTOSTOP_STATE_DIR/idle_since" "$AUTOSTOP_STATE_DIR/stopped"
   if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
     cat >/etc/systemd/system/roll-cluster-autostop.service <<EOF
 [Unit]
@@ -95,10 +97,12 @@ EOF
     banner "autostop watcher running (systemd unit roll-cluster-autostop)"
   else
     stop_detached_watcher
+    # The redirections on the whole background subshell, which execs the watcher (so $! is the watcher): had the
+    # subshell kept the step's stdout, the SSH session of the step would never end (seen on the real-host tier).
     # shellcheck source=/dev/null # written just above
     (. "$AUTOSTOP_STATE_DIR/settings.env" && AUTOSTOP_ACTION=watch ROLL_STEP=autostop \
-      setsid bash -- "$AUTOSTOP_STATE_DIR/autostop.sh" </dev/null >>"$AUTOSTOP_STATE_DIR/watch.log" 2>&1 &
-      echo $! >"$AUTOSTOP_STATE_DIR/watch.pid")
+      exec setsid bash -- "$AUTOSTOP_STATE_DIR/autostop.sh") </dev/null >>"$AUTOSTOP_STATE_DIR/watch.log" 2>&1 &
+    echo $! >"$AUTOSTOP_STATE_DIR/watch.pid"
     banner "autostop watcher running (no systemd: process $(cat -- "$AUTOSTOP_STATE_DIR/watch.pid"))"
   fi
 }
@@ -214,14 +218,16 @@ act() {
     stop_instances
   else
     stop_job_on_hosts
-    date +%s >"$AUTOSTOP_STATE_DIR/stopped"
   fi
+  # Stopped once: the head goes down with the instances (or, on own hosts, the job is gone); until the step
+  # installs the watcher again (the next `pulumi up` starts the head), asking again would only be refused.
+  date +%s >"$AUTOSTOP_STATE_DIR/stopped"
 }
 
 watch_cluster() {
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   while true; do
-    # Own hosts: once the job is stopped, nothing is left to stop until the step installs the watcher again.
+    # Once stopped, nothing is left to stop until the step installs the watcher again (install clears it).
     [[ -f "$AUTOSTOP_STATE_DIR/stopped" ]] || act || true
     sleep "$AUTOSTOP_POLL_S"
   done

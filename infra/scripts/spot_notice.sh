@@ -17,6 +17,8 @@
 #   SPOT_POLL_S        seconds between looks                                                          15
 #   METADATA_URL       the instance metadata service                                  http://100.100.100.200
 #   SPOT_STATE_DIR     where the watcher keeps its copy and settings            /var/lib/roll-cluster-spot
+#   (METADATA_URL and SPOT_POLL_S are test seams too: the program never sets them; tests/e2e/test_idle_and_reclaim.py
+#   points them at a stand-in metadata service)
 
 require_env SPOT_ACTION RECLAIM_DIR NODE_NAME
 SPOT_POLL_S=${SPOT_POLL_S:-15}
@@ -51,9 +53,11 @@ UNIT
     logged systemctl enable -- roll-cluster-spot-notice.service
     logged systemctl restart -- roll-cluster-spot-notice.service
   else
+    # The redirections on the whole background subshell (else it keeps the step's stdout and the step's SSH
+    # session never ends: infra/scripts/autostop.sh).
     # shellcheck source=/dev/null # written just above
     (. "$SPOT_STATE_DIR/settings.env" && SPOT_ACTION=watch ROLL_STEP=spot-notice \
-      setsid bash -- "$SPOT_STATE_DIR/spot_notice.sh" </dev/null >>"$SPOT_STATE_DIR/watch.log" 2>&1 &)
+      exec setsid bash -- "$SPOT_STATE_DIR/spot_notice.sh") </dev/null >>"$SPOT_STATE_DIR/watch.log" 2>&1 &
   fi
   banner "spot notice watcher running: a reclaim notice goes to $RECLAIM_DIR/$NODE_NAME"
 }

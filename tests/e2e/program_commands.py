@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,11 @@ class ProgramCommands:
     # The local teardown commands `pulumi destroy` runs (job first, then Ray, rank 0 first): their environments.
     teardowns: list[dict[str, str]]
     cloud: OfflineCloud  # the run's state: what `pulumi destroy` would delete, and in which order (engine_model)
+    # nodes.autostop: the head's watcher step and its delete, as they run on the head; None without it.
+    autostop: StepCommand | None = None
+    autostop_remove: str | None = None
+    spot_notices: dict[str, StepCommand] = field(default_factory=dict)  # node name -> its spot-notice step (create)
+    instance_ids: list[str] = field(default_factory=list)  # the ECS instances the offline cloud made, rank 0 first
 
 
 def render_cluster(
@@ -55,12 +60,14 @@ def render_cluster(
     host_key_files: Sequence[Path] = (),
     container: str = "roll",
     storage: Mapping[str, Any] | None = None,
+    nodes: Mapping[str, Any] | None = None,
 ) -> ProgramCommands:
     """Run the program on len(ips) nodes whose public and private addresses are `ips`, for a `custom` job of
     `entrypoint` or, given `training`, that training section (e.g. a ROLL job).
 
     host_key_files: each node's sshd host key (private; `.pub` beside it), handed to the program as the keys it
-    generated, so that the SSH clients it configures verify the test hosts as they would verify real nodes."""
+    generated, so that the SSH clients it configures verify the test hosts as they would verify real nodes.
+    nodes: further nodes settings (spot, autostop)."""
     host_keys = {
         f"node-{rank}": path.read_text() + path.with_name(path.name + ".pub").read_text()
         for rank, path in enumerate(host_key_files)
@@ -71,7 +78,8 @@ def render_cluster(
         "multi",
         cloud=cloud,
         replace_config={
-            "roll-cluster:nodes": {"count": len(ips), "instanceTypes": [TYPE_WITH_GPUS[gpus_per_node]]},
+            "roll-cluster:nodes": {"count": len(ips), "instanceTypes": [TYPE_WITH_GPUS[gpus_per_node]],
+                                   **(nodes or {})},
             "roll-cluster:access": {
                 "adminCidrs": ["198.18.0.0/24"],
                 "sshPublicKey": _public_key_of(key_path),
@@ -110,6 +118,11 @@ def render_cluster(
         container_command=list(inputs("node-0-container")["command"]),
         teardowns=[dict(env) for env in teardowns],
         cloud=cloud,
+        autostop=ssh_command(inputs("autostop")) if "autostop" in names else None,
+        autostop_remove=_teardown_command(cloud, "autostop") if "autostop" in names else None,
+        spot_notices={name.removesuffix("-spot-notice"): ssh_command(inputs(name)) for name in sorted(names)
+                      if name.endswith("-spot-notice")},
+        instance_ids=[str(cloud.named(f"node-{rank}-instance").id) for rank in range(len(ips))],
     )
 
 

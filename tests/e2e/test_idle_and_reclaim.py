@@ -1,0 +1,165 @@
+"""Autostop and reclaimed spot nodes (issue 22) on real hosts, with the program's own commands (program_commands.py):
+a stack with `nodes.spot`, `nodes.autostop.afterJobMinutes: 1` and shared storage.
+
+Real: the hosts (sshd, their own process tables and mounts), Ray 2.48 with the head and worker started by the
+program's Ray steps, the job submitted by the program's job step, the autostop watcher installed on the head by the
+program's own autostop step (its `create`, as pulumi-command runs it over SSH) and removed by its delete, the spot
+notice watcher installed on the worker by the program's spot-notice step, `jobStatus` run as the user runs it, and
+curl/openssl signing the ECS call on the head.
+
+Stand-ins: Alibaba's metadata service and ECS endpoint (tests/alibaba_standin.py, on the bridge address the hosts
+reach, 198.18.0.1; never an outside address), the NAS (one directory of the test machine mounted at /mnt/shared on
+both hosts), `docker` (fake_docker.sh) and systemd: the test hosts have none, so the autostop step takes its own
+no-systemd path (the same script, with the same settings, as a detached process; the systemd unit would run that
+script with those settings too). The endpoints and poll periods reach the scripts as environment variables the
+program never sets (ECS_ENDPOINT, METADATA_URL, AUTOSTOP_POLL_S, SPOT_POLL_S: documented test seams), exported
+before the step's own command as the hung-probe test of test_cluster_lifecycle.py does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import pytest
+from alibaba_standin import CREDENTIALS, AlibabaStandIn
+from e2e_harness import BRIDGE_IP, STATE_ROOT, CommandResult, TestHost, TestNetwork
+from program_commands import ProgramCommands, render_cluster
+
+from infra.autostop import role_name
+from infra.ray.commands import JOBS_API_WAIT_S
+
+pytestmark = pytest.mark.e2e
+
+CONTAINER = "idle"
+PORTS = (8200, 8201, 8202)
+SHARED = STATE_ROOT / "idle-shared"  # the stand-in NAS: mounted at /mnt/shared on both hosts
+RECLAIM_DIR = "/mnt/shared/.roll-cluster/reclaimed/multi"
+WATCHER_STATE = "/var/lib/roll-cluster-autostop"  # the script's default AUTOSTOP_STATE_DIR (host's private /var/lib)
+POLL_S = 2
+T = TypeVar("T")
+
+
+def wait_until(what: str, probe: Callable[[], T], done: Callable[[T], bool], timeout: float, every: float = 1) -> T:
+    """probe() until done(result), at most `timeout` seconds; fails naming `what` and the last result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if done(result):
+            return result
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s; last: {result!r}"
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[AlibabaStandIn]:
+    alibaba = AlibabaStandIn(BRIDGE_IP, role_name("multi"), lifetime_s=600).start()
+    yield alibaba
+    alibaba.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramCommands]]:
+    head, worker = network.hosts[:2]
+    commands = render_cluster(
+        [h.ip for h in (head, worker)], str(network.client_key), container=CONTAINER, ports=PORTS,
+        entrypoint="python3 -c 'print(\"stand-in job done\")'",
+        ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
+        storage={"nas": True},  # shared storage: where a worker's reclaim notice reaches the head's jobStatus
+        nodes={"spot": True, "autostop": {"afterJobMinutes": 1}},
+        host_key_files=[h.root / "ssh_host_ed25519_key" for h in (head, worker)],
+    )
+    network.run_user_command(commands.known_hosts, timeout=30).check()
+    SHARED.mkdir(parents=True, exist_ok=True)
+    for host in (head, worker):
+        # Ray left running by another module in its own container would share this host's ports.
+        for other in (host.root / "docker" / "containers").glob("*.env"):
+            if other.stem != CONTAINER:
+                network.run(host, f"docker exec {other.stem} ray stop --force || true", timeout=120)
+        # The NAS: the same directory at /mnt/shared on both hosts (a tmpfs over /mnt first, in the host's own
+        # mount namespace, so that nothing is created in the test machine's /mnt); before the container, whose
+        # mount namespace (the docker stand-in's) is a copy taken when it starts, as a real bind mount would be.
+        network.run(host, f"mountpoint -q /mnt/shared || {{ mount -t tmpfs e2e-mnt /mnt && mkdir -p /mnt/shared && "
+                          f"mount --bind {SHARED} /mnt/shared; }}", timeout=30).check()
+        network.create_container(host, CONTAINER)
+    network.run(head, commands.head).check()
+    network.run(worker, commands.workers[0]).check()
+    network.run(head, commands.ready).check()
+    yield head, worker, commands
+    if commands.autostop_remove:
+        network.run(head, commands.autostop_remove, timeout=60)
+    for host, stop in zip((head, worker), commands.ray_stop, strict=True):
+        network.run(host, stop, timeout=120)
+        network.run(host, f"docker rm -f {CONTAINER}; umount /mnt/shared; umount /mnt", timeout=60)
+
+
+def job_status(network: TestNetwork, commands: ProgramCommands) -> CommandResult:
+    return network.run_user_command(commands.outputs["jobStatus"], timeout=JOBS_API_WAIT_S + 60)
+
+
+def watcher_log(network: TestNetwork, head: TestHost) -> str:
+    return network.run(head, f"cat {WATCHER_STATE}/watch.log {WATCHER_STATE}/*.log 2>/dev/null; true").output
+
+
+def test_after_the_job_ends_autostop_stops_exactly_this_stacks_instances_with_the_roles_credentials(
+    network: TestNetwork, cluster: tuple[TestHost, TestHost, ProgramCommands], standin: AlibabaStandIn
+) -> None:
+    head, _, commands = cluster
+    assert commands.submit is not None and commands.autostop is not None and commands.autostop_remove is not None
+    assert len(commands.instance_ids) == 2 and all(i.startswith("i-") for i in commands.instance_ids)
+    network.run(head, commands.submit, timeout=300).check()
+    # The program's autostop step, as `pulumi up` runs it on the head after the job step, pointed at the stand-ins.
+    seams = f"export ECS_ENDPOINT={standin.ecs_url} METADATA_URL={standin.metadata_url} AUTOSTOP_POLL_S={POLL_S}\n"
+    installed = network.run(head, commands.autostop.prefixed(seams), timeout=60).check()
+    assert "autostop watcher running (no systemd: process" in installed.output, installed.output
+    wait_until("the stand-in job succeeded", lambda: job_status(network, commands),
+               lambda r: r.returncode == 0 and "succeeded" in r.stdout.lower(), timeout=120, every=2)
+    assert standin.calls() == []  # not while it ran, nor the moment it ended: a whole minute after
+    # afterJobMinutes: 1 -> the first StopInstances once the watcher has seen the job ended for a whole minute.
+    calls = wait_until("a StopInstances call", standin.calls, lambda c: len(c) > 0, timeout=150)
+    call = calls[0]
+    assert call["Action"] == "StopInstances" and call["StoppedMode"] == "StopCharging", call
+    assert sorted(v for k, v in call.items() if k.startswith("InstanceId.")) == sorted(commands.instance_ids)
+    assert call["RegionId"] == "cn-hangzhou"
+    # Signed with the role's temporary credentials, which came from the metadata service for this stack's role.
+    assert call["AccessKeyId"] == CREDENTIALS["AccessKeyId"] and call["SecurityToken"] == CREDENTIALS["SecurityToken"]
+    assert call["signatureValid"] == "True", call
+    assert f"/latest/meta-data/ram/security-credentials/{role_name('multi')}" in standin.metadata_paths
+    # Exactly one call: the watcher records the stop and keeps running without asking again. Its state says so;
+    # then three more of its polls pass (the only way to see that something does not happen) with it alive.
+    wait_until("the watcher's stop record", lambda: network.run(head, f"test -f {WATCHER_STATE}/stopped").returncode,
+               lambda rc: rc == 0, timeout=30)
+    alive = f"kill -0 \"$(cat {WATCHER_STATE}/watch.pid)\""
+    settled = time.monotonic() + 3 * POLL_S
+    while time.monotonic() < settled:
+        assert network.run(head, alive).returncode == 0, watcher_log(network, head)
+        time.sleep(0.5)
+    assert len(standin.calls()) == 1, standin.calls()
+    log = watcher_log(network, head)
+    assert f"job {commands.outputs['jobId']} ended (SUCCEEDED)" in log, log
+    assert CREDENTIALS["AccessKeySecret"] not in log and CREDENTIALS["SecurityToken"] not in log
+    # `pulumi destroy` (or a stack without autostop): the step's delete ends the watcher.
+    network.run(head, commands.autostop_remove, timeout=60).check()
+    assert network.run(head, f"test -e {WATCHER_STATE}").returncode != 0
+
+
+def test_a_reclaim_notice_on_a_worker_makes_job_status_say_reclaimed_with_the_node(
+    network: TestNetwork, cluster: tuple[TestHost, TestHost, ProgramCommands], standin: AlibabaStandIn
+) -> None:
+    _, worker, commands = cluster
+    assert sorted(commands.spot_notices) == ["node-1"]  # the head is pay-as-you-go
+    assert RECLAIM_DIR in commands.outputs["jobStatus"]
+    seams = f"export METADATA_URL={standin.metadata_url} SPOT_POLL_S=1\n"
+    network.run(worker, commands.spot_notices["node-1"].prefixed(seams), timeout=60).check()
+    before = job_status(network, commands)
+    assert "RECLAIMED" not in before.output and before.returncode != 4, before.output
+    standin.termination_time = "2026-11-25T15:04:00Z"
+    reclaimed = wait_until("jobStatus saying RECLAIMED", lambda: job_status(network, commands),
+                           lambda r: r.returncode == 4, timeout=60)
+    job_id = commands.outputs["jobId"]
+    assert reclaimed.stdout.startswith(
+        f"job {job_id}: RECLAIMED: Alibaba reclaims spot node node-1 at 2026-11-25T15:04:00Z"), reclaimed.output
+    assert "pulumi up --refresh" in reclaimed.stdout
+    # The record went through the shared storage: the worker wrote it, the head read it.
+    assert (SHARED / ".roll-cluster" / "reclaimed" / "multi" / "node-1").read_text().strip() == "2026-11-25T15:04:00Z"
