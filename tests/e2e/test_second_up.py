@@ -11,8 +11,10 @@ check and the `docker run` they amount to, against the docker stand-in (program_
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -94,11 +96,18 @@ def test_a_replaced_worker_gets_its_container_and_joins_the_head(network: TestNe
         assert not any("No such container" in r.output for _, _, r in done)
         running = network.run(new_worker, f"docker inspect --format '{{{{.State.Running}}}}' {CONTAINER}").check()
         assert running.stdout.strip() == "true", running.output
-        # ray-ready (the program's gate: every expected node alive, with its GPUs) passed with the new host's address;
-        # the head's own view says the same.
-        status = network.run(head, f"docker exec {CONTAINER} ray status --address {head.ip}:{PORTS[0]}").check()
-        assert status.stdout.count(" node_") >= 2, status.output
+        # ray-ready (the program's gate: exactly the expected nodes alive, with their GPUs; it names a missing or an
+        # unexpected one) passed, expecting the new host's address.
         ready = next(r for _, n, r in done if n == "ray-ready")
+        # The head's own view, waited for (bounded): two alive nodes.
+        deadline = time.monotonic() + 90
+        while True:
+            status = network.run(head, f"docker exec {CONTAINER} ray status --address {head.ip}:{PORTS[0]}")
+            active = status.stdout.split("Active:", 1)[-1].split("Pending:", 1)[0]
+            if status.returncode == 0 and len(re.findall(r"^\s*\d+ node_", active, flags=re.MULTILINE)) == 2:
+                break
+            assert time.monotonic() < deadline, f"not 2 alive nodes on the head:\n{status.output}"
+            time.sleep(2)
         gate = by_resource["ray-ready"].command
         assert new_worker.ip in gate + str(getattr(gate, "stdin", "")), "the gate does not expect the new host"
         assert "cluster ready: 2 of 2 nodes" in ready.output, ready.output
