@@ -61,18 +61,22 @@ def render_cluster(
     container: str = "roll",
     storage: Mapping[str, Any] | None = None,
     nodes: Mapping[str, Any] | None = None,
+    prior: OfflineCloud | None = None,
 ) -> ProgramCommands:
     """Run the program on len(ips) nodes whose public and private addresses are `ips`, for a `custom` job of
     `entrypoint` or, given `training`, that training section (e.g. a ROLL job).
 
     host_key_files: each node's sshd host key (private; `.pub` beside it), handed to the program as the keys it
     generated, so that the SSH clients it configures verify the test hosts as they would verify real nodes.
-    nodes: further nodes settings (spot, autostop)."""
+    nodes: further nodes settings (spot, autostop).
+    prior: the cloud of an earlier run of the same stack: this run is the next `pulumi up` (cloud.changes, cloud.ops
+    say what the engine does)."""
     host_keys = {
         f"node-{rank}": path.read_text() + path.with_name(path.name + ".pub").read_text()
         for rank, path in enumerate(host_key_files)
     }
-    cloud = OfflineCloud(node_public_ips=list(ips), node_private_ips=list(ips), host_keys=host_keys)
+    cloud = OfflineCloud(node_public_ips=list(ips), node_private_ips=list(ips), host_keys=host_keys,
+                         prior=list(prior.resources) if prior is not None else [])
     gcs, dashboard_port, client = ports
     result = run_program(
         "multi",
@@ -147,11 +151,12 @@ def ssh_command(inputs: Mapping[str, Any]) -> StepCommand:
     return StepCommand(str(inputs["create"]), None if text is None else str(text))
 
 
-def _local_command(inputs: Mapping[str, Any]) -> str:
+def _local_command(inputs: Mapping[str, Any], checkout: Path = PROJECT_DIR) -> str:
     """A pulumi-command local.Command as one shell line: its `create` run with its `environment` in the project root
-    of the checkout that runs `up` (no `dir`: the provider's working directory, local/commandOutputs.go:73-80)."""
+    of the checkout that runs `up` (`checkout`; no `dir`: the provider's working directory,
+    local/commandOutputs.go:73-80)."""
     env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in inputs["environment"].items())
-    return f"cd {shlex.quote(str(inputs.get('dir', PROJECT_DIR)))} && env {env} {inputs['create']}"
+    return f"cd {shlex.quote(str(inputs.get('dir', checkout)))} && env {env} {inputs['create']}"
 
 
 def _public_key_of(private_key_path: str) -> str:
@@ -178,6 +183,7 @@ class ProgramStep:
     command: str
     env: dict[str, str]
     user: str = "root"  # the SSH user of a remote step (its connection's)
+    resource: str = ""  # the Pulumi resource the step is (cloud.ops names it)
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,7 @@ class HostsProgram:
     ray_stop: list[str]  # every node's Ray delete command, rank 0 first
     job_stop: str | None
     outputs: dict[str, Any]
+    cloud: OfflineCloud | None = None  # the run's state (the next run's prior; cloud.ops: what this `up` does)
 
 
 def render_hosts_program(
@@ -200,8 +207,10 @@ def render_hosts_program(
     working_dir: str,
     shared_host_path: str | None = None,
     user: str = "root",
+    prior: OfflineCloud | None = None,
 ) -> HostsProgram:
-    """Run the program for `stack` (a `hosts` stack) with the test hosts as nodes.hosts and a `custom` job."""
+    """Run the program for `stack` (a `hosts` stack) with the test hosts as nodes.hosts and a `custom` job;
+    given `prior` (an earlier run's cloud), as the next `pulumi up` of that state."""
     gcs, dashboard_port, client = ports
     base = stack_config(stack)["roll-cluster:nodes"]
     nodes = {
@@ -213,10 +222,11 @@ def render_hosts_program(
     }
     result = run_program(
         stack,
+        cloud=prior.next_run() if prior is not None else None,
         replace_config={
             "roll-cluster:nodes": nodes,
             "roll-cluster:access": {"sshPrivateKeyPath": key_path},
-            "roll-cluster:container": {"name": container, "image": "e2e.example/training:1", "shmSize": "512m"},
+            "roll-cluster:container": {"name": container, "image": "e2e.example/training:1", "shmSize": "1g"},
             "roll-cluster:ray": {"gcsPort": gcs, "dashboardPort": dashboard_port, "clientPort": client,
                                  "objectStoreMemoryGb": 0.1, "readyTimeoutSeconds": 90,
                                  "headWaitTimeoutSeconds": 120},
@@ -240,7 +250,7 @@ def render_hosts_program(
         else:
             kind, command = "container", docker_run_command(inputs)
         steps.append(ProgramStep(f"{record.node}/{record.step}", record.node, kind, record.depends_on, command, env,
-                                 login))
+                                 login, record.resource_name))
     names = {r.name for r in cloud.resources}
     ray_names = ["node-0-ray-head", *sorted(n for n in names if n.endswith("-ray-worker"))]
     job = dict(unwrap(cloud.named("training-job").inputs)) if "training-job" in names else None
@@ -250,6 +260,7 @@ def render_hosts_program(
         ray_stop=[_teardown_command(cloud, n) for n in ray_names],
         job_stop=_teardown_command(cloud, "training-job") if job else None,
         outputs=result.outputs,
+        cloud=cloud,
     )
 
 
