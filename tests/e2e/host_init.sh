@@ -14,6 +14,11 @@
 #
 # Environment: E2E_HOST_DIR (this host's state directory), E2E_HOSTNAME, E2E_SSHD_CONFIG.
 set -euo pipefail
+# A real init runs in /. Everything this host starts inherits the directory, and the harness's (the checkout, say
+# /tmp/<clone> in CI) is hidden by the private /tmp below: Ray's dashboard modules, spawned with multiprocessing,
+# chdir to their parent's directory by name and die there ("Module MetricsHead failed to start"), so after a reboot
+# the head's Jobs API never answered when the tests ran from a checkout under /tmp.
+cd /
 
 hostname "$E2E_HOSTNAME"
 mount --bind "$E2E_HOST_DIR/tmp" /tmp
