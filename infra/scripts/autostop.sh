@@ -46,6 +46,7 @@ remove_watcher() {
 stop_detached_watcher() {
   local pid
   pid=$(cat -- "$AUTOSTOP_STATE_DIR/watch.pid" 2>/dev/null) || return 0
+  # Expected to fail when the watcher has already exited (the recorded pid is gone): nothing left to stop.
   [[ "$pid" =~ ^[0-9]+$ ]] && kill -- "$pid" 2>/dev/null || true
 }
 
@@ -205,6 +206,8 @@ stop_instances() {
 # stop_job_on_hosts: own hosts: the machines and Ray's daemons stay up; the job stops and frees the GPUs.
 stop_job_on_hosts() {
   banner "stopping job $JOB_ID (own hosts: the machines stay up)"
+  # Expected to fail for a job that already ended (the usual case here: autostop fires after the job ended);
+  # `logged` keeps Ray's answer in the watcher's log.
   logged timeout -k 10 120 docker exec "$CONTAINER_NAME" ray job stop --address "http://127.0.0.1:$DASHBOARD_PORT" \
     -- "$JOB_ID" || true
 }
