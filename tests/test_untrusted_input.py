@@ -315,6 +315,23 @@ def test_the_offline_plan_of_dev_warns_and_still_works(capsys: pytest.CaptureFix
     assert "WARNING roll-cluster:access.adminCidrs[0]: 203.0.113.0/24" in out
 
 
+def test_a_real_preview_refuses_the_ascend_stacks_placeholder_image_and_the_plan_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The shipped ascend stack names an image you build (no public image has MindSpeed-RL's runtime): until you
+    # push yours, a real preview stops on it, naming container.image, instead of failing at the pull on every host.
+    assert plan.main(["ascend"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING roll-cluster:container.image: registry.example.com/me/mindspeed-rl-runtime" in out
+
+    key = _keygen(tmp_path, "k")
+    monkeypatch.setattr(runmode, "offline", lambda: False)
+    text = refused("ascend", "roll-cluster:container.image",
+                   config={"roll-cluster:access": {"sshPrivateKeyPath": str(key)}})
+    assert "registry.example.com, a documentation domain" in text
+    assert "pulumi config set --path 'roll-cluster:container.image'" in text
+
+
 def test_the_public_key_must_belong_to_the_private_key(tmp_path: Path) -> None:
     a, b = _keygen(tmp_path, "a"), _keygen(tmp_path, "b")
     with pytest.raises(ConfigError, match=r"access\.sshPublicKey.*SHA256:"):

@@ -1,4 +1,5 @@
-"""The costly first-time mistakes: the shipped placeholder SSH key and documentation addresses left in a stack.
+"""The costly first-time mistakes: the shipped placeholder SSH key, documentation addresses and a placeholder image
+left in a stack.
 
 The shipped stacks carry a placeholder key and documentation ranges (RFC 5737, RFC 3849, RFC 9637, `example.com`)
 so that the offline plan runs as written. A real `pulumi preview`/`up` with them would build a cluster nobody can
@@ -65,6 +66,15 @@ def first_time_mistakes(config: ClusterConfig) -> list[str]:
                     f"{PROJECT}:nodes.hosts[{index}].{field}: {value} is a documentation address, not a host of "
                     f"yours; set it: {_set(f'nodes.hosts[{index}].{field}', '<address of your host>')}"
                 )
+    registry = config.container.registry_host
+    if _documentation_address(registry):
+        # The Ascend stack ships the name of an image you build (docs/ascend.md, "The image"): no public image has
+        # MindSpeed-RL's runtime, so its registry is a documentation domain until you push yours.
+        lines.append(
+            f"{PROJECT}:container.image: {config.container.image} is pulled from {registry}, a documentation "
+            "domain (RFC 2606), not a registry of yours: push the image (docs/ascend.md, \"The image\", for "
+            "MindSpeed-RL) and set it: " + _set("container.image", "<your registry>/<repository>:<tag>")
+        )
     server = config.storage.nfs_server
     if server is not None and _documentation_address(server):
         lines.append(
