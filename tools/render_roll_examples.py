@@ -163,7 +163,7 @@ def refused_summary(colocated_rl: list[Outcome]) -> str:
     return f"Refused: {'; '.join(refused)}."
 
 
-def _cell(text: str, limit: int = 220) -> str:
+def _cell(text: str, limit: int = 360) -> str:
     short = text.replace("roll-cluster:training.overrides.", "").replace("|", "\\|").replace("\n", " ")
     return short if len(short) <= limit else short[: limit - 3] + "..."
 

@@ -437,12 +437,13 @@ def _setup_needed(config: Mapping[str, Any], result: CheckResult) -> None:
             if _LOCAL_URL.match(address) or address == "https://xrl.alibaba-inc.com":
                 result.error(
                     f"custom_envs.{name}.env_config.{url_key}",
-                    f"the {env_type} environment needs a ROCK sandbox service at {address}, which starts {runs} "
-                    "for every environment; ROLL's run script starts that service by hand from a ROCK install at "
+                    f"the {env_type} environment needs a ROCK sandbox service at {address}, which roll-cluster "
+                    "neither installs nor starts: ROLL's run script starts it by hand from a ROCK install at "
                     "/workspace/ROCK (`admin --env local`, examples/agentic_demo/"
-                    "run_agentic_pipeline_sokoban_sandbox_single_node.sh:10-11), which neither ROLL's images nor its "
-                    "requirements hold, and roll-cluster neither installs nor starts it (xrl.alibaba-inc.com is "
-                    "Alibaba's internal one); set it to the address of a ROCK service the nodes reach",
+                    "run_agentic_pipeline_sokoban_sandbox_single_node.sh:10-11) that neither ROLL's images nor its "
+                    f"requirements hold, and the service starts {runs} for every environment "
+                    "(xrl.alibaba-inc.com is Alibaba's internal one); set it to the address of a ROCK service the "
+                    "nodes reach",
                 )
 
 
