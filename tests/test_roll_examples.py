@@ -25,6 +25,12 @@ SEPARATE = "qwen2.5-7B-rlvr_megatron/rlvr_qwen2.5_7B_seperate.yaml"
 FROZEN_LAKE = "qwen2.5-0.5B-agentic/agent_val_frozen_lake.yaml"
 RLVR_8 = "qwen2.5-7B-rlvr_megatron/rlvr_config_8gpus.yaml"
 RLVR_ASYNC = "qwen2.5-7B-rlvr_megatron/rlvr_config_async.yaml"
+MOCK_DUMP = "qwen2.5-7B-rlvr_megatron/rlvr_rollout_mock_dump.yaml"
+PPU = "qwen3.5-35BA3-rlvr_megatron/rlvr_megatron_ppu.yaml"
+PPU_DATA = {
+    "actor_train.data_args.file_name": ["/mnt/shared/data/train.parquet"],
+    "validation.data_args.file_name": ["/mnt/shared/data/test.parquet"],
+}
 
 
 def shape(nodes: int) -> ClusterShape:
@@ -57,11 +63,29 @@ def test_a_list_of_a_literal_list_as_device_mapping_is_read() -> None:
     assert not any("device_mapping: must be" in p for p in problems), problems
 
 
-def test_webshop_is_refused_naming_the_setup_it_needs() -> None:
-    problems = adapter(WEBSHOP).problems(shape(1))
-    assert len(problems) == 1
-    assert problems[0].startswith("roll-cluster:training.overrides.custom_envs.WebShopEnv.env_type: the WebShop")
-    assert "spacy download en_core_web_sm" in problems[0] and "run_agentic_pipeline_webshop.sh" in problems[0]
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_webshop_renders_and_the_code_step_sets_it_up(nodes: int) -> None:
+    chosen = adapter(WEBSHOP)
+    assert chosen.problems(shape(nodes)) == []
+    code = chosen.code()
+    assert code.scripts == ("fetch_code.sh", "roll_env_setup.sh")
+    env = code.env("roll")
+    assert (env["WEBSHOP_DIR"], env["WEBSHOP_COMMIT"]) == (
+        "third_party/webshop-minimal", "ec82552d2458efb486701b138c9d038e1759489c"
+    )
+    assert env["WEBSHOP_SPACY_MODEL"] == "en_core_web_sm" and env["WEBSHOP_IMAGE"] == ContainerConfig().image
+    setup = chosen.job(shape(nodes)).summary["code"]["environment_setup"]
+    assert len(setup) == 1 and setup[0].startswith("WebShop (custom_envs WebShopEnv): the code step sets up")
+
+
+def test_the_webshop_setup_is_only_in_the_code_step_of_a_config_that_uses_webshop() -> None:
+    plain = adapter(FROZEN_LAKE)
+    assert plain.code().scripts == ("fetch_code.sh",)
+    assert not any(name.startswith("WEBSHOP_") for name in plain.code().env("roll"))
+    assert plain.job(shape(1)).summary["code"]["environment_setup"] == []
+    # An override that turns an environment into WebShop brings the setup with it.
+    turned = adapter(FROZEN_LAKE, overrides={"custom_env.SimpleSokoban.env_type": "webshop"})
+    assert turned.code().scripts == ("fetch_code.sh", "roll_env_setup.sh")
 
 
 def test_a_path_of_another_site_is_refused_and_an_override_to_a_mounted_path_is_accepted() -> None:
@@ -80,6 +104,66 @@ def test_a_rock_sandbox_on_localhost_is_refused_and_a_reachable_service_is_not()
     assert any("needs a ROCK sandbox service at http://localhost:8080" in p for p in problems), problems
     overrides["custom_env.SimpleSokoban.env_config.base_url"] = "http://10.0.0.5:8080"
     assert adapter(FROZEN_LAKE, overrides=overrides).problems(shape(1)) == []
+
+
+def test_resized_mappings_that_break_a_rule_of_roll_are_kept_as_the_base_says_with_the_idle_gpus_stated() -> None:
+    # 8 GPUs, rollout_batch_size 8: resized to 16, Megatron's data-parallel size 16 no longer divides the batch
+    # (ROLL asserts it); the example's own 8 GPUs train as it says, and the plan says why GPUs 8-15 stay idle.
+    chosen = adapter(MOCK_DUMP, "rlvr")
+    assert chosen.problems(shape(2)) == []
+    built = chosen.build(shape(2))
+    assert built.rendered is not None
+    config = built.rendered.config
+    assert {config[role]["device_mapping"] for role in ("actor_train", "actor_infer", "reference")} == {
+        "list(range(0,8))"
+    }
+    assert config["rollout_batch_size"] == 8
+    assert built.warnings[0].startswith(
+        "every device_mapping kept as in the base (GPUs 0-7, sized for 8): resized to the cluster's 16 GPUs they "
+        "break a rule ROLL enforces (rollout_batch_size: must be divisible by Megatron's data-parallel size 16"
+    )
+    assert "GPUs 8-15 of the cluster's 16 are in no role's device_mapping: idle" in built.warnings
+    assert "every device_mapping kept as in the base" in (built.text or "")  # the shipped YAML's header says so
+    assert chosen.build(shape(1)).warnings == []  # its own size: nothing kept, nothing idle
+
+
+def test_mappings_are_resized_when_keeping_them_would_not_help() -> None:
+    # A batch that breaks the rule at the base's own size too: the resized render's problem is the one reported.
+    problems = adapter(MOCK_DUMP, "rlvr", {"rollout_batch_size": 12}).problems(shape(2))
+    assert any("must be divisible by Megatron's data-parallel size 16" in p for p in problems), problems
+
+
+def test_a_folder_roll_only_writes_to_moves_to_the_jobs_output_folder_and_inputs_stay_refused() -> None:
+    problems = adapter(PPU, "rlvr").problems(shape(1))
+    assert not any("profiler_output_dir" in p for p in problems), problems
+    assert {p.split(":", 2)[1] for p in problems} == {
+        "training.overrides.actor_train.data_args.file_name", "training.overrides.validation.data_args.file_name"
+    }
+    chosen = adapter(PPU, "rlvr", PPU_DATA)
+    assert chosen.problems(shape(1)) == []
+    built = chosen.build(shape(1))
+    assert built.rendered is not None
+    assert built.rendered.config["profiler_output_dir"] == "/mnt/shared/roll/x/profiler"
+    assert built.warnings[0] == (
+        "profiler_output_dir: /mnt/shared/roll/x/profiler (was '/data/oss_bucket_0/xxxxx', a path of the site "
+        "ROLL's example was written at; ROLL only writes there; shared storage)"
+    )
+    # The user's own value is the user's: another site's path set as an override is refused.
+    mine = adapter(PPU, "rlvr", {**PPU_DATA, "profiler_output_dir": "/data/cpfs_0/prof"}).problems(shape(1))
+    assert [p.split(":", 2)[1] for p in mine] == ["training.overrides.profiler_output_dir"]
+
+
+def test_a_model_replica_larger_than_the_cluster_is_refused_plainly() -> None:
+    problems = adapter(RLVR_8, "rlvr", {
+        "actor_train.strategy_args.strategy_config.pipeline_model_parallel_size": 8,
+        "actor_train.strategy_args.strategy_config.tensor_model_parallel_size": 2,
+    }).problems(shape(1))
+    assert [p for p in problems if "model replica" in p] == [
+        "roll-cluster:training.overrides.actor_train.strategy_args.strategy_config: needs at least 16 GPUs for one "
+        "model replica; the cluster has 8 (Megatron's TP=2 x PP=8 x CP=1 = 16 GPUs per replica; 1 node(s) x 8 "
+        "GPU(s))"
+    ]
+    assert not any("must be divisible by Megatron's model parallelism" in p for p in problems), problems
 
 
 def test_another_gpu_count_than_the_bases_is_stated_with_the_batch_it_changes() -> None:
@@ -102,12 +186,25 @@ def test_the_tool_reports_what_renders_and_what_is_refused_with_the_reason() -> 
     outcomes = {o.example: o for o in render_roll_examples.render_all(ROLL_SNAPSHOT)}
     assert "config/traj_envs.yaml" not in outcomes  # an included file, not an example
     assert outcomes[GEM].results["2x8"][0] and outcomes[GEM].pipeline == "agentic" and outcomes[GEM].colocated
-    renders, reason, _ = outcomes[WEBSHOP].results["1x8"]
-    assert not renders and "WebShop" in reason
+    renders, _, notes = outcomes[WEBSHOP].results["1x8"]
+    assert renders and notes[0].startswith("WebShop (custom_envs WebShopEnv): the code step sets up")
+    assert outcomes[MOCK_DUMP].results["2x8"][0]
     text = render_roll_examples.table(list(outcomes.values()), "8eb27cc")
     # The snapshot has no run scripts: the pipeline is guessed from the keys, and marked so.
-    assert f"| `{WEBSHOP}` | agentic* | yes | refused: custom_envs.WebShopEnv.env_type: the WebShop" in text
+    assert f"| `{WEBSHOP}` | agentic* | yes | renders; WebShop (custom_envs WebShopEnv): the code step" in text
     assert f"| `{GEM}` | agentic* | yes | renders | renders; actor_train: 8 -> 16 GPUs" in text
+    # The summary names each refused colocated agentic/RLVR example with the clause of item 6 it falls under.
+    assert f"`{PPU}` (both sizes: another site's paths)" in text
+    assert "other)" not in text
+
+
+def test_each_refusal_falls_under_a_clause_of_item_6() -> None:
+    assert render_roll_examples.clause(adapter(PPU, "rlvr").problems(shape(1))[0]) == "another site's paths"
+    rock = adapter(FROZEN_LAKE, overrides={"custom_env.SimpleSokoban.env_type": "sokoban_sandbox"})
+    assert render_roll_examples.clause(rock.problems(shape(1))[0]) == "setup the program cannot do"
+    large = adapter(RLVR_8, "rlvr", {"actor_train.strategy_args.strategy_config.pipeline_model_parallel_size": 16})
+    found = {render_roll_examples.clause(p) for p in large.problems(shape(1))}
+    assert "a size that cannot hold one model replica" in found
 
 
 def test_the_snapshot_keeps_only_a_few_examples() -> None:

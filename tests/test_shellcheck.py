@@ -59,7 +59,8 @@ def test_rendered_step_is_shellcheck_clean(script: str) -> None:
 
 
 # Steps rendered from more than one script (a framework's CodeSpec.scripts): checked as bash runs them.
-MULTI_SCRIPT_STEPS = [("fetch_code.sh", "mindspeed_rl_code.sh"), ("npu_lib.sh", "npu_ready.sh"),
+MULTI_SCRIPT_STEPS = [("fetch_code.sh", "mindspeed_rl_code.sh"), ("fetch_code.sh", "roll_env_setup.sh"),
+                      ("npu_lib.sh", "npu_ready.sh"),
                       ("npu_lib.sh", "accelerator_probe.sh")]
 
 

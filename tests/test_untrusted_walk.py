@@ -31,7 +31,7 @@ import pytest
 from pydantic import BaseModel
 
 from devtools.offline_cloud import OfflineCloud, OfflineRun, run_program, shipped_stacks, stack_config, unwrap
-from infra.config import PROJECT, ClusterConfig, ConfigError, parse_cluster_config
+from infra.config import PROJECT, ClusterConfig, ConfigError, ContainerConfig, parse_cluster_config
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.alibaba.user_data import decode_user_data
 from infra.sources.base import SourceError
@@ -123,6 +123,11 @@ def bases() -> dict[str, tuple[str, dict[str, Any], dict[str, str]]]:
     shared = copy.deepcopy(stack_config("hosts"))
     shared[f"{PROJECT}:storage"] = {"sharedHostPath": "/mnt/nfs/shared"}
     out["hosts-shared"] = ("hosts", shared, {})
+    # A ROLL config that uses WebShop: the code step renders roll_env_setup.sh and its WEBSHOP_* settings.
+    webshop = copy.deepcopy(stack_config("large"))
+    webshop[f"{PROJECT}:training"] = {"framework": "roll", "roll": {
+        "pipeline": "agentic", "baseConfig": "qwen2.5-7B-agentic_megatron/agentic_val_webshop.yaml"}}
+    out["large-webshop"] = ("large", webshop, {})
     return out
 
 
@@ -374,3 +379,16 @@ def test_the_walk_covers_every_free_text_field() -> None:
     # A new field must be walked (and, if it may hold metacharacters, listed in FREE_TEXT on purpose).
     assert len(FIELDS) >= 70
     assert {key_of(p) for p in FREE_TEXT} <= {key_of(p) for p in FIELDS}
+
+
+def test_the_webshop_base_walks_the_webshop_setup_of_the_code_step() -> None:
+    # The variant must reach roll_env_setup.sh with its settings, or the walk above proves nothing about them.
+    stack_name, config, secrets = bases()["large-webshop"]
+    result = run_program(stack_name, replace_config=config, cloud=OfflineCloud(), secrets=secrets)
+    scripts = [
+        text for resource in result.cloud.resources if resource.type == "command:remote:Command"
+        for path, text in leaves(resource.inputs) if path == ".stdin" and "check_webshop_settings" in text
+    ]
+    assert scripts, "no code step renders roll_env_setup.sh"
+    env, _ = exports(scripts[0])
+    assert env["WEBSHOP_IMAGE"] == ContainerConfig().image and env["WEBSHOP_DIR"] == "third_party/webshop-minimal"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,6 +43,7 @@ class Outcome:
     guessed: bool
     colocated: bool | None  # None: no training roles or unreadable mappings
     results: dict[str, tuple[bool, str, list[str]]]  # shape -> (renders, first problem, notes)
+    clauses: dict[str, set[str]] = field(default_factory=dict)  # shape -> the clauses of item 6 of every problem
 
 
 def run_script_pipelines(root: Path) -> dict[str, str]:
@@ -116,19 +117,53 @@ def render_all(root: Path) -> list[Outcome]:
         })
         adapter = RollAdapter(training, ContainerConfig(), examples)
         results: dict[str, tuple[bool, str, list[str]]] = {}
+        clauses: dict[str, set[str]] = {}
+        setup = adapter.environment_setup()
         for label, nodes in SHAPES:
             cluster = shape(nodes)
             problems = adapter.problems(cluster)
-            notes = adapter.build(cluster).warnings
+            notes = setup + adapter.build(cluster).warnings
             first = problems[0] if problems else ""
             if len(problems) > 1:
                 first += f" (+{len(problems) - 1} more)"
             results[label] = (not problems, first, notes)
-        outcomes.append(Outcome(example, pipeline, example not in scripted, colocated(composed), results))
+            clauses[label] = {clause(problem) for problem in problems}
+        outcomes.append(Outcome(example, pipeline, example not in scripted, colocated(composed), results, clauses))
     return outcomes
 
 
-def _cell(text: str, limit: int = 220) -> str:
+# The clauses of issue 18 item 6 under which an example may be refused, by what the refusal says
+# (infra/frameworks/roll_checks.py writes these phrases).
+CLAUSES = (
+    ("setup the program cannot do",
+     ("which roll-cluster does not provide", "roll-cluster neither installs nor starts")),
+    ("another site's paths", ("is a path of the site ROLL's example was written at",)),
+    ("a size that cannot hold one model replica", ("GPUs for one model replica; the cluster has",)),
+)
+
+
+def clause(reason: str) -> str:
+    """The clause of item 6 a refusal falls under; "other" for any other reason (a colocated agentic or RLVR
+    example refused for another reason is a defect of roll-cluster or of the example)."""
+    return next((name for name, phrases in CLAUSES if any(p in reason for p in phrases)), "other")
+
+
+def refused_summary(colocated_rl: list[Outcome]) -> str:
+    """Which colocated agentic/RLVR examples are refused, where, and under which clause."""
+    refused: list[str] = []
+    for outcome in colocated_rl:
+        where = [label for label, _ in SHAPES if not outcome.results[label][0]]
+        if not where:
+            continue
+        clauses = sorted(set().union(*(outcome.clauses[label] for label in where)))
+        sizes = "both sizes" if len(where) == len(SHAPES) else " and ".join(w.replace("x", " x ") for w in where)
+        refused.append(f"`{outcome.example}` ({sizes}: {', '.join(clauses)})")
+    if not refused:
+        return "None is refused."
+    return f"Refused: {'; '.join(refused)}."
+
+
+def _cell(text: str, limit: int = 360) -> str:
     short = text.replace("roll-cluster:training.overrides.", "").replace("|", "\\|").replace("\n", " ")
     return short if len(short) <= limit else short[: limit - 3] + "..."
 
@@ -147,14 +182,17 @@ def table(outcomes: list[Outcome], ref: str) -> str:
         f"{len(outcomes)} examples; on 1 x 8 {sum(o.results['1x8'][0] for o in outcomes)} render, on 2 x 8 "
         f"{sum(o.results['2x8'][0] for o in outcomes)}. Colocated agentic/RLVR examples (every training role on "
         f"the same GPUs): {len(colocated_rl)}, of which "
-        f"{sum(o.results['1x8'][0] and o.results['2x8'][0] for o in colocated_rl)} render on both.",
+        f"{sum(o.results['1x8'][0] and o.results['2x8'][0] for o in colocated_rl)} render on both. "
+        + refused_summary(colocated_rl),
         "",
-        "A colocated agentic or RLVR example is refused only for what it needs beyond roll-cluster: an environment"
-        " whose setup ROLL's run scripts do by hand (WebShop's requirements and spaCy model, the openreward package"
-        " and key, a ROCK sandbox service on localhost), a path of the site it was written at (`/data/cpfs_0`,"
-        " `/data/oss_bucket_0`, `/home/ubuntu`; an override to a mounted path fixes it), or a rule ROLL itself"
-        " enforces at that size (a model parallelism larger than the cluster, a rollout batch smaller than the"
-        " data-parallel size). The checks and the upstream lines they cite: infra/frameworks/roll_checks.py.",
+        "Item 6 of issue 18 lets a colocated agentic or RLVR example be refused only under one of three clauses:"
+        " setup the program cannot do (a ROCK sandbox service that ROLL's run script starts by hand, the"
+        " openreward package and key; WebShop's setup the code step does itself), another site's paths (an input"
+        " under `/data/cpfs_0`, `/data/oss_bucket_0` or `/home/ubuntu`: an override to a mounted path fixes it;"
+        " folders ROLL only writes to move to the job's output folder), or a size that cannot hold one model"
+        " replica (its model parallelism needs more GPUs than the cluster has). Where resizing an example's device"
+        " mappings to the cluster would break a rule ROLL enforces, its own mappings are kept and the idle GPUs"
+        " stated. The checks and the upstream lines they cite: infra/frameworks/roll_checks.py.",
         "",
         "Pipeline marked `*`: no run script names the example; guessed from its keys and directory.",
         "",

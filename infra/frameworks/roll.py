@@ -29,9 +29,19 @@ from infra.frameworks.base import (
     key,
     resume_of,
 )
-from infra.frameworks.roll_compose import ComposeError, compose
+from infra.frameworks.roll_compose import ComposeError, compose, deep_merge
 
 ROLL_DIR = "/workspace/ROLL"
+# WebShop (custom_envs env_type `webshop`): ROLL's git submodule at the pinned ref 8eb27cc (.gitmodules:1-3, the
+# gitlink third_party/webshop-minimal -> ec82552), set up by the code step (infra/scripts/roll_env_setup.sh) when
+# the rendered config uses it. UNCONFIRMED for another training.roll.ref: a git checkout gets that ref's own
+# submodule commit; only the archive fallback takes this one.
+WEBSHOP_ENV_TYPE = "webshop"
+WEBSHOP_DIR = "third_party/webshop-minimal"
+WEBSHOP_REPO = "https://github.com/ZihanWang314/webshop-minimal.git"
+WEBSHOP_COMMIT = "ec82552d2458efb486701b138c9d038e1759489c"
+WEBSHOP_SPACY_MODEL = "en_core_web_sm"
+ENV_SETUP_SCRIPTS = ("fetch_code.sh", "roll_env_setup.sh")
 GENERATED_DIR = "examples/pulumi"  # under examples/, where the launchers' --config_path is resolved (roll.md 2.2)
 
 # The requirements file that matches each ROLL image (roll.md 1.2), by the tag's torch/engine part.
@@ -100,10 +110,48 @@ class RollAdapter:
             f"matches the image; got image {self.container.image!r}"
         )
 
+    def webshop_envs(self) -> list[str]:
+        """The custom_envs of the configuration (base and overrides) whose env_type is webshop; the cluster's size
+        does not change them. A base that cannot be read gives none (problems() reports it)."""
+        try:
+            examples = self._examples or roll_sources.resolve(self.roll)
+            self._examples = examples
+            composed, _ = compose(examples.read, self.roll.base_config)
+            config = deep_merge(composed, roll_render.expand_dotted(self.training.overrides))
+        except (FileNotFoundError, ComposeError, roll_sources.RollSourceError, roll_render.RenderError):
+            return []
+        return [name for name, env_type in roll_checks.env_types(config).items() if env_type == WEBSHOP_ENV_TYPE]
+
+    def environment_setup(self) -> list[str]:
+        """What the code step sets up for the configuration's environments, for the plan (empty: nothing)."""
+        envs = self.webshop_envs()
+        if not envs:
+            return []
+        return [
+            f"WebShop (custom_envs {', '.join(envs)}): the code step sets up what ROLL's run script does by hand "
+            "(examples/qwen2.5-7B-agentic_megatron/run_agentic_pipeline_webshop.sh:2,6-7): ROLL's submodule "
+            f"{WEBSHOP_DIR} ({WEBSHOP_REPO}@{WEBSHOP_COMMIT[:7]}; fetched when the checkout came from the archive), "
+            f"`pip install -r {WEBSHOP_DIR}/requirements.txt` and `python -m spacy download {WEBSHOP_SPACY_MODEL}`"
+            "; its search engine (pyserini) needs the Java runtime ROLL's images have (checked there)"
+        ]
+
     def code(self) -> CodeSpec:
         problem = self.requirements_problem()
         if problem is not None:
             raise ValueError(problem)
+        setup: dict[str, Any] = {}
+        if self.webshop_envs():
+            setup = {
+                "scripts": ENV_SETUP_SCRIPTS,
+                "extra_env": {
+                    "WEBSHOP_DIR": WEBSHOP_DIR,
+                    "WEBSHOP_REPO": WEBSHOP_REPO,
+                    "WEBSHOP_COMMIT": WEBSHOP_COMMIT,
+                    "WEBSHOP_ARCHIVE_URL": github_archive_url(WEBSHOP_REPO, WEBSHOP_COMMIT) or "",
+                    "WEBSHOP_SPACY_MODEL": WEBSHOP_SPACY_MODEL,
+                    "WEBSHOP_IMAGE": self.container.image,
+                },
+            }
         return CodeSpec(
             repo=self.roll.repo,
             ref=self.roll.ref,
@@ -114,6 +162,7 @@ class RollAdapter:
             pip_index_url=self.roll.pip_index_url,
             install_editable=True,
             extra_packages="",
+            **setup,
         )
 
     # ------------------------------------------------------------------------------------------ the config
@@ -149,15 +198,50 @@ class RollAdapter:
             return Built(None, None, [f"{key('training.overrides')}: {error}"], [], examples.where, files)
         rendered = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline)
         result = roll_checks.check(rendered.config, cluster, self.roll.pipeline, keys)
+        kept = self.keep_base_mappings(composed, cluster, overrides, keys, result)
+        if kept is not None:
+            rendered, result = kept
         overridden = roll_render.leaf_keys(overrides)
         problems = [self.user_message(p, overridden) for p in result.errors]
-        warnings = [self.user_message(p, overridden) for p in result.warnings]
+        warnings = rendered.notes + [self.user_message(p, overridden) for p in result.warnings]
         # A cluster of another size than the base's changes training: said in the plan, not corrected (F7).
         warnings += roll_checks.scaling(composed, rendered.config, cluster, self.roll.pipeline)
         text = rendered.yaml_text(
             roll_render.header(base, self.roll.ref, cluster, self.training.overrides, rendered)
         )
         return Built(None if problems else text, rendered, problems, warnings, examples.where, files)
+
+    def keep_base_mappings(
+        self,
+        composed: dict[str, Any],
+        cluster: roll_render.Cluster,
+        overrides: dict[str, Any],
+        keys: roll_keys.RollKeys,
+        resized: roll_checks.CheckResult,
+    ) -> tuple[roll_render.Rendered, roll_checks.CheckResult] | None:
+        """The base's own device mappings, when resizing them to the cluster breaks a rule ROLL enforces that the
+        base's own sizes keep (a rollout batch smaller than the new data-parallel size, a model parallelism that
+        does not divide the new GPU count) and the base fits on the cluster: training then runs as the example
+        says, on fewer GPUs, and the plan says which GPUs stay idle and why (never a silent change of batch
+        sizes). None: the resized render stands."""
+        span = roll_checks.span(composed)
+        if not resized.errors or not span or not roll_render.is_contiguous_from_zero(sorted(span)):
+            return None
+        if len(span) >= cluster.total_gpus:
+            return None  # the same size (nothing was resized) or larger than the cluster (nothing to keep)
+        placeholder = "resizing breaks a rule of ROLL"
+        kept = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline, keep_mappings=placeholder)
+        result = roll_checks.check(kept.config, cluster, self.roll.pipeline, keys)
+        if not set(result.errors) < set(resized.errors):
+            return None  # resizing is not what breaks it: the resized render's problems are the ones to fix
+        broken = "; ".join(f"{p.key}: {p.message}" for p in resized.errors if p not in result.errors)
+        reason = (
+            f"kept as in the base (GPUs 0-{len(span) - 1}, sized for {len(span)}): resized to the cluster's "
+            f"{cluster.total_gpus} GPUs they break a rule ROLL enforces ({broken}); training runs as in the base"
+        )
+        kept = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline, keep_mappings=reason)
+        kept.notes.insert(0, f"every device_mapping {reason}")
+        return kept, result
 
     def user_message(self, problem: roll_checks.Problem, overridden: set[str]) -> str:
         """A problem of the YAML as the user fixes it: the `training.overrides` key that sets that YAML key, and
@@ -259,6 +343,7 @@ class RollAdapter:
                 "ref": self.roll.ref,
                 "dir": ROLL_DIR,
                 "requirements_file": self.requirements_file(),
+                "environment_setup": self.environment_setup(),
             },
             "pipeline": self.roll.pipeline,
             "base_config": f"examples/{self.roll.base_config}",

@@ -15,7 +15,7 @@ from typing import Any
 
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
 from infra.frameworks.roll_keys import RollKeys, is_interpolation
-from infra.frameworks.roll_render import Cluster, device_mappings, is_contiguous_from_zero, workers
+from infra.frameworks.roll_render import Cluster, device_mappings, is_contiguous_from_zero, is_foreign_path, workers
 
 INFER_STRATEGIES = ("vllm", "sglang")
 # Key names that hold credentials (tracker_kwargs.api_key, login_kwargs.api_key, judge_api_key, ...): the YAML is
@@ -47,33 +47,33 @@ RULES = (
     "GPUs without bf16 (V100, T4): no bf16 dtype or flag, no fa2 attention (FlashAttention-2 needs sm80)",
     "every ${...} interpolation names a key of the config (issue #132)",
     "no credential in plain text (api_key, token, password, secret): use the stack's secrets",
-    "no environment that needs setup roll-cluster does not do (WebShop's requirements and spaCy model, the "
-    "openreward package and key, a ROCK sandbox service on localhost); no path of another site (/data/cpfs_0, "
-    "/data/oss_bucket_0, /home/ubuntu) that no mount of the container provides",
+    "no environment that needs setup roll-cluster does not do (the openreward package and key, a ROCK sandbox "
+    "service on localhost; WebShop's setup the code step does); no path of another site (/data/cpfs_0, "
+    "/data/oss_bucket_0, /home/ubuntu) that no mount of the container provides (folders ROLL only writes to move "
+    "to the job's output folder)",
+    "one model replica (Megatron TP x PP x CP, vLLM TP x PP) within the cluster's GPUs",
 )
 
-# Absolute paths in ROLL's examples that belong to the sites the examples were written at (Alibaba's CPFS and OSS
-# mounts, one developer's home): 75 values under /data/cpfs_0, 66 under /data/oss_bucket_0 and 3 under
-# /home/ubuntu in examples/**/*.yaml at 8eb27cc (e.g. qwen2.5-7B-rlvr_megatron/rlvr_config_async.yaml:70). The
-# container mounts only /data (the node's data dir, empty at first), /mnt/shared and /workspace, so such a path is
-# missing at run time: ROLL then takes a model path for a ModelScope id (roll/utils/checkpoint_manager.py:74) or
-# fails to open a data file.
-FOREIGN_PATH_PREFIXES = ("/data/cpfs_0", "/data/oss_bucket_0", "/home/ubuntu")
 # Environments that need what roll-cluster does not set up, by `custom_envs.<name>.env_type` (ROLL 8eb27cc).
+# WebShop is set up by the code step (RollAdapter.environment_setup, infra/scripts/roll_env_setup.sh).
 SETUP_ENVS = {
-    "webshop": "the WebShop environment needs `git submodule update --init` (third_party/webshop-minimal), "
-    "`pip install -r third_party/webshop-minimal/requirements.txt` and `python -m spacy download en_core_web_sm` "
-    "before the launcher (examples/qwen2.5-7B-agentic_megatron/run_agentic_pipeline_webshop.sh:2,6-7), none of "
-    "which roll-cluster runs; without them ROLL never registers `webshop` "
-    "(roll/pipeline/agentic/env/__init__.py:30-43)",
     "openreward_env": "the OpenReward environment needs `pip install openreward` in the container and "
     "OPENREWARD_API_KEY (examples/agentic_demo/run_openreward_endless_terminals.sh:4-16; "
     "roll/pipeline/agentic/env/openreward/openreward_env.py:85), which roll-cluster does not provide",
 }
-# Environments that talk to a ROCK sandbox service, and the key of its address in env_config (default in ROLL).
+# Environments that talk to a ROCK sandbox service: the key of its address in env_config, ROLL's default, and
+# what the environment runs there.
 ROCK_ENVS = {
-    "rock_tb_native_env": ("sandbox_base_url", "https://xrl.alibaba-inc.com"),  # env/sandbox/rock_tb_native_env.py:31
-    "sokoban_sandbox": ("base_url", "http://localhost:8080"),  # env/sandbox/sokoban_sandbox_env.py:50
+    "rock_tb_native_env": (
+        "sandbox_base_url", "https://xrl.alibaba-inc.com",  # env/sandbox/rock_tb_native_env.py:31
+        "a sandbox of the image each data line names (roll/pipeline/agentic/env/sandbox/rock_tb_native_env.py:"
+        "234, 427-432)",
+    ),
+    "sokoban_sandbox": (
+        "base_url", "http://localhost:8080",  # env/sandbox/sokoban_sandbox_env.py:50
+        "a sandbox of the image rock-n-roll-registry.cn-hangzhou.cr.aliyuncs.com/rock/sokoban-sandbox:latest "
+        "through ROCK's SDK `rl-rock` (roll/pipeline/agentic/env/sandbox/sokoban_sandbox_env.py:14-26, 57-59)",
+    ),
 }
 _LOCAL_URL = re.compile(r"^https?://(?:localhost|127\.0\.0\.1|0\.0\.0\.0)(?::\d+)?(?:/|$)")
 
@@ -128,10 +128,10 @@ def check(config: Mapping[str, Any], cluster: Cluster, pipeline: str, keys: Roll
     classes = keys.config_classes(pipeline)
     ppo = any(keys.is_a(c, ".PPOConfig") for c in classes)
     _device_mappings(config, cluster, result)
-    _vllm_parallelism(config, result)
+    _vllm_parallelism(config, cluster, result)
     _lengths(config, result)
     if ppo:
-        _megatron_dp(config, result)
+        _megatron_dp(config, cluster, result)
         _ppo(config, result)
     if any(keys.is_a(c, ".AgenticConfig") for c in classes) and pipeline.startswith("agentic"):
         _agentic(config, result)
@@ -183,7 +183,20 @@ def _device_mappings(config: Mapping[str, Any], cluster: Cluster, result: CheckR
         ))
 
 
-def _vllm_parallelism(config: Mapping[str, Any], result: CheckResult) -> None:
+def _replica_too_large(key: str, detail: str, needed: int, cluster: Cluster, result: CheckResult) -> bool:
+    """One model replica (its model parallelism) needs more GPUs than the whole cluster has: no device_mapping
+    can hold it, so this is the reason given, not the divisibility that follows from it."""
+    if needed <= cluster.total_gpus:
+        return False
+    result.error(
+        key,
+        f"needs at least {needed} GPUs for one model replica; the cluster has {cluster.total_gpus} ({detail} = "
+        f"{needed} GPUs per replica; {cluster.nodes} node(s) x {cluster.gpus_per_node} GPU(s))",
+    )
+    return True
+
+
+def _vllm_parallelism(config: Mapping[str, Any], cluster: Cluster, result: CheckResult) -> None:
     """A vLLM worker takes TP x PP GPUs; its device_mapping holds whole engines (worker_config.py:284-288)."""
     for name, worker in workers(config):
         strategy = worker.get("strategy_args")
@@ -196,6 +209,9 @@ def _vllm_parallelism(config: Mapping[str, Any], result: CheckResult) -> None:
         pp = _int(strategy_config.get("pipeline_parallel_size")) or 1
         mapping = worker.get("device_mapping")
         if mapping is None:
+            continue
+        detail = f"vLLM's tensor_parallel_size x pipeline_parallel_size = {tp} x {pp}"
+        if _replica_too_large(f"{name}.strategy_args.strategy_config", detail, tp * pp, cluster, result):
             continue
         try:
             gpus = len(parse_device_mapping(mapping))
@@ -232,7 +248,7 @@ def _lengths(config: Mapping[str, Any], result: CheckResult) -> None:
         )
 
 
-def _megatron_dp(config: Mapping[str, Any], result: CheckResult) -> None:
+def _megatron_dp(config: Mapping[str, Any], cluster: Cluster, result: CheckResult) -> None:
     strategy = lookup(config, "actor_train.strategy_args.strategy_name")
     mapping = lookup(config, "actor_train.device_mapping")
     rollout = _int(lookup(config, "rollout_batch_size"))
@@ -249,6 +265,9 @@ def _megatron_dp(config: Mapping[str, Any], result: CheckResult) -> None:
     pp = _int(strategy_config.get("pipeline_model_parallel_size")) or 1
     cp = _int(strategy_config.get("context_parallel_size")) or 1
     detail = f"TP={tp} x PP={pp} x CP={cp} = {tp * pp * cp}"
+    if _replica_too_large("actor_train.strategy_args.strategy_config", f"Megatron's TP={tp} x PP={pp} x CP={cp}",
+                          tp * pp * cp, cluster, result):
+        return
     if world % (tp * pp * cp):
         result.error(
             "actor_train.device_mapping",
@@ -393,28 +412,38 @@ def _no_plain_secrets(config: Mapping[str, Any], result: CheckResult, prefix: st
             )
 
 
-def _setup_needed(config: Mapping[str, Any], result: CheckResult) -> None:
-    """Environments whose setup ROLL's own run scripts do by hand before the launcher, and roll-cluster cannot."""
+def env_types(config: Mapping[str, Any]) -> dict[str, str]:
+    """custom_envs name -> env_type (following `${custom_env.X}` interpolations)."""
     envs = config.get("custom_envs")
     if not isinstance(envs, Mapping):
-        return
+        return {}
+    found: dict[str, str] = {}
     for name in envs:
         env_type = lookup(config, f"custom_envs.{name}.env_type")
-        if not isinstance(env_type, str):
-            continue
+        if isinstance(env_type, str):
+            found[str(name)] = env_type
+    return found
+
+
+def _setup_needed(config: Mapping[str, Any], result: CheckResult) -> None:
+    """Environments whose setup ROLL's own run scripts do by hand before the launcher, and roll-cluster cannot."""
+    for name, env_type in env_types(config).items():
         if env_type in SETUP_ENVS:
             result.error(f"custom_envs.{name}.env_type", f"{SETUP_ENVS[env_type]}; got {env_type!r}")
         elif env_type in ROCK_ENVS:
-            url_key, default = ROCK_ENVS[env_type]
+            url_key, default, runs = ROCK_ENVS[env_type]
             url = lookup(config, f"custom_envs.{name}.env_config.{url_key}")
             address = url if isinstance(url, str) else default
             if _LOCAL_URL.match(address) or address == "https://xrl.alibaba-inc.com":
                 result.error(
                     f"custom_envs.{name}.env_config.{url_key}",
-                    f"the {env_type} environment needs a ROCK sandbox service at {address}, which roll-cluster does "
-                    "not start (ROLL's script starts one by hand: examples/agentic_demo/"
-                    "run_agentic_pipeline_sokoban_sandbox_single_node.sh:10-11; xrl.alibaba-inc.com is Alibaba's "
-                    "internal one); set it to the address of a ROCK service the nodes reach",
+                    f"the {env_type} environment needs a ROCK sandbox service at {address}, which roll-cluster "
+                    "neither installs nor starts: ROLL's run script starts it by hand from a ROCK install at "
+                    "/workspace/ROCK (`admin --env local`, examples/agentic_demo/"
+                    "run_agentic_pipeline_sokoban_sandbox_single_node.sh:10-11) that neither ROLL's images nor its "
+                    f"requirements hold, and the service starts {runs} for every environment "
+                    "(xrl.alibaba-inc.com is Alibaba's internal one); set it to the address of a ROCK service the "
+                    "nodes reach",
                 )
 
 
@@ -426,9 +455,7 @@ def _foreign_paths(config: Mapping[str, Any], result: CheckResult, prefix: str =
             continue
         values = value if isinstance(value, list) else [value]
         for item in values:
-            if isinstance(item, str) and any(
-                item == p or item.startswith(p + "/") for p in FOREIGN_PATH_PREFIXES
-            ):
+            if is_foreign_path(item):
                 result.error(
                     path,
                     "is a path of the site ROLL's example was written at, which no mount of the container provides "
@@ -458,7 +485,8 @@ def _dp(config: Mapping[str, Any], role: str) -> tuple[int, int] | None:
     return world, world
 
 
-def _span(config: Mapping[str, Any]) -> set[int] | None:
+def span(config: Mapping[str, Any]) -> set[int] | None:
+    """The GPUs all device mappings together use (None: one is not a form parse_device_mapping reads)."""
     union: set[int] = set()
     for _, value in device_mappings(config):
         try:
@@ -483,7 +511,7 @@ def scaling(base: Mapping[str, Any], config: Mapping[str, Any], cluster: Cluster
     """What changes for training when the cluster's GPU count differs from the base config's (render resizes
     the roles that covered all of the base's GPUs and keeps the others): the samples per optimizer step, the
     optimizer steps per rollout, agentic padding by copies, and GPUs no role uses. Stated, never corrected."""
-    before, after = _span(base), _span(config)
+    before, after = span(base), span(config)
     notes: list[str] = []
     if before is None or after is None or not before:
         return notes

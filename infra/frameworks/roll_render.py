@@ -34,6 +34,30 @@ TRAINING_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 # ROLL's ModelArguments.attn_implementation accepts sdpa, fa2 and auto (roll/configs/model_args.py:68 at 8eb27cc);
 # fa2 is FlashAttention-2, which needs compute capability 8.0 (Ampere) or newer.
 FALLBACK_ATTENTION = "sdpa"
+# Absolute paths in ROLL's examples that belong to the sites the examples were written at (Alibaba's CPFS and OSS
+# mounts, one developer's home): 75 values under /data/cpfs_0, 66 under /data/oss_bucket_0 and 3 under
+# /home/ubuntu in examples/**/*.yaml at 8eb27cc (e.g. qwen2.5-7B-rlvr_megatron/rlvr_config_async.yaml:70). The
+# container mounts only /data (the node's data dir, empty at first), /mnt/shared and /workspace, so such a path is
+# missing at run time: ROLL then takes a model path for a ModelScope id (roll/utils/checkpoint_manager.py:74) or
+# fails to open a data file. roll_checks refuses them, except where the render moved them (OUTPUT_ONLY_KEYS).
+FOREIGN_PATH_PREFIXES = ("/data/cpfs_0", "/data/oss_bucket_0", "/home/ubuntu")
+# Top-level keys whose directory ROLL 8eb27cc only ever writes (never reads an input from), with the folder under
+# the job's output root they move to when the base names a path of another site. Every use at the pinned ref:
+# - profiler_output_dir: BaseConfig appends exp_name and a timestamp and exports it as PROFILER_OUTPUT_DIR
+#   (roll/configs/base_config.py:225-227, 326-333); profiling makes that folder and writes traces and memory
+#   snapshots into it (roll/utils/context_managers.py:58-79); the pipelines make <it>/timeline and write Ray
+#   timelines there (roll/pipeline/rlvr/rlvr_pipeline.py:826-830, rlvr_vlm_pipeline.py:621, agentic/
+#   agentic_pipeline.py:571, agentic_rollout_pipeline.py:106, distill/distill_pipeline.py:326,
+#   distill_vlm_pipeline.py:302, dpo/dpo_pipeline.py:249).
+# - rollout_dump_dir: passed only to the dump functions (rlvr_pipeline.py:556, rlvr_vlm_pipeline.py:421,
+#   agentic_pipeline.py:310, 649, agentic_rollout_pipeline.py:102), which make it and write
+#   rollout_dump_data.step_N.jsonl (roll/pipeline/rlvr/utils.py:37-52, 55-72; roll/pipeline/agentic/utils.py:298-333,
+#   which uses the same DUMPING_FUNC, :19).
+OUTPUT_ONLY_KEYS = {"profiler_output_dir": "profiler", "rollout_dump_dir": "rollout_dump"}
+
+
+def is_foreign_path(value: Any) -> bool:
+    return isinstance(value, str) and any(value == p or value.startswith(p + "/") for p in FOREIGN_PATH_PREFIXES)
 
 
 class RenderError(Exception):
@@ -78,6 +102,8 @@ class Rendered:
     config: dict[str, Any]
     applied: list[str] = field(default_factory=list)  # what the hardware-aware defaults changed
     kept: list[str] = field(default_factory=list)  # what they deliberately left alone, and why
+    # What the plan states beside the check warnings: a changed path of another site, device mappings kept.
+    notes: list[str] = field(default_factory=list)
 
     def yaml_text(self, header: str = "") -> str:
         return header + yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True, width=120)
@@ -134,7 +160,16 @@ def is_contiguous_from_zero(indices: list[int]) -> bool:
     return sorted(set(indices)) == list(range(len(set(indices))))
 
 
-def _apply_device_mappings(config: dict[str, Any], cluster: Cluster, result: Rendered) -> None:
+def _apply_device_mappings(
+    config: dict[str, Any], cluster: Cluster, result: Rendered, keep_reason: str | None = None
+) -> None:
+    """keep_reason: the base's mappings are kept as written (RollAdapter: resizing them breaks a rule of ROLL)."""
+    if keep_reason is not None:
+        if "num_gpus_per_node" in config:
+            config["num_gpus_per_node"] = cluster.gpus_per_node
+            result.applied.append(f"num_gpus_per_node: {cluster.gpus_per_node}")
+        result.kept.append(f"every device_mapping {keep_reason}")
+        return
     mappings = device_mappings(config)
     if not mappings:
         result.kept.append("no device_mapping in the base; nothing to size")
@@ -274,6 +309,15 @@ def _apply_output_dirs(config: dict[str, Any], cluster: Cluster, result: Rendere
             node = node[part]
         node[path[-1]] = posixpath.join(root, leaf)
         result.applied.append(f"{'.'.join(path)}: {posixpath.join(root, leaf)} ({where})")
+    for name, leaf in OUTPUT_ONLY_KEYS.items():
+        # A folder ROLL only writes to: another site's path there is no input missing here, so the outputs land
+        # in the job's output folder instead of a path no mount provides (an override still decides).
+        if is_foreign_path(config.get(name)):
+            was, config[name] = config[name], posixpath.join(root, leaf)
+            line = (f"{name}: {config[name]} (was {was!r}, a path of the site ROLL's example was written at; ROLL "
+                    f"only writes there; {where})")
+            result.applied.append(line)
+            result.notes.append(line)
     if cluster.checkpoint_dir is not None:
         # The job's own directory, so that two jobs (or a fresh start) never mix checkpoints.
         checkpoint = config.get("checkpoint_config")
@@ -340,10 +384,12 @@ def render(
     overrides: Mapping[str, Any],
     keys: RollKeys,
     pipeline: str,
+    keep_mappings: str | None = None,
 ) -> Rendered:
-    """The configuration ROLL will run: composed base, hardware defaults, non-fields dropped, overrides last."""
+    """The configuration ROLL will run: composed base, hardware defaults, non-fields dropped, overrides last.
+    keep_mappings: why the base's device mappings are kept as written instead of resized (None: resized)."""
     result = Rendered(config=copy.deepcopy(dict(composed)))
-    _apply_device_mappings(result.config, cluster, result)
+    _apply_device_mappings(result.config, cluster, result, keep_mappings)
     _apply_precision(result.config, cluster, result)
     _apply_output_dirs(result.config, cluster, result)
     _drop_non_fields(result.config, keys, pipeline, result)
