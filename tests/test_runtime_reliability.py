@@ -25,7 +25,7 @@ from script_harness import FakeNode
 from components.bootstrap import container_command
 from devtools import plan
 from devtools.offline_cloud import is_secret, reveal, unwrap
-from infra.node import steps
+from infra.node import remote, steps
 from infra.node.remote import SCRIPTS_DIR
 from infra.ray import commands as rc
 
@@ -545,3 +545,20 @@ def test_secrets_reach_steps_only_as_exported_secrets_never_in_a_script_teardown
                 if any(v in line for v in values.values()):
                     assert line.startswith(("export WANDB_API_KEY=", "export HF_TOKEN=")), (resource.name, line)
     assert seen_in_a_step
+
+
+def run_stdin_command(step: str, text: str) -> subprocess.CompletedProcess[str]:
+    """The exact command a remote step runs, through sh as sshd would, with `text` on its stdin."""
+    return subprocess.run(["sh", "-c", remote.stdin_command(step)], input=text, capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def test_a_step_whose_text_never_arrived_on_stdin_fails_naming_the_step() -> None:
+    result = run_stdin_command("ray-head", "")
+    assert result.returncode != 0
+    assert "roll-cluster-ray-head: no script text arrived on stdin" in result.stderr
+
+
+def test_the_step_runner_runs_the_text_on_its_stdin_and_keeps_its_exit_status() -> None:
+    result = run_stdin_command("ray-head", "echo \"ran as $0\"\nexit 7\n")
+    assert result.returncode == 7 and result.stdout == "ran as roll-cluster-ray-head\n", result
