@@ -30,6 +30,7 @@ from infra.node.remote import SCRIPTS_DIR
 from infra.ray import commands as rc
 
 LIB = SCRIPTS_DIR / "lib.sh"
+STANDINS = Path(__file__).resolve().parent / "standins"
 
 
 def run_lib(
@@ -379,6 +380,29 @@ def test_a_changed_jemalloc_preload_is_a_changed_ray_setting(tmp_path: Path) -> 
     without = ray_common("ray_settings_text ray start", tmp_path, RAY_PRELOAD_JEMALLOC="0")
     result = ray_common('settings_differences "$OLD" "$NEW"', tmp_path, OLD=without.stdout, NEW=with_preload.stdout)
     assert result.stdout == "RAY_PRELOAD_JEMALLOC", result
+
+
+@pytest.mark.parametrize("record", ["--num-gpus=8\n", None])
+def test_the_recorded_ray_settings_read_empty_only_when_there_is_no_record(tmp_path: Path, record: str | None) -> None:
+    state, record_dir = tmp_path / "state", tmp_path / "ray"
+    container = state / "docker" / "containers" / "roll"  # tests/standins/docker: the container runs
+    container.parent.mkdir(parents=True)
+    container.write_text("true\n")
+    record_dir.mkdir()
+    if record is not None:
+        (record_dir / "settings").write_text(record)
+    env = {"PATH": f"{STANDINS}:/usr/local/bin:/usr/bin:/bin", "STANDIN_STATE": str(state), "CONTAINER_NAME": "roll",
+           "RAY_RECORD_DIR": str(record_dir)}
+    snippet = f"source {SCRIPTS_DIR / 'ray_common.sh'}\nrecorded_ray_settings"
+
+    read, _ = run_lib(snippet, tmp_path, 60, **env)
+    assert read.returncode == 0 and read.stdout == (record or ""), read
+
+    # A read that fails is not "no record": taken as one, the Ray step would restart a Ray whose settings did not
+    # change, ending its job.
+    container.write_text("false\n")
+    failed, _ = run_lib(snippet, tmp_path, 60, **env)
+    assert failed.returncode != 0 and failed.stdout == "", failed
 
 
 def test_docker_starts_after_the_data_disk_and_the_nas_are_mounted(node: FakeNode) -> None:

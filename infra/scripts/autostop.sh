@@ -45,6 +45,7 @@ remove_watcher() {
 
 stop_detached_watcher() {
   local pid
+  # No pid file: no detached watcher was started (systemd runs it, or none was installed).
   pid=$(cat -- "$AUTOSTOP_STATE_DIR/watch.pid" 2>/dev/null) || return 0
   # Expected to fail when the watcher has already exited (the recorded pid is gone): nothing left to stop.
   [[ "$pid" =~ ^[0-9]+$ ]] && kill -- "$pid" 2>/dev/null || true
@@ -206,8 +207,11 @@ stop_instances() {
 # stop_job_on_hosts: own hosts: the machines and Ray's daemons stay up; the job stops and frees the GPUs.
 stop_job_on_hosts() {
   banner "stopping job $JOB_ID (own hosts: the machines stay up)"
-  # Expected to fail for a job that already ended (the usual case here: autostop fires after the job ended);
-  # `logged` keeps Ray's answer in the watcher's log.
+  # Tolerated: autostop acts only once the job is neither RUNNING nor PENDING, so there is nothing left to stop.
+  # Ray answers a stop of an ended job with success (stopped: false); the command fails when the job is gone
+  # (404 "Job ... does not exist": NOT_FOUND) or the Jobs API does not answer (Ray down: UNKNOWN), and neither
+  # leaves a job to stop (ray/dashboard/modules/job/job_head.py stop_job, read on Ray's master branch; at
+  # 2.48.0 UNCONFIRMED). The watcher must go on either way; `logged` keeps Ray's answer in its log.
   logged timeout -k 10 120 docker exec "$CONTAINER_NAME" ray job stop --address "http://127.0.0.1:$DASHBOARD_PORT" \
     -- "$JOB_ID" || true
 }
@@ -231,6 +235,8 @@ watch_cluster() {
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   while true; do
     # Once stopped, nothing is left to stop until the step installs the watcher again (install clears it).
+    # `|| true`: act returns 1 when nothing should stop yet (the usual poll); a stop that fails ends the watcher
+    # through fail, and systemd starts it again (Restart=always).
     [[ -f "$AUTOSTOP_STATE_DIR/stopped" ]] || act || true
     sleep "$AUTOSTOP_POLL_S"
   done

@@ -213,6 +213,7 @@ wait_job_started() {
 
 # first_step_in LOG: the step number of the last first-step line in LOG (the first integer of the match), or nothing.
 first_step_in() {
+  # `|| true`: grep exits 1 when no line matches (no step logged yet), which is the answer "nothing".
   grep -oE -- "$JOB_FIRST_STEP_PATTERN" <<<"$1" | tail -n 1 | grep -oE '[0-9]+' | head -n 1 || true
 }
 

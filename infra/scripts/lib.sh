@@ -12,6 +12,7 @@ set -Eeuo pipefail
 : "${ROLL_STEP:=step}"
 : "${NODE_NAME:=$(hostname)}"
 ROLL_LOG_DIR=${ROLL_LOG_DIR:-/var/log/roll-cluster}
+# Not root (a local step, the tests): the default log directory cannot be made; a private temporary one serves.
 mkdir -p "$ROLL_LOG_DIR" 2>/dev/null || ROLL_LOG_DIR=$(mktemp -d)
 ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}.log"
 
@@ -118,6 +119,7 @@ bounded() {
   watchdog=$!
   wait "$pid" || status=$?
   kill_tree TERM "$watchdog"
+  # Expected to fail: the watchdog was just killed, and wait returns its signal status.
   wait "$watchdog" 2>/dev/null || :
   if [[ -s "$marker" ]]; then
     status=124
@@ -131,6 +133,7 @@ bounded() {
 kill_tree() {
   local signal=$1 pid
   for pid in $(process_tree "$2"); do
+    # Expected to fail for a process that exited since it was listed: nothing left to signal.
     kill "-$signal" "$pid" 2>/dev/null || :
   done
 }
@@ -139,6 +142,7 @@ kill_tree() {
 process_tree() {
   local child
   printf '%s\n' "$1"
+  # pgrep exits 1 when PID has no children (or is gone): then there is nothing below it.
   for child in $(pgrep -P "$1" 2>/dev/null || :); do
     process_tree "$child"
   done
