@@ -194,8 +194,8 @@ watch_cluster() {
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   while true; do
     # Once stopped, nothing is left to stop until the step installs the watcher again (install clears it).
-    # `|| true`: act returns 1 when nothing should stop yet (the usual poll); a stop that fails ends the watcher
-    # through fail, and systemd starts it again (Restart=always).
+    # `|| true`: act returns 1 when nothing should stop yet (the usual poll). A stop that fails ends the watcher
+    # through fail (exit): systemd starts it again (Restart=always); a detached watcher (no systemd) stays gone.
     [[ -f "$AUTOSTOP_STATE_DIR/stopped" ]] || act || true
     sleep "$AUTOSTOP_POLL_S"
   done
