@@ -147,3 +147,47 @@ def test_on_own_hosts_it_stops_the_job_never_the_machines(tmp_path, endpoint):
     assert StandIn.calls == []  # no cloud API
     calls = (tmp_path / "bin" / "calls").read_text()
     assert "exec roll ray job stop --address http://127.0.0.1:8265 -- roll-multi-1" in calls
+
+
+def test_with_systemd_the_watcher_is_a_unit_whose_command_stops_the_cluster_and_remove_takes_it_away(
+    tmp_path: Path, endpoint: str
+) -> None:
+    units, run_dir, fake = tmp_path / "units", tmp_path / "run-systemd", tmp_path / "fake"
+    for directory in (units, run_dir, fake):
+        directory.mkdir()
+    (fake / "systemctl").write_text('#!/bin/bash\necho "$*" >>"$(dirname "$0")/systemctl.calls"\n')
+    (fake / "systemctl").chmod(0o755)
+    seams = {"SYSTEMD_UNIT_DIR": str(units), "SYSTEMD_RUN_DIR": str(run_dir),
+             "PATH": f"{fake}:{tmp_path / 'bin'}:/usr/local/bin:/usr/bin:/bin"}
+
+    installed = _run(tmp_path, endpoint, "instances", "SUCCEEDED", "0", AUTOSTOP_ACTION="install",
+                     AUTOSTOP_AFTER_JOB_MINUTES="1", **seams)
+
+    assert installed.returncode == 0, installed.stderr
+    assert "autostop watcher running (systemd unit roll-cluster-autostop)" in installed.stdout
+    unit = (units / "roll-cluster-autostop.service").read_text().splitlines()
+    assert "After=docker.service network-online.target" in unit and "RestartSec=30" in unit
+    assert (fake / "systemctl.calls").read_text().splitlines() == [
+        "daemon-reload", "enable -- roll-cluster-autostop.service", "restart -- roll-cluster-autostop.service"]
+    # What systemd starts: the kept copy with the kept settings, as the watcher; the job ended an hour ago.
+    _ended_long_ago(tmp_path)
+    exec_start = next(line for line in unit if line.startswith("ExecStart=")).removeprefix("ExecStart=")
+    (tmp_path / "watcher-node").mkdir()
+    watcher = subprocess.Popen(["bash", "-c", exec_start], env=_node(tmp_path / "watcher-node", "SUCCEEDED", "0"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not StandIn.calls and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [c["Action"] for c in StandIn.calls] == ["StopInstances"]
+    finally:
+        watcher.kill()
+        watcher.wait(timeout=10)
+
+    (tmp_path / "destroy").mkdir()  # _run's own stand-ins and log there; the watcher's state where it was installed
+    removed = _run(tmp_path / "destroy", endpoint, "instances", "SUCCEEDED", "0", AUTOSTOP_ACTION="remove",
+                   AUTOSTOP_STATE_DIR=str(tmp_path / "state"), **seams)
+
+    assert removed.returncode == 0, removed.stderr
+    assert "disable --now -- roll-cluster-autostop.service" in (fake / "systemctl.calls").read_text()
+    assert not (units / "roll-cluster-autostop.service").exists() and not (tmp_path / "state").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from script_harness import FakeNode, Result, assert_failed, assert_ok
 
 LOST = ("Unexpected error occurred: The actor died unexpectedly before finishing this task. The actor died because "
@@ -74,12 +75,12 @@ def jobs_api(node: FakeNode, tmp_path: Path, *script: tuple[str, ...]) -> Path:
     return state
 
 
-def submit(node: FakeNode, tmp_path: Path, state: Path) -> Result:
+def submit(node: FakeNode, tmp_path: Path, state: Path, **gate: str) -> Result:
     return node.run_step(
         "job", ["ray_common.sh", "job_submit.sh"],
         CONTAINER_NAME="rc", DASHBOARD_PORT="8265", JOB_ID="custom-multi-1", JOB_ENTRYPOINT="sleep 3600",
         JOB_WORKDIR=str(tmp_path), JOB_SETTLE_S="0", JOB_POLL_INTERVAL_S="0", JOB_RESUBMIT_DELAY_S="0",
-        PYTHONPATH=str(tmp_path / "stub"), JOBS_STATE=str(state), SUBMITTED_JOBS_DIR=str(tmp_path / "marks"),
+        PYTHONPATH=str(tmp_path / "stub"), JOBS_STATE=str(state), SUBMITTED_JOBS_DIR=str(tmp_path / "marks"), **gate,
     )
 
 
@@ -94,9 +95,11 @@ def test_a_job_lost_with_a_dead_node_before_it_ran_is_submitted_again(node: Fake
     assert (tmp_path / "marks" / "custom-multi-1").exists()  # jobStatus says LOST, not "never submitted", later
 
 
-def test_a_job_lost_every_time_fails_after_the_attempts(node: FakeNode, tmp_path: Path) -> None:
+# Gated: the wait for the first training step (the start gate) tells a lost job from a failed one as well.
+@pytest.mark.parametrize("gate", [{}, {"JOB_FIRST_STEP_PATTERN": "step [0-9]+", "JOB_START_GATE_S": "60"}])
+def test_a_job_lost_every_time_fails_after_the_attempts(node: FakeNode, tmp_path: Path, gate: dict[str, str]) -> None:
     state = jobs_api(node, tmp_path, *[("FAILED", LOST)] * 3)
-    result = submit(node, tmp_path, state)
+    result = submit(node, tmp_path, state, **gate)
     assert_failed(result, "job: FAILED: job custom-multi-1 failed before it ran, 3 times", "ray status")
     assert len(json.loads(state.read_text())["submitted"]) == 3
 

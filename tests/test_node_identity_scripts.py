@@ -48,6 +48,23 @@ def test_first_boot_installs_the_generated_host_key_and_the_login_key_once(node:
     assert "host key already installed" in again.stdout and "login key already in" in again.stdout
 
 
+def test_first_boot_labels_both_keys_for_selinux_and_fails_naming_restorecon_when_a_label_cannot_be_set(
+    node: FakeNode,
+) -> None:
+    settings = {**ssh_paths(node), "GPU_DRIVER": "preinstalled", "SSH_HOST_KEY_ED25519": HOST_PRIVATE,
+                "SSH_HOST_KEY_ED25519_PUB": HOST_PUB, "ROOT_AUTHORIZED_KEY": LOGIN}
+    key = node.root / "etc-ssh" / "ssh_host_ed25519_key"
+
+    assert_ok(node.run_user_data("first_boot.sh", **settings))
+    assert node.calls("restorecon") == [f"-- {key} {key}.pub", f"-R -- {node.root / 'root-ssh'}"]
+
+    node.fail_next("restorecon", 1)
+    failed = node.run_user_data("first_boot.sh", **{**settings, "ROOT_AUTHORIZED_KEY": LOGIN + "2"})
+
+    # A login key sshd may refuse under SELinux is named at first boot, not left to a refused login later.
+    assert_failed(failed, "restorecon -R --", "Could not set context")
+
+
 def test_first_boot_keeps_the_other_keys_of_root(node: FakeNode) -> None:
     (node.root / "root-ssh").mkdir()
     (node.root / "root-ssh" / "authorized_keys").write_text("ssh-rsa AAAAexisting ops@bastion\n")

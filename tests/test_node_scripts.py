@@ -445,11 +445,14 @@ def test_pull_image_logs_in_through_stdin_and_never_exposes_the_password(node: F
     assert_ok(result)
     assert (node.state / "docker" / "login-stdin").read_text() == PASSWORD  # it reached docker, through stdin
     docker_calls = node.calls("docker")
+    # The image and its registry host come after `--`: operands for Docker's CLI, never options.
     assert (
-        "login --username puller@1234 --password-stdin myacr-registry-vpc.cn-hangzhou.cr.aliyuncs.com" in docker_calls
+        "login --username puller@1234 --password-stdin -- myacr-registry-vpc.cn-hangzhou.cr.aliyuncs.com"
+        in docker_calls
     )
-    assert f"pull {PRIVATE_IMAGE}" in docker_calls
-    assert "logout myacr-registry-vpc.cn-hangzhou.cr.aliyuncs.com" in docker_calls
+    assert f"pull -- {PRIVATE_IMAGE}" in docker_calls
+    assert "logout -- myacr-registry-vpc.cn-hangzhou.cr.aliyuncs.com" in docker_calls
+    assert all(c.endswith(f" -- {PRIVATE_IMAGE}") for c in docker_calls if c.startswith("image inspect"))
     everything_recorded = "\n".join(
         [result.output]
         + [p.read_text() for p in (node.state / "calls").iterdir()]

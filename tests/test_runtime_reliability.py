@@ -25,11 +25,12 @@ from script_harness import FakeNode
 from components.bootstrap import container_command
 from devtools import plan
 from devtools.offline_cloud import is_secret, reveal, unwrap
-from infra.node import steps
+from infra.node import remote, steps
 from infra.node.remote import SCRIPTS_DIR
 from infra.ray import commands as rc
 
 LIB = SCRIPTS_DIR / "lib.sh"
+STANDINS = Path(__file__).resolve().parent / "standins"
 
 
 def run_lib(
@@ -381,6 +382,29 @@ def test_a_changed_jemalloc_preload_is_a_changed_ray_setting(tmp_path: Path) -> 
     assert result.stdout == "RAY_PRELOAD_JEMALLOC", result
 
 
+@pytest.mark.parametrize("record", ["--num-gpus=8\n", None])
+def test_the_recorded_ray_settings_read_empty_only_when_there_is_no_record(tmp_path: Path, record: str | None) -> None:
+    state, record_dir = tmp_path / "state", tmp_path / "ray"
+    container = state / "docker" / "containers" / "roll"  # tests/standins/docker: the container runs
+    container.parent.mkdir(parents=True)
+    container.write_text("true\n")
+    record_dir.mkdir()
+    if record is not None:
+        (record_dir / "settings").write_text(record)
+    env = {"PATH": f"{STANDINS}:/usr/local/bin:/usr/bin:/bin", "STANDIN_STATE": str(state), "CONTAINER_NAME": "roll",
+           "RAY_RECORD_DIR": str(record_dir)}
+    snippet = f"source {SCRIPTS_DIR / 'ray_common.sh'}\nrecorded_ray_settings"
+
+    read, _ = run_lib(snippet, tmp_path, 60, **env)
+    assert read.returncode == 0 and read.stdout == (record or ""), read
+
+    # A read that fails is not "no record": taken as one, the Ray step would restart a Ray whose settings did not
+    # change, ending its job.
+    container.write_text("false\n")
+    failed, _ = run_lib(snippet, tmp_path, 60, **env)
+    assert failed.returncode != 0 and failed.stdout == "", failed
+
+
 def test_docker_starts_after_the_data_disk_and_the_nas_are_mounted(node: FakeNode) -> None:
     dropins = node.root / "docker.service.d"
     result = node.run_step("docker", ["docker_mount_order.sh"], MOUNTS="/data /mnt/shared",
@@ -545,3 +569,20 @@ def test_secrets_reach_steps_only_as_exported_secrets_never_in_a_script_teardown
                 if any(v in line for v in values.values()):
                     assert line.startswith(("export WANDB_API_KEY=", "export HF_TOKEN=")), (resource.name, line)
     assert seen_in_a_step
+
+
+def run_stdin_command(step: str, text: str) -> subprocess.CompletedProcess[str]:
+    """The exact command a remote step runs, through sh as sshd would, with `text` on its stdin."""
+    return subprocess.run(["sh", "-c", remote.stdin_command(step)], input=text, capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def test_a_step_whose_text_never_arrived_on_stdin_fails_naming_the_step() -> None:
+    result = run_stdin_command("ray-head", "")
+    assert result.returncode != 0
+    assert "roll-cluster-ray-head: no script text arrived on stdin" in result.stderr
+
+
+def test_the_step_runner_runs_the_text_on_its_stdin_and_keeps_its_exit_status() -> None:
+    result = run_stdin_command("ray-head", "echo \"ran as $0\"\nexit 7\n")
+    assert result.returncode == 7 and result.stdout == "ran as roll-cluster-ray-head\n", result

@@ -7,7 +7,8 @@ from __future__ import annotations
 import http.server
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -89,3 +90,51 @@ def test_without_spot_there_is_no_watcher_and_no_reclaim_check() -> None:
     result = run("multi")
     assert not [r for r in result.cloud.resources if r.name.endswith("-spot-notice")]
     assert "reclaimed" not in result.outputs["jobStatus"]
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie: the watcher is orphaned, and a PID 1 that reaps nothing keeps it as one."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait(what: str, done: Callable[[], bool], timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s}s"
+        time.sleep(0.2)
+
+
+def test_without_systemd_the_watcher_runs_detached_a_reinstall_replaces_it_and_it_records_the_notice(
+    tmp_path: Path, metadata: str
+) -> None:
+    state = tmp_path / "state"
+    env = {"SPOT_ACTION": "install", "RECLAIM_DIR": str(tmp_path / "reclaimed"), "NODE_NAME": "node-1",
+           "METADATA_URL": metadata, "SPOT_STATE_DIR": str(state), "SPOT_POLL_S": "1",
+           "SYSTEMD_RUN_DIR": str(tmp_path / "no-systemd")}
+
+    def install() -> int:
+        result = subprocess.run(["bash", "-c", render_plain("spot-notice", ("spot_notice.sh",), env)],
+                                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log")},
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and "spot notice watcher running (no systemd: process" in result.stdout, result
+        return int((state / "watch.pid").read_text())
+
+    pids: list[int] = []
+    try:
+        pids.append(install())
+        pids.append(install())
+        first, second = pids
+        _wait("the first watcher to be stopped by the second install", lambda: not _alive(first))
+        assert _alive(second)
+        Metadata.termination = "2026-11-25T15:04:00Z"
+        record = tmp_path / "reclaimed" / "node-1"
+        _wait("the watcher to record the notice", lambda: record.exists() and record.read_text().strip() != "")
+        assert record.read_text().strip() == "2026-11-25T15:04:00Z"
+    finally:
+        for pid in pids:
+            if _alive(pid):
+                subprocess.run(["kill", "--", str(pid)], check=False)

@@ -13,8 +13,8 @@ Values are single-quoted with shlex.quote; secrets may be Outputs and keep their
 The steps send that text on the SSH channel's stdin, not as the command (`stdin_command`): sshd runs the command
 as `$SHELL -c <command>`, in argv (`ps`, /proc/<pid>/cmdline, execve audit logs), and pulumi-command prints the
 whole command of a failed step (remote/commandOutputs.go:100-101). The outer bash reads stdin whole before running
-anything (`eval "$(cat)"`), so the script still finds stdin at EOF; the script text itself, which holds no secret,
-is the inner bash's argument as before.
+anything (`text=$(cat)`, then `eval "$text"`), so the script still finds stdin at EOF; an empty stdin fails the
+step with a message naming it. The script text itself, which holds no secret, is the inner bash's argument as before.
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ def stdin_command(step: str, sudo: bool = False) -> str:
     """The short, constant command of a step whose text (`render`, sudo=False) arrives on stdin; with `sudo` the
     whole text runs in a root bash, so its exports need no --preserve-env."""
     runner = "sudo -n bash" if sudo else "bash"
-    return f"exec {runner} -c 'eval \"$(cat)\"' {shlex.quote('roll-cluster-' + step)}"
+    # An empty stdin would eval nothing and exit 0: a step whose text never arrived would pass. It fails instead,
+    # naming the step ($0 is the name after the -c text).
+    check = '[ -n "$text" ] || { echo "$0: no script text arrived on stdin" >&2; exit 1; }'
+    return f"exec {runner} -c 'text=$(cat) && {check}; eval \"$text\"' {shlex.quote('roll-cluster-' + step)}"
 
 
 def exported_env(command_text: str) -> dict[str, str]:

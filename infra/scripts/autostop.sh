@@ -3,8 +3,8 @@
 #
 # AUTOSTOP_ACTION=install (the Pulumi step) keeps a copy of this step's text (lib.sh, ray_common.sh and this file:
 # BASH_EXECUTION_STRING of `bash -c`) and its settings on the host and starts it as a service that comes back
-# with the host (systemd; without systemd, a detached process). AUTOSTOP_ACTION=watch is that service: every
-# AUTOSTOP_POLL_S it reads the job's state from the Jobs API and the GPUs' utilisation, and once
+# with the host (systemd; without systemd, a detached process: install_watcher in lib.sh). AUTOSTOP_ACTION=watch
+# is that service: every AUTOSTOP_POLL_S it reads the job's state (Jobs API) and the GPUs' utilisation, and once
 #   - the job has ended (SUCCEEDED, FAILED, STOPPED, or gone) for AUTOSTOP_AFTER_JOB_MINUTES, or
 #   - no job runs and every GPU has been idle for AUTOSTOP_IDLE_MINUTES
 # it stops the cluster. On Alibaba (AUTOSTOP_MODE=instances) that is ECS StopInstances with StoppedMode
@@ -35,19 +35,12 @@ AUTOSTOP_STATE_DIR=${AUTOSTOP_STATE_DIR:-/var/lib/roll-cluster-autostop}
 
 # remove_watcher (at destroy; own hosts keep running): stop the service and forget its copy and settings.
 remove_watcher() {
-  if command -v systemctl >/dev/null 2>&1 && [[ -f /etc/systemd/system/roll-cluster-autostop.service ]]; then
+  if command -v systemctl >/dev/null 2>&1 && [[ -f "$SYSTEMD_UNIT_DIR/roll-cluster-autostop.service" ]]; then
     logged systemctl disable --now -- roll-cluster-autostop.service
-    rm -f -- /etc/systemd/system/roll-cluster-autostop.service
+    rm -f -- "$SYSTEMD_UNIT_DIR/roll-cluster-autostop.service"
   fi
-  stop_detached_watcher
+  stop_detached_watcher "$AUTOSTOP_STATE_DIR"
   rm -rf -- "$AUTOSTOP_STATE_DIR"
-}
-
-stop_detached_watcher() {
-  local pid
-  pid=$(cat -- "$AUTOSTOP_STATE_DIR/watch.pid" 2>/dev/null) || return 0
-  # Expected to fail when the watcher has already exited (the recorded pid is gone): nothing left to stop.
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -- "$pid" 2>/dev/null || true
 }
 
 if [[ "$AUTOSTOP_ACTION" == remove ]]; then
@@ -67,45 +60,12 @@ fi
 SETTINGS_NAMES=(AUTOSTOP_MODE AUTOSTOP_AFTER_JOB_MINUTES AUTOSTOP_IDLE_MINUTES AUTOSTOP_POLL_S CONTAINER_NAME
   DASHBOARD_PORT JOB_ID INSTANCE_IDS REGION_ID RAM_ROLE ECS_ENDPOINT METADATA_URL AUTOSTOP_STATE_DIR NODE_NAME)
 
-install_watcher() {
-  local name
+install_autostop_watcher() {
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   chmod 700 -- "$AUTOSTOP_STATE_DIR"
-  printf '%s\n' "$BASH_EXECUTION_STRING" >"$AUTOSTOP_STATE_DIR/autostop.sh"
-  : >"$AUTOSTOP_STATE_DIR/settings.env"
-  for name in "${SETTINGS_NAMES[@]}"; do
-    # printf %q: each value is one shell word when the service sources the file; no value becomes code.
-    printf 'export %s=%q\n' "$name" "${!name:-}" >>"$AUTOSTOP_STATE_DIR/settings.env"
-  done
   rm -f -- "$AUTOSTOP_STATE_DIR/ended_since" "$AUTOSTOP_STATE_DIR/idle_since" "$AUTOSTOP_STATE_DIR/stopped"
-  if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
-    cat >/etc/systemd/system/roll-cluster-autostop.service <<EOF
-[Unit]
-Description=roll-cluster autostop (stops this cluster when it idles)
-After=docker.service network-online.target
-
-[Service]
-ExecStart=/bin/bash -c '. $AUTOSTOP_STATE_DIR/settings.env && AUTOSTOP_ACTION=watch ROLL_STEP=autostop exec bash $AUTOSTOP_STATE_DIR/autostop.sh'
-Restart=always
-RestartSec=30
-
-[Install]
-WantedBy=multi-user.target
-EOF
-    logged systemctl daemon-reload
-    logged systemctl enable -- roll-cluster-autostop.service
-    logged systemctl restart -- roll-cluster-autostop.service
-    banner "autostop watcher running (systemd unit roll-cluster-autostop)"
-  else
-    stop_detached_watcher
-    # The redirections on the whole background subshell, which execs the watcher (so $! is the watcher): had the
-    # subshell kept the step's stdout, the SSH session of the step would never end (seen on the real-host tier).
-    # shellcheck source=/dev/null # written just above
-    (. "$AUTOSTOP_STATE_DIR/settings.env" && AUTOSTOP_ACTION=watch ROLL_STEP=autostop \
-      exec setsid bash -- "$AUTOSTOP_STATE_DIR/autostop.sh") </dev/null >>"$AUTOSTOP_STATE_DIR/watch.log" 2>&1 &
-    echo $! >"$AUTOSTOP_STATE_DIR/watch.pid"
-    banner "autostop watcher running (no systemd: process $(cat -- "$AUTOSTOP_STATE_DIR/watch.pid"))"
-  fi
+  install_watcher "autostop watcher" roll-cluster-autostop "roll-cluster autostop (stops this cluster when it idles)" \
+    "docker.service network-online.target" 30 "$AUTOSTOP_STATE_DIR" AUTOSTOP_ACTION=watch "${SETTINGS_NAMES[@]}"
 }
 
 # gpus_idle: every GPU at 0 % utilisation (no nvidia-smi, e.g. Ascend: never idle by this test).
@@ -206,8 +166,11 @@ stop_instances() {
 # stop_job_on_hosts: own hosts: the machines and Ray's daemons stay up; the job stops and frees the GPUs.
 stop_job_on_hosts() {
   banner "stopping job $JOB_ID (own hosts: the machines stay up)"
-  # Expected to fail for a job that already ended (the usual case here: autostop fires after the job ended);
-  # `logged` keeps Ray's answer in the watcher's log.
+  # Tolerated: autostop acts only once the job is neither RUNNING nor PENDING, so there is nothing left to stop.
+  # Ray answers a stop of an ended job with success (stopped: false); the command fails when the job is gone
+  # (404 "Job ... does not exist": NOT_FOUND) or the Jobs API does not answer (Ray down: UNKNOWN), and neither
+  # leaves a job to stop (ray/dashboard/modules/job/job_head.py stop_job, read on Ray's master branch; at
+  # 2.48.0 UNCONFIRMED). The watcher must go on either way; `logged` keeps Ray's answer in its log.
   logged timeout -k 10 120 docker exec "$CONTAINER_NAME" ray job stop --address "http://127.0.0.1:$DASHBOARD_PORT" \
     -- "$JOB_ID" || true
 }
@@ -231,13 +194,15 @@ watch_cluster() {
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   while true; do
     # Once stopped, nothing is left to stop until the step installs the watcher again (install clears it).
+    # `|| true`: act returns 1 when nothing should stop yet (the usual poll). A stop that fails ends the watcher
+    # through fail (exit): systemd starts it again (Restart=always); a detached watcher (no systemd) stays gone.
     [[ -f "$AUTOSTOP_STATE_DIR/stopped" ]] || act || true
     sleep "$AUTOSTOP_POLL_S"
   done
 }
 
 case "$AUTOSTOP_ACTION" in
-  install) run_step install_watcher "install the autostop watcher" ;;
+  install) run_step install_autostop_watcher "install the autostop watcher" ;;
   watch) watch_cluster ;;
   once) mkdir -p -- "$AUTOSTOP_STATE_DIR" && act ;;
   *) fail "AUTOSTOP_ACTION must be install, watch or once; got '$AUTOSTOP_ACTION'" ;;

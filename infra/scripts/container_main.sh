@@ -39,6 +39,7 @@ raylet_running() {
   local comm name
   for comm in /proc/[0-9]*/comm; do
     name=''
+    # Expected to fail for a process that exited since the glob listed it: it is no raylet any more.
     read -r name <"$comm" 2>/dev/null || continue
     [[ "$name" != "$RAYLET_NAME" ]] || return 0
   done

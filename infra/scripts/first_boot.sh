@@ -107,7 +107,10 @@ install_ssh_host_key() {
     banner "host key already installed in $key; skipped"
     return 0
   fi
-  if command -v restorecon >/dev/null 2>&1; then restorecon "$key" "$key.pub" || true; fi
+  # SELinux-enforcing images label host keys; a new file must get the label or sshd cannot load it. Strict:
+  # restorecon exits 0 where SELinux is off ("restorecon only: silent exit if no SELinux", policycoreutils
+  # setfiles/setfiles.c; version on the images UNCONFIRMED), so a failure here is a key sshd may not read.
+  if command -v restorecon >/dev/null 2>&1; then logged restorecon -- "$key" "$key.pub"; fi
   # A client that connects before this point sees the key cloud-init generated and is refused (pulumi-command
   # retries the dial; the later clients run after cloud-init has finished).
   for unit in sshd ssh; do
@@ -137,8 +140,9 @@ authorize_ssh_key() {
     banner "login key ${ROOT_AUTHORIZED_KEY%% *} added to $file"
   fi
   chmod 600 "$file"
-  # SELinux-enforcing images label ~/.ssh; a new file must get the label or sshd cannot read it.
-  if command -v restorecon >/dev/null 2>&1; then restorecon -R "$ROOT_SSH_DIR" || true; fi
+  # SELinux-enforcing images label ~/.ssh; a new file must get the label or sshd cannot read it. Strict, as for
+  # the host key above: a failure is a login key sshd may refuse, better named here than as a refused login later.
+  if command -v restorecon >/dev/null 2>&1; then logged restorecon -R -- "$ROOT_SSH_DIR"; fi
 }
 
 # Whether this or an earlier run already launched the installer (or it already finished).

@@ -174,6 +174,16 @@ supervisor_lost() {
     grep -q -e 'never ran' <<<"$message"
 }
 
+# lost_before_start STATE: true, with JOB_LOST_BEFORE_START set for the caller, when the job is FAILED because its
+# supervisor was lost before it ran (supervisor_lost); both waits below return then, and the job is submitted again.
+lost_before_start() {
+  if [[ "$1" == FAILED ]] && supervisor_lost; then
+    JOB_LOST_BEFORE_START=true
+    return 0
+  fi
+  return 1
+}
+
 # wait_job_started: fail when the job fails at once (a bad entrypoint, a missing module); a job that is still
 # RUNNING after JOB_SETTLE_S, or SUCCEEDED, is fine; one still PENDING at the bound is reported, not failed.
 # A job whose supervisor was lost before it ran (supervisor_lost) sets JOB_LOST_BEFORE_START for the caller.
@@ -190,10 +200,7 @@ wait_job_started() {
         return 0
         ;;
       FAILED | STOPPED)
-        if [[ "$state" == FAILED ]] && supervisor_lost; then
-          JOB_LOST_BEFORE_START=true
-          return 0
-        fi
+        if lost_before_start "$state"; then return 0; fi
         job_log_tail
         fail "job $JOB_ID is $state right after its submission"
         ;;
@@ -213,6 +220,7 @@ wait_job_started() {
 
 # first_step_in LOG: the step number of the last first-step line in LOG (the first integer of the match), or nothing.
 first_step_in() {
+  # `|| true`: grep exits 1 when no line matches (no step logged yet), which is the answer "nothing".
   grep -oE -- "$JOB_FIRST_STEP_PATTERN" <<<"$1" | tail -n 1 | grep -oE '[0-9]+' | head -n 1 || true
 }
 
@@ -243,10 +251,7 @@ wait_first_step() {
         fi
         ;;
       FAILED | STOPPED)
-        if [[ "$state" == FAILED ]] && supervisor_lost; then
-          JOB_LOST_BEFORE_START=true
-          return 0
-        fi
+        if lost_before_start "$state"; then return 0; fi
         job_log_tail
         fail "job $JOB_ID is $state before its first training step (it was $phase); the end of its log is above"
         ;;

@@ -12,6 +12,7 @@ set -Eeuo pipefail
 : "${ROLL_STEP:=step}"
 : "${NODE_NAME:=$(hostname)}"
 ROLL_LOG_DIR=${ROLL_LOG_DIR:-/var/log/roll-cluster}
+# Not root (a local step, the tests): the default log directory cannot be made; a private temporary one serves.
 mkdir -p "$ROLL_LOG_DIR" 2>/dev/null || ROLL_LOG_DIR=$(mktemp -d)
 ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}.log"
 
@@ -118,6 +119,7 @@ bounded() {
   watchdog=$!
   wait "$pid" || status=$?
   kill_tree TERM "$watchdog"
+  # Expected to fail: the watchdog was just killed, and wait returns its signal status.
   wait "$watchdog" 2>/dev/null || :
   if [[ -s "$marker" ]]; then
     status=124
@@ -131,6 +133,7 @@ bounded() {
 kill_tree() {
   local signal=$1 pid
   for pid in $(process_tree "$2"); do
+    # Expected to fail for a process that exited since it was listed: nothing left to signal.
     kill "-$signal" "$pid" 2>/dev/null || :
   done
 }
@@ -139,6 +142,7 @@ kill_tree() {
 process_tree() {
   local child
   printf '%s\n' "$1"
+  # pgrep exits 1 when PID has no children (or is gone): then there is nothing below it.
   for child in $(pgrep -P "$1" 2>/dev/null || :); do
     process_tree "$child"
   done
@@ -369,4 +373,66 @@ install_packages_once() {
           -o DPkg::Lock::Timeout="${PACKAGE_LOCK_TIMEOUT_S:-1800}" "$@"
       ;;
   esac
+}
+
+# ---- watchers: a step that goes on running after it returns (autostop.sh, spot_notice.sh) ----
+# SYSTEMD_UNIT_DIR [/etc/systemd/system], SYSTEMD_RUN_DIR [/run/systemd/system]: where units go, and what says that
+# systemd runs (sd_booted(3) looks for the same directory); test seams, the program never sets them.
+: "${SYSTEMD_UNIT_DIR:=/etc/systemd/system}"
+: "${SYSTEMD_RUN_DIR:=/run/systemd/system}"
+
+# install_watcher WHAT UNIT DESCRIPTION AFTER RESTART_S STATE_DIR ACTION SETTING...: keep a copy of this step's text
+# (lib.sh and the scripts after it: BASH_EXECUTION_STRING of `bash -c`) and the named settings in STATE_DIR, and run
+# the copy with ACTION (NAME=value, e.g. SPOT_ACTION=watch) and this step's ROLL_STEP as a service that comes back
+# with the host: the systemd unit UNIT (restarted RESTART_S after it ends; started after the units AFTER), or
+# without systemd a detached process (its pid in STATE_DIR/watch.pid, its output in STATE_DIR/watch.log) that
+# replaces the one an earlier install started. WHAT names the watcher in the banners.
+install_watcher() {
+  local what=$1 unit=$2 description=$3 after=$4 restart_s=$5 state_dir=$6 action=$7 name
+  shift 7
+  [[ "$action" =~ ^[A-Z_]+=[a-z]+$ ]] || fail "install_watcher: ACTION must be NAME=value; got '$action'"
+  mkdir -p -- "$state_dir"
+  printf '%s\n' "$BASH_EXECUTION_STRING" >"$state_dir/watcher.sh"
+  : >"$state_dir/settings.env"
+  for name in "$@"; do
+    # printf %q: each value is one shell word when the service sources the file; no value becomes code.
+    printf 'export %s=%q\n' "$name" "${!name:-}" >>"$state_dir/settings.env"
+  done
+  if command -v systemctl >/dev/null 2>&1 && [[ -d "$SYSTEMD_RUN_DIR" ]]; then
+    cat >"$SYSTEMD_UNIT_DIR/$unit.service" <<UNIT
+[Unit]
+Description=$description
+After=$after
+
+[Service]
+ExecStart=/bin/bash -c '. $state_dir/settings.env && $action ROLL_STEP=$ROLL_STEP exec bash $state_dir/watcher.sh'
+Restart=always
+RestartSec=$restart_s
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+    logged systemctl daemon-reload
+    logged systemctl enable -- "$unit.service"
+    logged systemctl restart -- "$unit.service"
+    banner "$what running (systemd unit $unit)"
+  else
+    stop_detached_watcher "$state_dir"
+    # The redirections on the whole background subshell, which execs the watcher (so $! is the watcher): had the
+    # subshell kept the step's stdout, the SSH session of the step would never end (seen on the real-host tier).
+    # shellcheck source=/dev/null # written just above
+    (. "$state_dir/settings.env" && export "${action:?}" "ROLL_STEP=$ROLL_STEP" &&
+      exec setsid bash -- "$state_dir/watcher.sh") </dev/null >>"$state_dir/watch.log" 2>&1 &
+    echo $! >"$state_dir/watch.pid"
+    banner "$what running (no systemd: process $(cat -- "$state_dir/watch.pid"))"
+  fi
+}
+
+# stop_detached_watcher STATE_DIR: stop the process an install without systemd started (install_watcher).
+stop_detached_watcher() {
+  local pid
+  # No pid file: no detached watcher was started (systemd runs it, or none was installed).
+  pid=$(cat -- "$1/watch.pid" 2>/dev/null) || return 0
+  # Expected to fail when the watcher has already exited (the recorded pid is gone): nothing left to stop.
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -- "$pid" 2>/dev/null || true
 }

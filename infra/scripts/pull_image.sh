@@ -37,14 +37,18 @@ registry_host() {
   fi
 }
 
+# Every docker call below takes IMAGE (or its registry host) after `--`: the Docker CLI's flag parser (cobra/pflag)
+# ends the flags there, so a value starting with "-" is an operand, never an option (docker/cli v29.7.2-16-g28f7560
+# vendor/github.com/spf13/pflag/flag.go:1145-1150; checked with Docker CLI 28.2.2: `docker pull -- -q` answers
+# "invalid reference format").
 image_present() {
-  docker image inspect "$IMAGE" >/dev/null 2>&1
+  docker image inspect -- "$IMAGE" >/dev/null 2>&1
 }
 
 # One login attempt; the password reaches docker through a pipe from printf, a shell builtin (no argv anywhere).
 registry_login_once() {
   printf '%s' "$REGISTRY_PASSWORD" \
-    | docker login --username "$REGISTRY_USERNAME" --password-stdin "$REGISTRY_HOST" >>"$ROLL_STEP_LOG" 2>&1
+    | docker login --username "$REGISTRY_USERNAME" --password-stdin -- "$REGISTRY_HOST" >>"$ROLL_STEP_LOG" 2>&1
 }
 
 pull_image() {
@@ -63,14 +67,14 @@ pull_image() {
   unset REGISTRY_PASSWORD
   banner "pulling $IMAGE"
   local status=0
-  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd timeout "$PULL_TIMEOUT_S" docker pull "$IMAGE" || status=$?
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd timeout "$PULL_TIMEOUT_S" docker pull -- "$IMAGE" || status=$?
   if [[ -n "$REGISTRY_USERNAME" ]]; then
     # The credential docker stored in ~/.docker/config.json is not needed once the image is local.
-    logged docker logout "$REGISTRY_HOST"
+    logged docker logout -- "$REGISTRY_HOST"
   fi
   ((status == 0)) || fail "pulling $IMAGE failed after $RETRY_ATTEMPTS attempts"
   image_present || fail "$IMAGE is not present after a successful pull"
-  banner "pulled $IMAGE in $((SECONDS - started))s ($(docker image inspect --format '{{.Id}}' "$IMAGE"))"
+  banner "pulled $IMAGE in $((SECONDS - started))s ($(docker image inspect --format '{{.Id}}' -- "$IMAGE"))"
 }
 
 # Docker's name for this host's CPU architecture (the image's .Architecture).
@@ -85,7 +89,7 @@ host_docker_arch() {
 check_image_arch() {
   local image_arch host_arch
   host_arch=$(host_docker_arch)
-  image_arch=$(docker image inspect --format '{{.Architecture}}' "$IMAGE" 2>>"$ROLL_STEP_LOG") ||
+  image_arch=$(docker image inspect --format '{{.Architecture}}' -- "$IMAGE" 2>>"$ROLL_STEP_LOG") ||
     fail "could not read the architecture of $IMAGE"
   [[ "$image_arch" == "$host_arch" ]] ||
     fail "$IMAGE is built for $image_arch, but this host is $host_arch ($(uname -m)): use an image for $host_arch (Ascend 910B servers are arm64)"

@@ -249,9 +249,14 @@ ray_settings_text() {
   fi
 }
 
-# recorded_ray_settings: the settings record in the container (empty when there is none).
+# recorded_ray_settings: the settings record in the container (empty when there is none). No record (Ray never
+# started in this container) is the one expected case; a read that fails otherwise (docker exec cut at its bound)
+# returns its status (the caller fails): read as "no record", it would restart a Ray whose settings did not change
+# and end its job.
 recorded_ray_settings() {
-  timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" cat "$RAY_RECORD_DIR/settings" 2>/dev/null || :
+  # shellcheck disable=SC2016 # $1 expands in the container's shell
+  timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" sh -c 'if [ -e "$1" ]; then cat -- "$1"; fi' \
+    read-settings "$RAY_RECORD_DIR/settings" 2>>"$ROLL_STEP_LOG"
 }
 
 # settings_differences OLD NEW: the names of the settings that differ ("--object-store-memory", "RAY_GENERATION",
@@ -328,8 +333,12 @@ pause_ray_supervision() {
     fail "could not pause the supervision of Ray in container $CONTAINER_NAME"
 }
 
+# resume_ray_supervision (on the step's exit, after success or failure): a container that is not running has no
+# pause file left (it is on the container's /dev/shm, which a restart clears), so nothing is left to resume; any
+# other failure would leave Ray unsupervised and is loud.
 resume_ray_supervision() {
-  docker exec "$CONTAINER_NAME" rm -f "$RAY_PAUSE_FILE" 2>/dev/null || :
+  docker exec "$CONTAINER_NAME" rm -f -- "$RAY_PAUSE_FILE" 2>>"$ROLL_STEP_LOG" || ! container_is_running ||
+    fail "could not resume the supervision of Ray in container $CONTAINER_NAME (remove $RAY_PAUSE_FILE there)"
 }
 
 # stop_local_ray: stop Ray in the container (`ray stop`, bounded) and wait until its processes are gone.

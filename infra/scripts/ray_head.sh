@@ -74,7 +74,8 @@ check_existing_ray() {
   # This node's own head on another port (gcsPort changed) is this cluster's head with a changed setting.
   if [[ "$addresses" == "$NODE_IP:$GCS_PORT" || ( "$addresses" == "$NODE_IP:"* && "$addresses" != *$'\n'* ) ]]; then
     wanted=$(ray_settings_text "${head_args[@]}")
-    recorded=$(recorded_ray_settings)
+    recorded=$(recorded_ray_settings) ||
+      fail "could not read the recorded Ray settings $RAY_RECORD_DIR/settings in container $CONTAINER_NAME"
     if [[ "$recorded" == "$wanted" ]]; then
       head_already_running=true
       banner "the Ray head already runs in $CONTAINER_NAME at $NODE_IP:$GCS_PORT; leaving it as it is (it runs with\

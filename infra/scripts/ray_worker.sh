@@ -55,7 +55,8 @@ check_existing_ray() {
   addresses=$(ray_local_gcs_addresses)
   if [[ "$addresses" == "$head_address" ]]; then
     wanted=$(ray_settings_text "${join_args[@]}")
-    recorded=$(recorded_ray_settings)
+    recorded=$(recorded_ray_settings) ||
+      fail "could not read the recorded Ray settings $RAY_RECORD_DIR/settings in container $CONTAINER_NAME"
     if [[ "$recorded" == "$wanted" ]]; then
       already_joined=true
       banner "Ray in $CONTAINER_NAME has already joined the head $head_address; leaving it as it is (it runs with\

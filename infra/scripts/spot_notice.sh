@@ -4,9 +4,9 @@
 # Alibaba announces the release of a spot instance about 5 minutes ahead in the instance metadata:
 # `instance/spot/termination-time` answers the time then, and nothing (or 404) before
 # (../shared/reference/alibaba-cloud.md:116-118; the exact answer while safe is UNCONFIRMED, both are handled).
-# SPOT_ACTION=install keeps a copy of this step's text
-# (BASH_EXECUTION_STRING) and runs it as a service (systemd; else a detached process) with SPOT_ACTION=watch, which
-# polls the metadata every SPOT_POLL_S and, on a notice, writes RECLAIM_DIR/NODE_NAME with the termination time.
+# SPOT_ACTION=install keeps a copy of this step's text (BASH_EXECUTION_STRING) and runs it as a service (systemd;
+# else a detached process: install_watcher in lib.sh) with SPOT_ACTION=watch, which polls the metadata every
+# SPOT_POLL_S and, on a notice, writes RECLAIM_DIR/NODE_NAME with the termination time.
 # RECLAIM_DIR is on the shared storage, so `jobStatus` on the head reports RECLAIMED with the node whichever node
 # it is. Installing clears this node's own record: a replaced node is no longer reclaimed.
 #
@@ -27,39 +27,13 @@ SPOT_STATE_DIR=${SPOT_STATE_DIR:-/var/lib/roll-cluster-spot}
 require_int SPOT_POLL_S
 
 install_spot_watcher() {
-  local name
-  mkdir -p -- "$SPOT_STATE_DIR" "$RECLAIM_DIR"
+  mkdir -p -- "$RECLAIM_DIR"
   rm -f -- "${RECLAIM_DIR:?}/$NODE_NAME"
-  printf '%s\n' "$BASH_EXECUTION_STRING" >"$SPOT_STATE_DIR/spot_notice.sh"
-  : >"$SPOT_STATE_DIR/settings.env"
-  for name in RECLAIM_DIR NODE_NAME SPOT_POLL_S METADATA_URL SPOT_STATE_DIR; do
-    printf 'export %s=%q\n' "$name" "${!name}" >>"$SPOT_STATE_DIR/settings.env"
-  done
-  if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
-    cat >/etc/systemd/system/roll-cluster-spot-notice.service <<UNIT
-[Unit]
-Description=roll-cluster spot notice (records Alibaba's reclaim notice for jobStatus)
-After=network-online.target remote-fs.target
-
-[Service]
-ExecStart=/bin/bash -c '. $SPOT_STATE_DIR/settings.env && SPOT_ACTION=watch ROLL_STEP=spot-notice exec bash $SPOT_STATE_DIR/spot_notice.sh'
-Restart=always
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-    logged systemctl daemon-reload
-    logged systemctl enable -- roll-cluster-spot-notice.service
-    logged systemctl restart -- roll-cluster-spot-notice.service
-  else
-    # The redirections on the whole background subshell (else it keeps the step's stdout and the step's SSH
-    # session never ends: infra/scripts/autostop.sh).
-    # shellcheck source=/dev/null # written just above
-    (. "$SPOT_STATE_DIR/settings.env" && SPOT_ACTION=watch ROLL_STEP=spot-notice \
-      exec setsid bash -- "$SPOT_STATE_DIR/spot_notice.sh") </dev/null >>"$SPOT_STATE_DIR/watch.log" 2>&1 &
-  fi
-  banner "spot notice watcher running: a reclaim notice goes to $RECLAIM_DIR/$NODE_NAME"
+  install_watcher "spot notice watcher" roll-cluster-spot-notice \
+    "roll-cluster spot notice (records Alibaba's reclaim notice for jobStatus)" \
+    "network-online.target remote-fs.target" 10 "$SPOT_STATE_DIR" SPOT_ACTION=watch \
+    RECLAIM_DIR NODE_NAME SPOT_POLL_S METADATA_URL SPOT_STATE_DIR
+  banner "a reclaim notice goes to $RECLAIM_DIR/$NODE_NAME"
 }
 
 # look_for_notice: true (and the record written) when the metadata announces this instance's release.

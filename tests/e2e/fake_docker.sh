@@ -13,7 +13,7 @@
 #     --ipc host, --shm-size N, --ulimit, --restart
 #   docker info [--format '{{json .Runtimes}}' | '{{.DockerRootDir}}'], docker version --format ...: the "daemon"
 #     reports the runtimes of /etc/docker/daemon.json (the host's own copy, see host_init.sh)
-#   docker pull IMAGE, docker image inspect [--format '{{.Id}}' | '{{.Architecture}}'] IMAGE: images are names
+#   docker pull [--] IMAGE, docker image inspect [--format '{{.Id}}' | '{{.Architecture}}'] [--] IMAGE: images are names
 #     recorded under images/, built for this machine's CPU
 #   docker run ... --restart POLICY: like a container's own filesystem, /var/lib/roll-cluster is private to the
 #       container (a bind mount of <name>.lib in its mount namespace) and survives its restarts; its argv is kept
@@ -230,6 +230,7 @@ docker_image() {
     format=$2
     shift 2
   fi
+  [[ "${1:-}" != -- ]] || shift  # `--` ends the options, as in Docker's CLI
   image=$1
   [[ -f "$E2E_DOCKER_STATE/images/${image//\//_}" ]] || die "Error response from daemon: No such image: $image"
   case $format in

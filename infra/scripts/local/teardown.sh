@@ -152,6 +152,7 @@ probe_node() {
       return 0
     fi
     kind=$(classify_ssh_failure "$status" "$errors")
+    # grep exits 1 when ssh wrote nothing but banners or blank lines: then there is no error line to quote.
     error=$(grep -v -e '^@' -e '^ *$' "$errors" | tail -n 1 || :)
     if ((status == 124)); then error="no answer within ${REACH_TIMEOUT_S}s"; fi
     : "${error:=exit $status}"
