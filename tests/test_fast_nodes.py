@@ -191,11 +191,11 @@ def test_the_head_downloads_the_model_once_where_every_node_downloaded_it_before
     config, records = steps.NOTES["config"], list(shared.steps)
     assert [r.depends_on for r in records if r.key == "node-0/model"] == [("node-0/container",)]
     plans = {n: first_step(config, records, "new", n, n) for n in (2, 64)}
-    for plan in plans.values():
+    for modelled in plans.values():
         # hf-mirror over the head's 100 Mbit/s public IP: 15 GB at 12.5 MB/s = 20 min, once, whatever the count;
         # longer than the code step and Ray beside it, so it is on the critical path, before the job.
-        assert plan.step_minutes("node-0/model") == pytest.approx(20.0)
-        assert plan.critical_path[-5:] == ["node-0/container", "node-0/model", "node-0/job", "node-0/weights",
+        assert modelled.step_minutes("node-0/model") == pytest.approx(20.0)
+        assert modelled.critical_path[-5:] == ["node-0/container", "node-0/model", "node-0/job", "node-0/weights",
                                            "node-0/start-up"]
     # Without shared storage (one node here: verl's data must be shared with more) every node downloads its own copy.
     alone = run("verl", config={"roll-cluster:training": {"overrides": mirror, "verl": {"dataDir": "/data/gsm8k"}},
