@@ -4,6 +4,8 @@ The submission id is derived from the job's configuration, so a change of the tr
 this resource: the old job is stopped first (delete before replace: two jobs would fight over the GPUs), then
 the new one is submitted. `pulumi destroy` stops the job before Ray and the nodes go (dependency order).
 OpenRLHF's reward-model server runs supervised on the head and must answer before the job is submitted.
+With shared storage the head's `model` step downloads the job's models into the hubs' caches there first, once,
+beside the code step and Ray (infra/model_cache.py); the job waits for it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 import pulumi
 
 from components import remote_steps
-from infra import model_cache
 from components.ray_cluster import RayCluster, RayNode
+from infra import model_cache
 from infra.config import ClusterConfig, TrainingConfig
 from infra.frameworks import JobSpec, adapter_for
 from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
