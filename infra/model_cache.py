@@ -11,23 +11,25 @@ The cache variables are the container's environment (components/bootstrap.py), s
   and beside the code and Ray steps; every node's framework then finds the files and downloads nothing, and so
   does a second job of the same model, on this cluster or the next one that mounts the same file system.
 - Why the head alone, first: the NAS is mounted NFSv3 with `nolock` (prepare_host.sh NAS_MOUNT_OPTIONS), so the
-  hubs' file locks (huggingface_hub's `filelock` on `.locks/<repo>/<etag>.lock`, file_download.py:1133,1160-1167 at
+  hubs' file locks (huggingface_hub's `filelock` on `.locks/<repo>/<etag>.lock`, file_download.py:1134,1160-1167 at
   0.36.0) exclude only processes of the same node (nfs(5), nfs-utils utils/mount/nfs.man: local locks "provide
   exclusion only against other applications running on the same client"). Without the step, every node's workers
   would write the same `<blob>.incomplete` files at once on the first job.
 - No offline switch for the job. On a cache hit huggingface_hub (0.36.0) writes nothing a reader depends on:
   hf_hub_download asks the server for the file's metadata and returns the cached pointer (file_download.py:
-  1153-1156), rewriting `refs/<revision>` only when it changed (:756-768); snapshot_download rewrites
+  1154-1155), rewriting `refs/<revision>` only when it changed (:756-768); snapshot_download rewrites
   `refs/<revision>` with the same commit (_snapshot_download.py:293-300). `HF_HUB_OFFLINE=1` would close that
   last gap (a model whose `main` moved between the step and the job's load is downloaded again by every node at
   once), but it blocks every repository type, the datasets the jobs load from the Hub among them (OpenRLHF's
   PPOTrainer, a Ray actor on any node, loads `data.prompt_dataset` through `datasets`, openrlhf/trainer/
   ppo_trainer.py:30,445 at v0.10.2; verl's data preparation). The step runs again before every new job (its
   triggers hold the job id), so the cache follows the hub's `main` up to the job's start. ModelScope's hub client
-  documents no process-wide offline switch (UNCONFIRMED for the images' versions).
+  documents no process-wide offline switch (UNCONFIRMED for the images' versions). The lines cited are
+  huggingface_hub 0.36.0's, the last 0.x (transformers 4.x requires <1.0); OpenRLHF 0.10.2 requires >=1.0, whose
+  cache-hit writes are UNCONFIRMED.
 - `HF_HOME` stays on the node's data disk (/data/cache/huggingface): the token, `datasets`' processed Arrow cache
   (`HF_DATASETS_CACHE`, written under its own file locks) and the Xet chunk cache are per node, only the hub's file
-  cache is shared (huggingface_hub constants.py:148-150: `HF_HUB_CACHE` overrides `$HF_HOME/hub`).
+  cache is shared (huggingface_hub constants.py:148-152: `HF_HUB_CACHE` overrides `$HF_HOME/hub`).
 - Without shared storage, or for `custom` and MindSpeed-RL jobs (the program does not know their models), the caches
   stay on each node's data disk, `/data/cache/...`, as before: no shared file system, no concurrent writers, and a
   head-first download would only serve the head; each node's framework downloads its own copy on the first job, and
@@ -45,7 +47,7 @@ The cache variables are the container's environment (components/bootstrap.py), s
   mirror stays. Whether the docs' advance registration ("报备") is needed for an ECS account is UNCONFIRMED.
 
 How each framework fetches a model named by id, at the pinned refs (what the step reproduces):
-- ROLL 8eb27cc: download_model (roll/utils/checkpoint_manager.py:68-82) uses a directory as it is, else the
+- ROLL 8eb27cc: download_model (roll/utils/checkpoint_manager.py:69-82) uses a directory as it is, else the
   snapshot_download registered for MODEL_DOWNLOAD_TYPE (:74, default MODELSCOPE; the YAML's model_download_type
   sets it, roll/configs/base_config.py:300-301): ModelScope's (:25-27) or huggingface_hub's (:12,23), local_dir
   None, so into MODELSCOPE_CACHE or HF_HUB_CACHE.

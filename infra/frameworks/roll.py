@@ -56,7 +56,7 @@ def requirements_for_image(image: str) -> str | None:
     return next((name for pattern, name in REQUIREMENTS_BY_IMAGE_TAG if pattern.search(tag)), None)
 
 
-# ROLL's download_model (roll/utils/checkpoint_manager.py:68-82): a directory is used as it is, anything else goes
+# ROLL's download_model (roll/utils/checkpoint_manager.py:69-82): a directory is used as it is, anything else goes
 # to the snapshot_download of MODEL_DOWNLOAD_TYPE, ModelScope's unless set (:74; the YAML's model_download_type
 # sets it, roll/configs/base_config.py:300-301): huggingface_hub's (:12,23) or ModelScope's (:25-27), with
 # local_dir None, i.e. into the client's cache.
