@@ -133,6 +133,7 @@ printf '%s\\n' "${{*:2}}" >>"$state/attempts"
 code=$(head -n 1 "$state/plan" 2>/dev/null || echo 0)
 sed -i 1d "$state/plan" 2>/dev/null || :
 case $code in
+  hang) echo "$3: Fetching 3 files" >&2; sleep 60 ;;
   0) echo "$3: 3 files, 1.0 MB in /cache/$3" ;;
   2) echo "$3: RepositoryNotFoundError: 404 Client Error" >&2 ;;
   *) echo "$3: ConnectionError: Read timed out" >&2 ;;
@@ -142,7 +143,7 @@ exit "$code"
 MODELS = json.dumps([["huggingface", "Qwen/Qwen2.5-0.5B-Instruct", "https://hf-mirror.com"]])
 
 
-def run_model_step(node: FakeNode, tmp_path: Any, plan: list[int], **overrides: str) -> Any:
+def run_model_step(node: FakeNode, tmp_path: Any, plan: list[Any], **overrides: str) -> Any:
     state = tmp_path / "python-state"
     state.mkdir(exist_ok=True)
     (state / "plan").write_text("".join(f"{code}\n" for code in plan))
@@ -179,6 +180,13 @@ def test_the_model_step_gives_up_after_its_attempts_with_the_log_tail(node, tmp_
     assert_failed(result, "model: FAILED: downloading Qwen/Qwen2.5-0.5B-Instruct from huggingface failed 3 times",
                   "ConnectionError: Read timed out")
     assert len(attempts(tmp_path)) == 3
+
+
+def test_the_model_step_is_cut_at_its_bound_naming_the_setting(node, tmp_path) -> None:
+    result = run_model_step(node, tmp_path, ["hang"], MODEL_TIMEOUT_S="3")
+    assert_failed(result, "model: FAILED: downloading Qwen/Qwen2.5-0.5B-Instruct from huggingface did not finish "
+                  "within MODEL_TIMEOUT_S=3s (training.startTimeoutMinutes)", "Fetching 3 files")
+    assert len(attempts(tmp_path)) == 1  # not retried: the bound is for all attempts together
 
 
 def test_the_model_step_with_no_hub_model_downloads_nothing(node, tmp_path) -> None:
