@@ -4,6 +4,8 @@ The submission id is derived from the job's configuration, so a change of the tr
 this resource: the old job is stopped first (delete before replace: two jobs would fight over the GPUs), then
 the new one is submitted. `pulumi destroy` stops the job before Ray and the nodes go (dependency order).
 OpenRLHF's reward-model server runs supervised on the head and must answer before the job is submitted.
+With shared storage the head's `model` step downloads the job's models into the hubs' caches there first, once,
+beside the code step and Ray (infra/model_cache.py); the job waits for it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pulumi
 
 from components import remote_steps
 from components.ray_cluster import RayCluster, RayNode
+from infra import model_cache
 from infra.config import ClusterConfig, TrainingConfig
 from infra.frameworks import JobSpec, adapter_for
 from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
@@ -66,6 +69,21 @@ class TrainingJob(pulumi.ComponentResource):
         # `pulumi up --refresh`) has no job and no reward server; a new start time reruns both, and the job resumes
         # from its newest checkpoint (training.resume). Own hosts: none (the program never starts them).
         started = [args.head.machine.started] if args.head.machine.started is not None else []
+        fetched: list[tuple[str, pulumi.Resource]] = []  # the job waits for the model step, the reward server not
+        if model_cache.shared_cache(config) and spec.models:
+            # The job's models into the caches on the shared storage, once, on the head, before the job (every
+            # node reads them there) and beside the code and Ray steps (infra/model_cache.py). Runs again for a new
+            # job (its id) or a new container; a run that finds the files downloads nothing.
+            model = remote_steps.remote_step(
+                remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True),
+                model_cache.MODEL_STEP,
+                model_cache.MODEL_SCRIPTS,
+                {**args.secret_env, **model_cache.step_env(config, spec.models, spec.workdir),
+                 "RAY_EXTRA_ENV_NAMES": " ".join(sorted(args.secret_env))},
+                after=[(f"{args.head.name}/container", args.head.bootstrap.container)],
+                triggers=[args.head.bootstrap.container.id, self.job_id],
+            )
+            fetched = [(f"{args.head.name}/{model_cache.MODEL_STEP}", model)]
         if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
             # The server downloads its model: it gets HF_TOKEN (and the other secrets) like the job's prepare step.
             # Removing it (destroy, or rewardServer dropped from the config) stops it.
@@ -107,7 +125,7 @@ class TrainingJob(pulumi.ComponentResource):
                                                          head_ip=v[2]),
                                "RAY_GENERATION": v[1]}
                 ),
-                after=after,
+                after=[*after, *fetched],
                 delete_scripts=ray_commands.JOB_STOP_STEP.scripts,
                 delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),
                 triggers=[self.job_id, *([self.rendered_config] if self.rendered_config else []), *started],

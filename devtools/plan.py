@@ -26,7 +26,7 @@ from devtools.offline_cloud import (
     stack_config,
     unwrap,
 )
-from infra import image_path, parallelism
+from infra import image_path, model_cache, parallelism
 from infra.config import ClusterConfig, ConfigError
 from infra.frameworks.base import FIRST_STEP_PATTERNS
 from infra.node import remote, steps
@@ -328,7 +328,7 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
 
     for name in schedule.PATHS:
         label = PATH_LABELS[name]
-        if not config.storage.shared:
+        if not model_cache.shared_cache(config):
             label = label.replace("model on shared storage", "model on the data disks")
         lines.append(row(label, name, schedule.NO_OPTIONS, name == configured))
     lines.append("  with the modelled options (maintained base image with the driver, tuned pulls, P2P above "
@@ -342,6 +342,8 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         lines.append(f"  critical path, {name}, 64 nodes: " + " -> ".join(
             f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path))
         lines.append(f"      model: {plan.profile.model_how}")
+        if plan.profile.prefetch_how:
+            lines.append(f"      head's model step: {plan.profile.prefetch_how}")
     lines.append("  With a baked image (nodes.image) these steps find their work done and take seconds:")
     for step, what in schedule.BAKED_SKIPS.items():
         lines.append(f"    {step:13} {what}")

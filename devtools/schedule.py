@@ -6,7 +6,9 @@ bootstraps in waves when it is below the node count), the model's download or re
 Three paths (the plan prints each at 2, 16, 64 and 256 nodes, with its critical path):
 
 - new:       a new cluster as configured: the image pulled over its path (infra/image_path.py), the driver
-             installer at first boot, and every node fetching the model from the configured source on the first job;
+             installer at first boot, and the model from the framework's hub: with shared storage the head's `model`
+             step downloads it once (beside the code step and Ray, before the job) and every node reads it from
+             the shared storage at start-up; without, every node downloads it on the first job;
 - in-region: a new cluster with the image in the user's Container Registry in the region (pulled over the VPC at a
              stock `docker pull` rate) and the model already on the shared storage (a second job, or staged);
 - warm:      nodes booted from a baked image (nodes.image): every bootstrap step finds its work done; the model in
@@ -67,6 +69,8 @@ CONSTANTS: Mapping[str, Constant] = {
                            "model's size"),
     "modelscope-intra-cloud": Constant(50.0, "MB/s", "[30][31] ModelScope over OSS's internal endpoint in its "
                                        "regions; 50-100 MB/s from one anecdote (UNCONFIRMED)"),
+    "model-check": Constant(0.1, "min", "ASSUMPTION: the model step finding the model in the cache: the hub "
+                            "client lists the repository's files (one API call) and compares them with the cache"),
     "hub-public": Constant(12.5, "MB/s", "[29] at most the node's public IP (100 Mbit/s); hf-mirror observed "
                            "~1 MB/s [31] (UNCONFIRMED), so this is a best case"),
     "nas-read": Constant(10000.0, "MB/s", "[32] NAS per file system read cap 10 GB/s (a small NAS is slower, "
@@ -144,8 +148,10 @@ class Profile:
     requirements_in_image: bool = False  # option: the code step only confirms the requirements
     boot_minutes: float = CONSTANTS["boot"].value
     preamble_minutes: float = CONSTANTS["preamble"].value
-    model_minutes: float = 0.0  # the model's download or read before the first step
+    model_minutes: float = 0.0  # every node's download or read of the weights after the job's submission
     model_how: str = ""
+    prefetch_minutes: float = 0.0  # the head's model step (shared storage): one download, or finding it cached
+    prefetch_how: str = ""
     framework_minutes: float = 0.0
 
     def minutes(self, step: str) -> float:
@@ -161,6 +167,8 @@ class Profile:
         if step == "pull-image":
             return self.pull_minutes
         if step == "model":
+            return self.prefetch_minutes
+        if step == "weights":
             return self.model_minutes
         if step == "start-up":
             return self.framework_minutes
@@ -247,9 +255,9 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
         visit(key)
     job = next((k for k in by_key if by_key[k].step == "job"), None)
     if to_first_step and job is not None:
-        finish["node-0/model"], previous["node-0/model"] = finish[job] + profile.model_minutes, job
-        finish["node-0/start-up"] = finish["node-0/model"] + profile.framework_minutes
-        previous["node-0/start-up"] = "node-0/model"
+        finish["node-0/weights"], previous["node-0/weights"] = finish[job] + profile.model_minutes, job
+        finish["node-0/start-up"] = finish["node-0/weights"] + profile.framework_minutes
+        previous["node-0/start-up"] = "node-0/weights"
     last = max(finish, key=lambda k: finish[k]) if finish else None
     path: list[str] = []
     while last is not None:
@@ -289,21 +297,42 @@ OPTIONS = Options(True, True, True, True, True, True)
 RESUME = Options(True, True, True, True, True, True, resume=True)
 
 
-def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options) -> tuple[float, str]:
+def _download(config: ClusterConfig, nodes: int) -> tuple[float, str]:
+    """`nodes` nodes downloading the model at once from the framework's hub (model_cache.framework_hub): ModelScope's
+    in-cloud endpoint in its regions (a share of the backend when many), else each node's public IP."""
     size = c("model-size")
+    hub = model_cache.framework_hub(config)
+    who = "the head" if nodes == 1 else "every node"
+    if model_cache.intra_cloud_region(config) and hub == "modelscope":
+        rate = c("modelscope-intra-cloud")
+        shared = nodes * size * 8.0 / c("registry-backend") / 60.0
+        return max(size * 1000.0 / rate / 60.0, shared), f"{who} from ModelScope in-cloud ({rate:g} MB/s)"
+    source = "ModelScope" if hub == "modelscope" else config.model_source
+    rate = min(c("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
+    return size * 1000.0 / rate / 60.0, f"{who} from {source} over its public IP ({rate:g} MB/s, best case)"
+
+
+def _prefetch(config: ClusterConfig, path: Path) -> tuple[float, str]:
+    """The head's model step (with shared storage, infra/model_cache.py): one download on a new cluster, finding the
+    files on the others (a second job, or a cache kept on the file system)."""
+    if not model_cache.shared_cache(config):
+        return 0.0, ""
     if path == "new":
+        minutes, how = _download(config, 1)
+        return minutes, f"{how} into the shared storage, beside the code step and Ray"
+    return c("model-check"), "finds the model in the shared cache (one listing of the repository)"
+
+
+def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options) -> tuple[float, str]:
+    """Every node's download or read of the weights between the job's submission and its start-up."""
+    size = c("model-size")
+    if path == "new" and not model_cache.shared_cache(config):
         # Every node's job processes fetch the weights on the first job, each over its own path.
-        source = config.model_source
-        if model_cache.intra_cloud_region(config) and source == "modelscope":
-            rate = c("modelscope-intra-cloud")
-            shared = nodes * size * 8.0 / c("registry-backend") / 60.0
-            return max(size * 1000.0 / rate / 60.0, shared), f"every node from ModelScope in-cloud ({rate:g} MB/s)"
-        rate = min(c("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
-        return size * 1000.0 / rate / 60.0, f"every node from {source} over its public IP ({rate:g} MB/s, best case)"
+        return _download(config, nodes)
     if options.model_on_local_disk and path == "warm":
         return size * 1000.0 / c("local-disk") / 60.0, "read from each node's data disk (baked, prefetched)"
-    if not config.storage.shared:
-        # No shared storage: each node's cache on its data disk holds the model from an earlier job.
+    if not model_cache.shared_cache(config):
+        # Caches on the data disks: each node's holds the model from an earlier job.
         return size * 1000.0 / c("local-disk") / 60.0, "read from each node's cache on its data disk (an earlier job)"
     # Read from the shared storage by every node at once: the client's rate or its share of the file system's cap.
     own = size * 1000.0 / c("client-read") / 60.0
@@ -322,6 +351,7 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         rate = c("tuned-pull") if options.tuned_pull else c("vpc-pull")
         pull = pull_minutes(image.size_gb, rate, c("registry-backend"), pullers, p2p)
     model, how = _model_step(config, path, nodes, options)
+    prefetch, prefetch_how = _prefetch(config, path)
     driver = config.nodes.gpu_driver == "auto-install"
     return Profile(
         path=path,
@@ -332,6 +362,8 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         requirements_in_image=options.requirements_in_image,
         model_minutes=model,
         model_how=how,
+        prefetch_minutes=prefetch,
+        prefetch_how=prefetch_how,
         framework_minutes=c("framework-start"),
         boot_minutes=c("resume-boot") if options.resume else c("boot"),
         preamble_minutes=c("resume-preamble") if options.resume else c("preamble"),

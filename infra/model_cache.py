@@ -1,38 +1,85 @@
-"""Where the frameworks cache downloaded models and datasets inside the container, and ModelScope's in-cloud
-download in the regions that have it. Passed as the container's environment (components/bootstrap.py), so every
-process of every framework (the job's driver, Ray's workers, a reward server) sees it.
+"""Where the frameworks cache downloaded models and datasets inside the container, the head's one download of the
+job's models before the job (the `model` step), and ModelScope's in-cloud download in the regions that have it.
+The cache variables are the container's environment (components/bootstrap.py), so every process of every framework
+(the job's driver, Ray's workers, a reward server) sees them.
 
-- The caches (`HF_HOME`: huggingface_hub and datasets; `MODELSCOPE_CACHE`: ModelScope's hub) go to the node's data
-  disk, `/data/cache/...`, not the container's writable layer: a new container (new image, changed NAS) and a second
-  job of the same model find the files and download nothing.
-- Not on the shared storage (/mnt/shared), although that would fetch the model once per cluster: the NAS is mounted
-  NFSv3 with `nolock` (prepare_host.sh NAS_MOUNT_OPTIONS), so the hubs' file locks (huggingface_hub's `filelock`
-  on `<blob>.lock`) exclude only processes of the same node (nfs(5), nfs-utils utils/mount/nfs.man: local
-  locks "provide exclusion only against other applications running on the same client", the `nolock` behaviour),
-  and on the first job every node's workers would write the same `.incomplete` blobs at once. Sharing needs one
-  node to download before the others read (a head-first prefetch step; not implemented, docs/performance.md
-  'Modelled options').
+- With shared storage (storage.nas, nfsServer or sharedHostPath) and a framework whose models the program knows
+  (ROLL, verl, OpenRLHF: `JobSpec.models`), the hubs' caches are on the shared storage: huggingface_hub's
+  `HF_HUB_CACHE` at /mnt/shared/cache/huggingface/hub and ModelScope's `MODELSCOPE_CACHE` at
+  /mnt/shared/cache/modelscope. The head's `model` step (components/training_job.py, infra/scripts/model_fetch.sh)
+  downloads the job's models there once, through the hub client the framework itself calls, before the job step
+  and beside the code and Ray steps; every node's framework then finds the files and downloads nothing, and so
+  does a second job of the same model, on this cluster or the next one that mounts the same file system.
+- Why the head alone, first: the NAS is mounted NFSv3 with `nolock` (prepare_host.sh NAS_MOUNT_OPTIONS), so the
+  hubs' file locks (huggingface_hub's `filelock` on `.locks/<repo>/<etag>.lock`, file_download.py:1134,1160-1167 at
+  0.36.0) exclude only processes of the same node (nfs(5), nfs-utils utils/mount/nfs.man: local locks "provide
+  exclusion only against other applications running on the same client"). Without the step, every node's workers
+  would write the same `<blob>.incomplete` files at once on the first job.
+- No offline switch for the job. On a cache hit huggingface_hub (0.36.0) writes nothing a reader depends on:
+  hf_hub_download asks the server for the file's metadata and returns the cached pointer (file_download.py:
+  1154-1155), rewriting `refs/<revision>` only when it changed (:756-768); snapshot_download rewrites
+  `refs/<revision>` with the same commit (_snapshot_download.py:293-300). `HF_HUB_OFFLINE=1` would close that
+  last gap (a model whose `main` moved between the step and the job's load is downloaded again by every node at
+  once), but it blocks every repository type, the datasets the jobs load from the Hub among them (OpenRLHF's
+  PPOTrainer, a Ray actor on any node, loads `data.prompt_dataset` through `datasets`, openrlhf/trainer/
+  ppo_trainer.py:30,445 at v0.10.2; verl's data preparation). The step runs again before every new job (its
+  triggers hold the job id), so the cache follows the hub's `main` up to the job's start. ModelScope's hub client
+  documents no process-wide offline switch (UNCONFIRMED for the images' versions). The lines cited are
+  huggingface_hub 0.36.0's, the last 0.x (transformers 4.x requires <1.0); OpenRLHF 0.10.2 requires >=1.0, whose
+  cache-hit writes are UNCONFIRMED.
+- `HF_HOME` stays on the node's data disk (/data/cache/huggingface): the token, `datasets`' processed Arrow cache
+  (`HF_DATASETS_CACHE`, written under its own file locks) and the Xet chunk cache are per node, only the hub's file
+  cache is shared (huggingface_hub constants.py:148-152: `HF_HUB_CACHE` overrides `$HF_HOME/hub`).
+- Without shared storage, or for `custom` and MindSpeed-RL jobs (the program does not know their models), the caches
+  stay on each node's data disk, `/data/cache/...`, as before: no shared file system, no concurrent writers, and a
+  head-first download would only serve the head; each node's framework downloads its own copy on the first job, and
+  a new container (new image, changed NAS) or a second job finds the files.
+- A changed cache location is a changed container environment: the containers are recreated once (Ray restarts),
+  and a model cached on the data disks before is downloaded once more into the shared cache.
 - ModelScope's in-cloud acceleration: cloud instances get OSS-internal download URLs when their region has it.
   ModelScope's docs (`models/advanced-usage/cloud-accelerator/cloud-accelerator_CN.md`) list Hangzhou, Shanghai,
   Beijing, Zhangjiakou, Wulanchabu and US (Silicon Valley, us-west-1); all models in Hangzhou, Zhangjiakou and
   Wulanchabu, selected ones elsewhere; the region is detected automatically or set with
   `INTRA_CLOUD_ACCELERATION_REGION` (the hub client's newer name: `MODELSCOPE_DOWNLOAD_INTRA_CLOUD_REGION`,
   modelscope/hub/constants.py `ENV_INTRA_CLOUD_REGION`, deprecated name kept). The program sets both in those
-  regions, so the detection (which may fail in a container) does not decide. Used only with
-  `training.modelSource: modelscope`; with `hf-mirror` the configured mirror stays. Whether the docs' advance
-  registration ("报备") is needed for an ECS account is UNCONFIRMED.
+  regions, so the detection (which may fail in a container) does not decide. Used where the job downloads from
+  ModelScope (`training.modelSource: modelscope`; ROLL's default download type); with `hf-mirror` the configured
+  mirror stays. Whether the docs' advance registration ("报备") is needed for an ECS account is UNCONFIRMED.
+
+How each framework fetches a model named by id, at the pinned refs (what the step reproduces):
+- ROLL 8eb27cc: download_model (roll/utils/checkpoint_manager.py:69-82) uses a directory as it is, else the
+  snapshot_download registered for MODEL_DOWNLOAD_TYPE (:74, default MODELSCOPE; the YAML's model_download_type
+  sets it, roll/configs/base_config.py:300-301): ModelScope's (:25-27) or huggingface_hub's (:12,23), local_dir
+  None, so into MODELSCOPE_CACHE or HF_HUB_CACHE.
+- verl v0.7.0: copy_to_local leaves a hub id as it is (verl/utils/fs.py:232-274, only hdfs:// is copied) and
+  transformers' from_pretrained downloads it with huggingface_hub into HF_HUB_CACHE; VERL_USE_MODELSCOPE=True
+  patches the hub to ModelScope's (verl/__init__.py:44-50).
+- OpenRLHF v0.10.2: from_pretrained of `--actor.model_name_or_path` (and critic, reward), huggingface_hub's cache;
+  `--use_ms` patches the hub to ModelScope's in the driver (openrlhf/cli/train_ppo_ray.py:711-715).
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
+from collections.abc import Sequence
 
 from infra.config import ClusterConfig
-from infra.layout import DATA_MOUNT
+from infra.frameworks.base import ModelRef
+from infra.layout import DATA_MOUNT, SHARED_MOUNT
 
 CACHE_DIR = posixpath.join(DATA_MOUNT, "cache")
 HF_HOME = posixpath.join(CACHE_DIR, "huggingface")
 MODELSCOPE_CACHE = posixpath.join(CACHE_DIR, "modelscope")
+SHARED_CACHE_DIR = posixpath.join(SHARED_MOUNT, "cache")
+SHARED_HF_HUB_CACHE = posixpath.join(SHARED_CACHE_DIR, "huggingface", "hub")
+SHARED_MODELSCOPE_CACHE = posixpath.join(SHARED_CACHE_DIR, "modelscope")
+# The frameworks whose models the program reads from their configuration (JobSpec.models).
+PREFETCHING_FRAMEWORKS = ("roll", "verl", "openrlhf")
+MODEL_STEP = "model"
+MODEL_SCRIPTS = ("model_fetch.sh",)
+# The step's bound when the start gate is off (training.startTimeoutMinutes 0): the gate's default, 60 minutes.
+DEFAULT_MODEL_TIMEOUT_S = 3600
 # ModelScope's cloud-accelerator doc, region table (see the module's docstring).
 INTRA_CLOUD_REGIONS = ("cn-hangzhou", "cn-shanghai", "cn-beijing", "cn-zhangjiakou", "cn-wulanchabu", "us-west-1")
 
@@ -42,10 +89,44 @@ def intra_cloud_region(config: ClusterConfig) -> str | None:
     return config.region if config.region in INTRA_CLOUD_REGIONS else None
 
 
+def shared_cache(config: ClusterConfig) -> bool:
+    """Whether the hubs' caches are on the shared storage, filled by the head's model step."""
+    return config.storage.shared and config.training.framework in PREFETCHING_FRAMEWORKS
+
+
+def framework_hub(config: ClusterConfig) -> str:
+    """The hub the framework downloads from as configured: ROLL's default download type is ModelScope's
+    (checkpoint_manager.py:74; a YAML model_download_type may say otherwise), the others follow modelSource."""
+    if config.training.framework == "roll":
+        return "modelscope"
+    return "modelscope" if config.model_source == "modelscope" else "huggingface"
+
+
 def container_env(config: ClusterConfig) -> list[str]:
-    """`NAME=value` entries for the container: the caches on the data disk, ModelScope's in-cloud region."""
-    env = [f"HF_HOME={HF_HOME}", f"MODELSCOPE_CACHE={MODELSCOPE_CACHE}"]
+    """`NAME=value` entries for the container: the caches (shared or on the data disk), ModelScope's region."""
+    env = [f"HF_HOME={HF_HOME}"]
+    if shared_cache(config):
+        env += [f"HF_HUB_CACHE={SHARED_HF_HUB_CACHE}", f"MODELSCOPE_CACHE={SHARED_MODELSCOPE_CACHE}"]
+    else:
+        env += [f"MODELSCOPE_CACHE={MODELSCOPE_CACHE}"]
     region = intra_cloud_region(config)
     if region is not None:
         env += [f"MODELSCOPE_DOWNLOAD_INTRA_CLOUD_REGION={region}", f"INTRA_CLOUD_ACCELERATION_REGION={region}"]
     return env
+
+
+def model_timeout_s(config: ClusterConfig) -> int:
+    """The model step's bound: training.startTimeoutMinutes (the budget the user gives a job's start, downloads
+    included), or DEFAULT_MODEL_TIMEOUT_S when the gate is off."""
+    minutes = config.training.start_timeout_minutes
+    return minutes * 60 if minutes > 0 else DEFAULT_MODEL_TIMEOUT_S
+
+
+def step_env(config: ClusterConfig, models: Sequence[ModelRef], workdir: str) -> dict[str, str]:
+    """The model step's environment (model_fetch.sh): the models as JSON, never in the script's text."""
+    return {
+        "CONTAINER_NAME": config.container.name,
+        "MODELS_JSON": json.dumps([[m.hub, m.repo_id, m.endpoint] for m in models]),
+        "JOB_WORKDIR": workdir,
+        "MODEL_TIMEOUT_S": str(model_timeout_s(config)),
+    }

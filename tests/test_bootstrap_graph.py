@@ -97,8 +97,10 @@ def test_training_container_has_gpus_host_network_ipc_shm_mounts_and_node_env():
     assert envs == {
         "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "MASTER_ADDR": head_private,
         "MASTER_PORT": "6379", "RANK": "1", "NODE_RANK": "1",
-        # Model caches on the data disk, ModelScope's in-cloud download in cn-hangzhou (infra/model_cache.py).
-        "HF_HOME": "/data/cache/huggingface", "MODELSCOPE_CACHE": "/data/cache/modelscope",
+        # The hubs' caches on the shared storage (the head's model step fills them), HF_HOME on the data disk,
+        # ModelScope's in-cloud download in cn-hangzhou (infra/model_cache.py).
+        "HF_HOME": "/data/cache/huggingface", "HF_HUB_CACHE": "/mnt/shared/cache/huggingface/hub",
+        "MODELSCOPE_CACHE": "/mnt/shared/cache/modelscope",
         "MODELSCOPE_DOWNLOAD_INTRA_CLOUD_REGION": "cn-hangzhou", "INTRA_CLOUD_ACCELERATION_REGION": "cn-hangzhou",
     }
     assert container["image"].startswith("sha256:")  # the pulled image's id

@@ -64,7 +64,9 @@ class TrainingConfig(Section):
         "and showing its log tail, when the job dies first or this many minutes pass. Counted from the start of "
         "the job step, so it includes the data preparation and the model and data downloads of the job. A job "
         "still starting at the bound keeps running (`jobStatus`, `jobLogs`, `jobStop`). 0: no gate (the step "
-        "returns once the job runs). `custom` jobs have no known first-step line and are not gated.",
+        "returns once the job runs). `custom` jobs have no known first-step line and are not gated. With shared "
+        "storage the head's `model` step, which downloads the job's models once before the job "
+        "(docs/performance.md, 'Model downloads'), is bounded by the same minutes (60 when 0).",
     )
     model_source: Literal[MODEL_SOURCES] | None = Field(  # type: ignore[valid-type]
         None,

@@ -166,6 +166,31 @@ def checkpoints(layout: str, shape: ClusterShape, directory: str, every: str, re
 
 
 @dataclass(frozen=True)
+class ModelRef:
+    """A model the job names by hub id, fetched by the head's model step before the job (infra/model_cache.py):
+    through `hub`'s client, the one the framework itself downloads with, from `endpoint` (HF_ENDPOINT; "" for the
+    client's default)."""
+
+    hub: str  # "huggingface" | "modelscope"
+    repo_id: str
+    endpoint: str = ""
+
+
+# A hub id as both hubs spell one (`name` or `owner/name`: huggingface_hub's validate_repo_id); anything else (a
+# path, an hdfs:// URL, an unresolved ${...}) is not fetched.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def hub_models(hub: str, values: list[Any], endpoint: str = "") -> tuple[ModelRef, ...]:
+    """The values that are hub ids, once each, in order: a local path (absolute, ./, ~) names nothing to download."""
+    seen: list[str] = []
+    for value in values:
+        if isinstance(value, str) and _HUB_ID.match(value) and ".." not in value and value not in seen:
+            seen.append(value)
+    return tuple(ModelRef(hub, repo_id, endpoint) for repo_id in seen)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     job_id: str  # Ray submission id, derived from the configuration (see job_id())
     workdir: str  # cwd in the container
@@ -180,6 +205,9 @@ class JobSpec:
     # it in full and the job step carries it as a readable input.
     rendered_config: str | None = None
     checkpoints: Checkpoints | None = None  # None: the framework saves where and when it likes (custom)
+    # The models the job names by hub id (the head's model step fetches them); () where the program cannot know
+    # them (custom, MindSpeed-RL's local paths) or the job names local paths only.
+    models: tuple[ModelRef, ...] = ()
 
 
 class FrameworkAdapter(Protocol):

@@ -19,11 +19,13 @@ from infra.frameworks.base import (
     ClusterShape,
     CodeSpec,
     JobSpec,
+    ModelRef,
     bare_key,
     checkpoints,
     every_steps,
     flatten,
     github_archive_url,
+    hub_models,
     image_facts,
     job_id,
     job_name,
@@ -322,7 +324,21 @@ class OpenRlhfAdapter:
                 ],
             },
             checkpoints=saves,
+            models=self.models(shape),
         )
+
+    def models(self, shape: ClusterShape) -> tuple[ModelRef, ...]:
+        """The models train_ppo_ray loads by name (openrlhf/cli/train_ppo_ray.py:517-520: the actor's, which the
+        reference shares, the critic's, the reward model's unless a remote reward URL replaces it), through
+        transformers' from_pretrained into huggingface_hub's cache, or ModelScope's with --use_ms (patch_hub in the
+        driver, train_ppo_ray.py:711-715; whether the Ray actors on other nodes are patched too: UNCONFIRMED). The
+        reward server names its model in its own command: it downloads it itself, on the head alone."""
+        flags = self.effective_flags(shape)
+        names = [flags.get("actor.model_name_or_path"), flags.get("critic.model_name_or_path")]
+        if not flags.get("reward.remote_url"):
+            names.append(flags.get("reward.model_name_or_path"))
+        hub = "modelscope" if shape.model_source == "modelscope" else "huggingface"
+        return hub_models(hub, names, shape.download_env().get("HF_ENDPOINT", ""))
 
     def problems(self, shape: ClusterShape) -> list[str]:
         """What train_ppo_ray asserts, or where Ray would leave its placement groups pending forever."""

@@ -20,9 +20,11 @@ from infra.frameworks.base import (
     ClusterShape,
     CodeSpec,
     JobSpec,
+    ModelRef,
     checkpoints,
     every_steps,
     github_archive_url,
+    hub_models,
     image_facts,
     job_id,
     job_name,
@@ -62,6 +64,25 @@ def image_tag(image: str) -> str:
 def requirements_for_image(image: str) -> str | None:
     tag = image_tag(image)
     return next((name for pattern, name in REQUIREMENTS_BY_IMAGE_TAG if pattern.search(tag)), None)
+
+
+# ROLL's download_model (roll/utils/checkpoint_manager.py:69-82): a directory is used as it is, anything else goes
+# to the snapshot_download of MODEL_DOWNLOAD_TYPE, ModelScope's unless set (:74; the YAML's model_download_type
+# sets it, roll/configs/base_config.py:300-301): huggingface_hub's (:12,23) or ModelScope's (:25-27), with
+# local_dir None, i.e. into the client's cache.
+ROLL_HUBS = {"MODELSCOPE": "modelscope", "HUGGINGFACE_HUB": "huggingface"}
+
+
+def models(config: dict[str, Any]) -> tuple[ModelRef, ...]:
+    """The models ROLL's workers download: `pretrain`, `reward_pretrain` and every worker's
+    model_args.model_name_or_path (which default to them, roll/configs/base_config.py:634-641). Another download
+    type (OPENLM_HUB in ROLL's tests) is not one roll-cluster can fetch: nothing."""
+    hub = ROLL_HUBS.get(str(config.get("model_download_type") or "MODELSCOPE"))
+    if hub is None:
+        return ()
+    names = [config.get("pretrain"), config.get("reward_pretrain")]
+    names += [(section.get("model_args") or {}).get("model_name_or_path") for _, section in roll_render.workers(config)]
+    return hub_models(hub, names)
 
 
 def config_name(stack: str, base_config: str) -> str:
@@ -317,6 +338,7 @@ class RollAdapter:
             summary=self.summary(shape, built, paths, entrypoint),
             rendered_config=built.text,
             checkpoints=saves,
+            models=models(built.rendered.config if built.rendered else {}),
         )
 
     def checkpoints(self, shape: ClusterShape, built: Built) -> Checkpoints:

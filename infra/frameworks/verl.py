@@ -18,11 +18,13 @@ from infra.frameworks.base import (
     ClusterShape,
     CodeSpec,
     JobSpec,
+    ModelRef,
     bare_key,
     checkpoints,
     every_steps,
     flatten,
     github_archive_url,
+    hub_models,
     image_facts,
     job_id,
     job_name,
@@ -306,7 +308,19 @@ class VerlAdapter:
                 "runtime_env": runtime_env,
             },
             checkpoints=saves,
+            models=self.models(shape),
         )
+
+    def models(self, shape: ClusterShape) -> tuple[ModelRef, ...]:
+        """The models verl loads by name: the actor's (and the reference's, which is the same,
+        verl/workers/fsdp_workers.py:854), the critic's and the reward model's, through transformers'
+        from_pretrained with a hub id left as it is (verl/utils/fs.py:197-225 copy_to_local: only hdfs:// is
+        copied) into huggingface_hub's cache, or ModelScope's with VERL_USE_MODELSCOPE (verl/__init__.py:44-50)."""
+        effective = {bare_key(k): v for k, v in self.effective_overrides(shape).items()}
+        names = [effective.get(name) for name in ("actor_rollout_ref.model.path", "critic.model.path",
+                                                  "reward_model.model.path")]
+        hub = "modelscope" if shape.model_source == "modelscope" else "huggingface"
+        return hub_models(hub, names, shape.download_env().get("HF_ENDPOINT", ""))
 
     def problems(self, shape: ClusterShape) -> list[str]:
         """What verl v0.7.0 asserts at start-up (paths in the verl package), checked before anything is paid for."""

@@ -97,7 +97,8 @@ def ensure_jemalloc() -> Path:
 
 
 def ensure_ray_venv() -> Path:
-    """The virtualenv with Ray at the version ROLL pins (requirements-e2e.txt), built once and reused."""
+    """The virtualenv with Ray at the version ROLL pins and huggingface_hub (requirements-e2e.txt), built once and
+    reused."""
     python = RAY_VENV / "bin" / "python"
     stamp = RAY_VENV / ".requirements-sha256"
     wanted = hashlib.sha256(RAY_REQUIREMENTS.read_bytes()).hexdigest()

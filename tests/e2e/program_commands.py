@@ -208,9 +208,11 @@ def render_hosts_program(
     shared_host_path: str | None = None,
     user: str = "root",
     prior: OfflineCloud | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> HostsProgram:
-    """Run the program for `stack` (a `hosts` stack) with the test hosts as nodes.hosts and a `custom` job;
-    given `prior` (an earlier run's cloud), as the next `pulumi up` of that state."""
+    """Run the program for `stack` (a `hosts` stack) with the test hosts as nodes.hosts and a `custom` job (or,
+    given `training`, that training section); given `prior` (an earlier run's cloud), as the next `pulumi up` of
+    that state."""
     gcs, dashboard_port, client = ports
     base = stack_config(stack)["roll-cluster:nodes"]
     nodes = {
@@ -230,8 +232,8 @@ def render_hosts_program(
             "roll-cluster:ray": {"gcsPort": gcs, "dashboardPort": dashboard_port, "clientPort": client,
                                  "objectStoreMemoryGb": 0.1, "readyTimeoutSeconds": 90,
                                  "headWaitTimeoutSeconds": 120},
-            "roll-cluster:training": {"framework": "custom",
-                                      "custom": {"entrypoint": entrypoint, "workingDir": working_dir}},
+            "roll-cluster:training": dict(training) if training is not None else {
+                "framework": "custom", "custom": {"entrypoint": entrypoint, "workingDir": working_dir}},
             "roll-cluster:storage": {"sharedHostPath": shared_host_path} if shared_host_path else {},
         },
     )
