@@ -22,6 +22,7 @@ import json
 import os
 import re
 import runpy
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,17 +109,16 @@ class OfflineCloud(pulumi.runtime.Mocks):
     replace: set[str] = field(default_factory=set)  # `pulumi up --replace` of these resource names
     registrations: dict[str, engine_model.Registration] = field(default_factory=dict)
     _ops: engine_model.Ops = field(default_factory=engine_model.Ops)
+    # One registration at a time: the SDK sends them from executor threads (pulumi/runtime/resource.py).
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _instances: int = 0
 
     def next_run(self, **changes: Any) -> OfflineCloud:
-        """The cloud as the next `pulumi up` of the same stack finds it: this run's resources are its state.
-
-        changes: fields that differ next time (stock, prices, ...)."""
+        """The cloud as the next `pulumi up` of the same stack finds it (its state: this run's resources), with
+        `changes`: the fields that differ next time (stock, prices, ...)."""
         fields: dict[str, Any] = {
             "stock": self.stock, "prices": self.prices, "external_file_systems": self.external_file_systems,
-            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied,
-        }
-        fields.update(changes)
+            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied, **changes}
         return OfflineCloud(prior=list(self.resources), **fields)
 
     # ------------------------------------------------------------------ the engine (devtools/engine_model.py)
@@ -353,63 +353,64 @@ class OfflineCloud(pulumi.runtime.Mocks):
 
     # ---------------------------------------------------------------- resources
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        inputs = dict(args.inputs)
-        outputs = dict(inputs)
-        prefix = ID_PREFIX.get(args.typ, "res-")
-        resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
-        typ = args.typ
-        _refuse_like_alibaba(typ, args.name, inputs)
-        _refuse_by_rules(provider_rules.check_resource(typ, args.name, inputs, self.preview))
-        change, old = self._engine_change(typ, args.name, inputs)
-        reg = self.registrations.get(args.name)
-        if old is not None and change in ("same", "update"):
-            # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
-            outputs = {**old.outputs, **inputs}
+        with self._lock:
+            inputs = dict(args.inputs)
+            outputs = dict(inputs)
+            prefix = ID_PREFIX.get(args.typ, "res-")
+            resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
+            typ = args.typ
+            _refuse_like_alibaba(typ, args.name, inputs)
+            _refuse_by_rules(provider_rules.check_resource(typ, args.name, inputs, self.preview))
+            change, old = self._engine_change(typ, args.name, inputs)
+            reg = self.registrations.get(args.name)
+            if old is not None and change in ("same", "update"):
+                # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
+                outputs = {**old.outputs, **inputs}
+                if typ == "alicloud:ecs/instance:Instance":
+                    addresses = lambda: self._instance_addresses(args.name)  # noqa: E731 (only if it restarts)
+                    outputs.update(power_state(inputs, old.outputs, self._instances, addresses))
+                self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
+                                                 args.provider or None, reg))
+                if change == "update":
+                    self._refuse(typ, args.name, inputs, replacing=None)
+                return old.id, outputs
+            if old is not None:  # replaced: a new cloud resource with a new id
+                resource_id = f"{prefix}{_digest(args.typ + args.name + str(old.id), 17)}"
+            self._refuse(typ, args.name, inputs, replacing=old)
             if typ == "alicloud:ecs/instance:Instance":
-                addresses = lambda: self._instance_addresses(args.name)  # noqa: E731 (only if it restarts)
-                outputs.update(power_state(inputs, old.outputs, self._instances, addresses))
-            self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
-                                             args.provider or None, reg))
-            if change == "update":
-                self._refuse(typ, args.name, inputs, replacing=None)
-            return old.id, outputs
-        if old is not None:  # replaced: a new cloud resource with a new id
-            resource_id = f"{prefix}{_digest(args.typ + args.name + str(old.id), 17)}"
-        self._refuse(typ, args.name, inputs, replacing=old)
-        if typ == "alicloud:ecs/instance:Instance":
-            outputs.update(self._instance_addresses(args.name))
-            outputs.update(power_state(inputs, None, self._instances, lambda: self._instance_addresses(args.name)))
-            outputs["osName"] = "Alibaba Cloud Linux 3.2104 LTS 64 bit"
-        elif typ == "alicloud:vpc/switch:Switch":
-            outputs["availabilityZone"] = inputs.get("zoneId")
-        elif typ == "alicloud:nas/mountTarget:MountTarget":
-            fs = str(inputs.get("fileSystemId", "0"))
-            outputs["mountTargetDomain"] = f"{fs}-{_digest(args.name, 5)}.{self.region()}.nas.aliyuncs.com"
-        elif typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
-            outputs["fingerPrint"] = ":".join(_digest(args.name, 32)[i : i + 2] for i in range(0, 32, 2))
-        elif typ == "command:local:Command" and args.name.endswith("-host-key"):
-            node = args.name.removesuffix("-host-key")
-            outputs.update(stdout=self.host_keys.get(node) or offline_host_key(args.name), stderr="")
-        elif typ in ("command:remote:Command", "command:local:Command"):
-            outputs.update(stdout="", stderr="")
-        elif typ == "docker:index/remoteImage:RemoteImage":
-            outputs["imageId"] = f"sha256:{_digest(str(inputs.get('name')), 64)}"
-            outputs["repoDigest"] = f"{inputs.get('name')}@sha256:{_digest('d' + str(inputs.get('name')), 64)}"
-        elif typ == "docker:index/container:Container":
-            resource_id = _digest(args.name + (str(old.id) if old else ""), 64)  # a new container: a new id
-            outputs["exitCode"] = None
-        # The engine keeps the state's value of a property in ignore_changes when the resource already exists.
-        options = self.options.get(args.name)
-        if args.name in self.previous and options is not None:
-            for prop in options.ignore_changes or []:
-                if prop in self.previous[args.name]:
-                    outputs[prop] = self.previous[args.name][prop]
-        if self.preview:  # a first preview: no id, and only the inputs are known (every computed output unknown)
-            resource_id, outputs = None, dict(inputs)
-        self.resources.append(
-            Registered(typ, args.name, resource_id, inputs, outputs, bool(args.custom), args.provider or None, reg)
-        )
-        return resource_id, outputs
+                outputs.update(self._instance_addresses(args.name))
+                outputs.update(power_state(inputs, None, self._instances, lambda: self._instance_addresses(args.name)))
+                outputs["osName"] = "Alibaba Cloud Linux 3.2104 LTS 64 bit"
+            elif typ == "alicloud:vpc/switch:Switch":
+                outputs["availabilityZone"] = inputs.get("zoneId")
+            elif typ == "alicloud:nas/mountTarget:MountTarget":
+                fs = str(inputs.get("fileSystemId", "0"))
+                outputs["mountTargetDomain"] = f"{fs}-{_digest(args.name, 5)}.{self.region()}.nas.aliyuncs.com"
+            elif typ == "alicloud:ecs/ecsKeyPair:EcsKeyPair":
+                outputs["fingerPrint"] = ":".join(_digest(args.name, 32)[i : i + 2] for i in range(0, 32, 2))
+            elif typ == "command:local:Command" and args.name.endswith("-host-key"):
+                node = args.name.removesuffix("-host-key")
+                outputs.update(stdout=self.host_keys.get(node) or offline_host_key(args.name), stderr="")
+            elif typ in ("command:remote:Command", "command:local:Command"):
+                outputs.update(stdout="", stderr="")
+            elif typ == "docker:index/remoteImage:RemoteImage":
+                outputs["imageId"] = f"sha256:{_digest(str(inputs.get('name')), 64)}"
+                outputs["repoDigest"] = f"{inputs.get('name')}@sha256:{_digest('d' + str(inputs.get('name')), 64)}"
+            elif typ == "docker:index/container:Container":
+                resource_id = _digest(args.name + (str(old.id) if old else ""), 64)  # a new container: a new id
+                outputs["exitCode"] = None
+            # The engine keeps the state's value of a property in ignore_changes when the resource already exists.
+            options = self.options.get(args.name)
+            if args.name in self.previous and options is not None:
+                for prop in options.ignore_changes or []:
+                    if prop in self.previous[args.name]:
+                        outputs[prop] = self.previous[args.name][prop]
+            if self.preview:  # a first preview: no id, and only the inputs are known (every computed output unknown)
+                resource_id, outputs = None, dict(inputs)
+            self.resources.append(
+                Registered(typ, args.name, resource_id, inputs, outputs, bool(args.custom), args.provider or None, reg)
+            )
+            return resource_id, outputs
 
     # ------------------------------------------------------------------ state
     def _prior(self, typ: str, name: str) -> Registered | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +216,25 @@ def test_a_retained_nas_is_dropped_from_the_state_and_its_guard_lets_the_destroy
     monkeypatch.setenv("PATH", _pulumi_standin(tmp_path, "false")["PATH"])
     result = run.cloud.destroy(local=lambda r: engine_model.run_local_delete(r, str(PROJECT_DIR)))
     assert result.failed is None and "shared-fs" in result.dropped
+
+
+def test_the_offline_engine_decides_one_registration_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pulumi's SDK sends RegisterResource from executor threads; the engine model's decision reads what earlier
+    # ones decided (the replaced resources), so concurrent decisions once broke a 64-node plan with "dictionary
+    # changed size during iteration". Widen the window: without one-at-a-time registration, decisions overlap.
+    decide = engine_model.decide
+    inside, most = [0], [0]
+    guard = threading.Lock()
+
+    def slow_decide(*args: Any, **kwargs: Any) -> str:
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.005)
+        with guard:
+            inside[0] -= 1
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(engine_model, "decide", slow_decide)
+    run_program("multi")
+    assert most[0] == 1
