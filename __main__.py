@@ -89,6 +89,7 @@ job = TrainingJob(
         private_key=private_key,
         login=login,
         secret_env=secret_env,
+        nodes=ray_nodes,
     ),
 )
 

@@ -92,6 +92,10 @@ class NodeBootstrap(pulumi.ComponentResource):
     container: docker.Container
     ready: pulumi.Resource  # the last bootstrap step: Ray steps depend on it
     ready_key: str  # its step key ("node-1/code")
+    # What the node's weights-prefetch step (components/training_job.py) waits for: prepare-host (the shared storage
+    # is mounted then), and the accelerator's readiness where it may reboot the node (the driver installer).
+    prefetch_after: list[tuple[str, pulumi.Resource]]
+    shared_host_dir: str  # the host's path of the shared storage (SHARED_MOUNT, or storage.sharedHostPath)
     baked_image_id: pulumi.Output[str] | None = None  # the custom image baked from this node (nodes.bake)
 
     def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None):
@@ -195,6 +199,16 @@ class NodeBootstrap(pulumi.ComponentResource):
             steps.record(node_name, kind.ready_step, "local", ["local/gpu_ready.sh", "gpu_check.sh"],
                          [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
 
+        # The prefetch runs beside docker, the pull and the container, but never while gpu-ready may reboot the
+        # node: a reboot drops the SSH session (the step would fail) and the page cache (the read would be lost).
+        # gpu_ready.sh reboots only for the driver installer (GPU_DRIVER auto-install), which never runs on your own
+        # hosts or on a node booted from a baked image (first boot finds the driver working).
+        may_reboot = (kind.kind != "ascend" and config.nodes.gpu_driver == "auto-install" and not machine.existing
+                      and config.nodes.image is None)
+        self.prefetch_after = [(f"{node_name}/prepare-host", prepare)]
+        if may_reboot:
+            self.prefetch_after.append((f"{node_name}/{kind.ready_step}", accelerators_ready))
+        self.shared_host_dir = args.shared_host_dir or SHARED_MOUNT
         before_container: list[pulumi.Resource] = [accelerators_ready]
         container_after = [f"{node_name}/{kind.ready_step}"]
         if machine.bake is not None:

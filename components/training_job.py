@@ -5,12 +5,14 @@ this resource: the old job is stopped first (delete before replace: two jobs wou
 the new one is submitted. `pulumi destroy` stops the job before Ray and the nodes go (dependency order).
 OpenRLHF's reward-model server runs supervised on the head and must answer before the job is submitted.
 With shared storage the head's `model` step downloads the job's models into the hubs' caches there first, once,
-beside the code step and Ray (infra/model_cache.py); the job waits for it.
+beside the code step and Ray (infra/model_cache.py); the job waits for it, and for every node's weights-prefetch
+step, which reads the models already in those caches into the node's page cache beside its pull and container.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -37,6 +39,7 @@ class TrainingJobArgs:
     private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
     login: ssh_access.LoginKey  # the identity the local teardowns (job stop, reward-server stop) give the system ssh
     secret_env: dict[str, pulumi.Output[str]]  # the job's prepare step (e.g. a dataset download) may need them
+    nodes: Sequence[RayNode] = ()  # every node (the head first): their weights-prefetch steps; () = the head alone
 
 
 class TrainingJob(pulumi.ComponentResource):
@@ -84,6 +87,22 @@ class TrainingJob(pulumi.ComponentResource):
                 triggers=[args.head.bootstrap.container.id, self.job_id],
             )
             fetched = [(f"{args.head.name}/{model_cache.MODEL_STEP}", model)]
+        if model_cache.prefetches(config, spec.models):
+            # Every node reads the models already in the shared caches into its page cache, beside the pull, the
+            # container, code and Ray (infra/scripts/weights_prefetch.sh); only the job waits for it. Reruns when
+            # the models change (its environment) or the node does: another machine, or a new start (an empty
+            # page cache); not for every new job of the same models.
+            for node in args.nodes or [args.head]:
+                started_at = [node.machine.started] if node.machine.started is not None else []
+                prefetch = remote_steps.remote_step(
+                    remote_steps.context_for(node.machine, args.private_key, node.bootstrap, login=args.login),
+                    model_cache.PREFETCH_STEP,
+                    model_cache.PREFETCH_SCRIPTS,
+                    model_cache.prefetch_env(spec.models, node.bootstrap.shared_host_dir),
+                    after=node.bootstrap.prefetch_after,
+                    triggers=[node.machine.identity, *started_at],
+                )
+                fetched.append((f"{node.name}/{model_cache.PREFETCH_STEP}", prefetch))
         if config.training.framework == "openrlhf" and config.training.openrlhf.reward_server is not None:
             # The server downloads its model: it gets HF_TOKEN (and the other secrets) like the job's prepare step.
             # Removing it (destroy, or rewardServer dropped from the config) stops it.

@@ -344,6 +344,8 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         lines.append(f"      model: {plan.profile.model_how}")
         if plan.profile.prefetch_how:
             lines.append(f"      head's model step: {plan.profile.prefetch_how}")
+        if plan.profile.page_cache_how:
+            lines.append(f"      every node's weights-prefetch: {plan.profile.page_cache_how}")
     lines.append("  With a baked image (nodes.image) these steps find their work done and take seconds:")
     for step, what in schedule.BAKED_SKIPS.items():
         lines.append(f"    {step:13} {what}")

@@ -78,6 +78,10 @@ CONSTANTS: Mapping[str, Constant] = {
     "client-read": Constant(300.0, "MB/s", "ASSUMPTION: one NFS client's read rate, under the node's VPC "
                             "bandwidth (2.5-100 Gbit/s [27])"),
     "local-disk": Constant(220.0, "MB/s", "[28] ESSD baseline max{min{120 + 0.5 x GiB, 350}, 125} MB/s at 200 GiB"),
+    "page-cache-read": Constant(0.05, "min", "ASSUMPTION: the framework's read of weights a node's prefetch left "
+                                "in its page cache: a read from memory at several GB/s, a few seconds"),
+    "prefetch-empty": Constant(0.02, "min", "ASSUMPTION: the prefetch step finding no model in the shared cache: "
+                               "one SSH session (0.57 s measured, MEASURED_SECONDS) and a directory look-up"),
     "framework-start": Constant(3.0, "min", "ASSUMPTION: process start, NCCL, vLLM engine and CUDA graphs, Megatron "
                                 "init, without the weights' read; [37] first step 5-7 min after start (verl, 2xL20)"),
     "resume-preamble": Constant(0.5, "min", "ASSUMPTION (option): a `pulumi up` that only restarts stopped "
@@ -152,6 +156,8 @@ class Profile:
     model_how: str = ""
     prefetch_minutes: float = 0.0  # the head's model step (shared storage): one download, or finding it cached
     prefetch_how: str = ""
+    page_cache_minutes: float = 0.0  # every node's weights-prefetch step (shared storage): its read of the cache
+    page_cache_how: str = ""
     framework_minutes: float = 0.0
 
     def minutes(self, step: str) -> float:
@@ -168,6 +174,8 @@ class Profile:
             return self.pull_minutes
         if step == "model":
             return self.prefetch_minutes
+        if step == model_cache.PREFETCH_STEP:
+            return self.page_cache_minutes
         if step == "weights":
             return self.model_minutes
         if step == "start-up":
@@ -323,6 +331,33 @@ def _prefetch(config: ClusterConfig, path: Path) -> tuple[float, str]:
     return c("model-check"), "finds the model in the shared cache (one listing of the repository)"
 
 
+def _shared_read(nodes: int) -> float:
+    """Every node reading the model from the shared storage at once: the client's rate or its share of the cap."""
+    size = c("model-size")
+    own = size * 1000.0 / c("client-read") / 60.0
+    shared = nodes * size * 1000.0 / c("nas-read") / 60.0
+    return max(own, shared)
+
+
+def _page_cache(config: ClusterConfig, path: Path) -> bool:
+    """Whether every node's weights-prefetch step finds the model in the shared cache and leaves it in its page
+    cache before the job: with shared storage, when the model is there before the cluster starts (in-region, warm)."""
+    return model_cache.shared_cache(config) and path != "new"
+
+
+def _weights_prefetch(config: ClusterConfig, path: Path, nodes: int, options: Options) -> tuple[float, str]:
+    """Every node's weights-prefetch step (infra/scripts/weights_prefetch.sh), beside the pull and the container."""
+    if not model_cache.shared_cache(config):
+        return 0.0, ""
+    if options.model_on_local_disk and path == "warm":
+        # The modelled option reads the weights from the baked data disk: a prefetch from the shared storage would
+        # be wasted, so the option leaves it out.
+        return 0.0, "left out: the weights are on each node's data disk (modelled option)"
+    if not _page_cache(config, path):
+        return c("prefetch-empty"), "nothing to prefetch yet (the head's model step downloads it later)"
+    return _shared_read(nodes), "every node reads the model from the shared cache into its page cache"
+
+
 def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options) -> tuple[float, str]:
     """Every node's download or read of the weights between the job's submission and its start-up."""
     size = c("model-size")
@@ -334,10 +369,11 @@ def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options)
     if not model_cache.shared_cache(config):
         # Caches on the data disks: each node's holds the model from an earlier job.
         return size * 1000.0 / c("local-disk") / 60.0, "read from each node's cache on its data disk (an earlier job)"
+    if _page_cache(config, path):
+        # Every node's weights-prefetch step read it before the job: the framework reads it from memory.
+        return c("page-cache-read"), "read from each node's page cache (its weights-prefetch step read it)"
     # Read from the shared storage by every node at once: the client's rate or its share of the file system's cap.
-    own = size * 1000.0 / c("client-read") / 60.0
-    shared = nodes * size * 1000.0 / c("nas-read") / 60.0
-    return max(own, shared), "read from the cache on the shared storage by every node"
+    return _shared_read(nodes), "read from the cache on the shared storage by every node"
 
 
 def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
@@ -352,6 +388,7 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         pull = pull_minutes(image.size_gb, rate, c("registry-backend"), pullers, p2p)
     model, how = _model_step(config, path, nodes, options)
     prefetch, prefetch_how = _prefetch(config, path)
+    page_cache, page_cache_how = _weights_prefetch(config, path, nodes, options)
     driver = config.nodes.gpu_driver == "auto-install"
     return Profile(
         path=path,
@@ -364,6 +401,8 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         model_how=how,
         prefetch_minutes=prefetch,
         prefetch_how=prefetch_how,
+        page_cache_minutes=page_cache,
+        page_cache_how=page_cache_how,
         framework_minutes=c("framework-start"),
         boot_minutes=c("resume-boot") if options.resume else c("boot"),
         preamble_minutes=c("resume-preamble") if options.resume else c("preamble"),
@@ -382,6 +421,11 @@ def first_step(config: ClusterConfig, records: Sequence[StepRecord], path: Path,
     """The schedule to the first training step of `nodes` nodes on `path` with `parallel` Pulumi slots: node-0 in
     the first wave, node-1 standing for a worker of the last one."""
     steps = template(records)
+    if path == "warm" or options.base_image:
+        # No driver installer, so no reboot: the weights-prefetch overlaps docker and the pull, as the program
+        # orders it on a node booted from a baked or maintained image (components/bootstrap.py, prefetch_after).
+        steps = [replace(r, depends_on=tuple(d for d in r.depends_on if d.split("/", 1)[1] == "prepare-host"))
+                 if r.step == model_cache.PREFETCH_STEP else r for r in steps]
     profile = profile_for(config, path, nodes, parallel, options)
     count = waves(nodes, parallel)
     if count == 1 or not any(r.node == "node-1" for r in steps):

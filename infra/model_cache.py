@@ -30,6 +30,11 @@ The cache variables are the container's environment (components/bootstrap.py), s
 - `HF_HOME` stays on the node's data disk (/data/cache/huggingface): the token, `datasets`' processed Arrow cache
   (`HF_DATASETS_CACHE`, written under its own file locks) and the Xet chunk cache are per node, only the hub's file
   cache is shared (huggingface_hub constants.py:148-152: `HF_HUB_CACHE` overrides `$HF_HOME/hub`).
+- Every node's `weights-prefetch` step (host side, infra/scripts/weights_prefetch.sh) reads the complete files of
+  the job's models already in the shared caches into the node's page cache before the job, beside the pull and the
+  container, so the framework reads them from memory rather than every node reading the NAS at once at start-up.
+  It reads only, finds nothing on a new cluster (the model step downloads later) and is bounded (PREFETCH_TIMEOUT_S,
+  half the host's MemAvailable).
 - Without shared storage, or for `custom` and MindSpeed-RL jobs (the program does not know their models), the caches
   stay on each node's data disk, `/data/cache/...`, as before: no shared file system, no concurrent writers, and a
   head-first download would only serve the head; each node's framework downloads its own copy on the first job, and
@@ -129,4 +134,34 @@ def step_env(config: ClusterConfig, models: Sequence[ModelRef], workdir: str) ->
         "MODELS_JSON": json.dumps([[m.hub, m.repo_id, m.endpoint] for m in models]),
         "JOB_WORKDIR": workdir,
         "MODEL_TIMEOUT_S": str(model_timeout_s(config)),
+    }
+
+
+# ---- every node's prefetch of the cached weights into its page cache (infra/scripts/weights_prefetch.sh) ----
+# With shared storage and hub models, every node reads the complete files of the job's models already in the shared
+# caches into its page cache, from the host's mount, while it pulls the image and starts its container; the job
+# waits for every node's prefetch, so the framework reads the weights from memory instead of every node reading
+# the shared storage at once at start-up. A model not in the cache yet (a new cluster) is nothing to prefetch.
+PREFETCH_STEP = "weights-prefetch"
+PREFETCH_SCRIPTS = ("weights_prefetch.sh",)
+# The bound on one node's whole read: 256 nodes reading a 15 GB model at the NAS's 10 GB/s read cap take 6.4
+# minutes (devtools/schedule.py); 20 minutes leaves three times that. Cut there, the step succeeds and the framework
+# reads the rest from the shared storage, as without the prefetch.
+PREFETCH_TIMEOUT_S = 1200
+
+
+def prefetches(config: ClusterConfig, models: Sequence[ModelRef]) -> bool:
+    """Whether every node runs the prefetch step: the caches are on the shared storage and the job names models."""
+    return shared_cache(config) and bool(models)
+
+
+def prefetch_env(models: Sequence[ModelRef], host_shared_dir: str) -> dict[str, str]:
+    """The prefetch step's environment: the models as JSON and the caches' paths on the host's mount of the shared
+    storage (SHARED_MOUNT, or storage.sharedHostPath on your own hosts), never in the script's text."""
+    cache = posixpath.join(host_shared_dir, posixpath.relpath(SHARED_CACHE_DIR, SHARED_MOUNT))
+    return {
+        "MODELS_JSON": json.dumps([[m.hub, m.repo_id, m.endpoint] for m in models]),
+        "HF_HUB_CACHE_DIR": posixpath.join(cache, posixpath.relpath(SHARED_HF_HUB_CACHE, SHARED_CACHE_DIR)),
+        "MODELSCOPE_CACHE_DIR": posixpath.join(cache, posixpath.relpath(SHARED_MODELSCOPE_CACHE, SHARED_CACHE_DIR)),
+        "PREFETCH_TIMEOUT_S": str(PREFETCH_TIMEOUT_S),
     }

@@ -227,10 +227,12 @@ def test_too_few_pulumi_slots_bootstrap_the_nodes_in_waves() -> None:
 
 
 def test_the_modelled_options_meet_or_miss_the_issue_targets_as_the_docs_say() -> None:
-    # docs/performance.md states these figures; the targets (12 min at 64 nodes, 16 at 256, warm 5 at 64) are not
-    # met by the model: the framework's start-up (3 min, assumed) and the weights' read remain.
-    assert at(64, "in-region", OPTIONS) == pytest.approx(15.0, abs=0.1)
-    assert at(256, "in-region", OPTIONS) == pytest.approx(19.8, abs=0.1)
+    # docs/performance.md states these figures; of the targets (12 min at 64 nodes, 16 at 256, warm 5 at 64) the
+    # model meets only 256 nodes' (every node's weights-prefetch overlaps the pull there): the framework's start-up
+    # (3 min, assumed) remains.
+    assert at(64, "in-region", OPTIONS) == pytest.approx(13.4, abs=0.1)
+    assert at(256, "in-region", OPTIONS) == pytest.approx(13.7, abs=0.1)
+    assert at(64, "in-region", OPTIONS) > 12 and at(256, "in-region", OPTIONS) <= 16
     assert at(64, "warm", OPTIONS) == pytest.approx(9.4, abs=0.1)
     assert at(64, "in-region", OPTIONS) < at(64, "in-region") - 20  # driver, backend and code off the path
 
