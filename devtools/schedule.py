@@ -339,6 +339,11 @@ def _shared_read(nodes: int) -> float:
     return max(own, shared)
 
 
+def _local_read() -> float:
+    """One node reading the model from its own data disk."""
+    return c("model-size") * 1000.0 / c("local-disk") / 60.0
+
+
 def _page_cache(config: ClusterConfig, path: Path) -> bool:
     """Whether every node's weights-prefetch step finds the model in the shared cache and leaves it in its page
     cache before the job: with shared storage, when the model is there before the cluster starts (in-region, warm)."""
@@ -350,9 +355,9 @@ def _weights_prefetch(config: ClusterConfig, path: Path, nodes: int, options: Op
     if not model_cache.shared_cache(config):
         return 0.0, ""
     if options.model_on_local_disk and path == "warm":
-        # The modelled option reads the weights from the baked data disk: a prefetch from the shared storage would
-        # be wasted, so the option leaves it out.
-        return 0.0, "left out: the weights are on each node's data disk (modelled option)"
+        # The modelled option puts the weights on the baked data disk: the prefetch reads them from there (each node
+        # its own disk, so no shared cap), beside the container, Ray and the job's submission.
+        return _local_read(), "every node reads the weights from its data disk (baked, prefetched) into its page cache"
     if not _page_cache(config, path):
         return c("prefetch-empty"), "nothing to prefetch yet (the head's model step downloads it later)"
     return _shared_read(nodes), "every node reads the model from the shared cache into its page cache"
@@ -360,15 +365,14 @@ def _weights_prefetch(config: ClusterConfig, path: Path, nodes: int, options: Op
 
 def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options) -> tuple[float, str]:
     """Every node's download or read of the weights between the job's submission and its start-up."""
-    size = c("model-size")
     if path == "new" and not model_cache.shared_cache(config):
         # Every node's job processes fetch the weights on the first job, each over its own path.
         return _download(config, nodes)
     if options.model_on_local_disk and path == "warm":
-        return size * 1000.0 / c("local-disk") / 60.0, "read from each node's data disk (baked, prefetched)"
+        return c("page-cache-read"), "read from each node's page cache (its weights-prefetch step read the data disk)"
     if not model_cache.shared_cache(config):
         # Caches on the data disks: each node's holds the model from an earlier job.
-        return size * 1000.0 / c("local-disk") / 60.0, "read from each node's cache on its data disk (an earlier job)"
+        return _local_read(), "read from each node's cache on its data disk (an earlier job)"
     if _page_cache(config, path):
         # Every node's weights-prefetch step read it before the job: the framework reads it from memory.
         return c("page-cache-read"), "read from each node's page cache (its weights-prefetch step read it)"
