@@ -6,6 +6,7 @@ from typing import Any
 
 from devtools.offline_cloud import OfflineCloud, OfflineRun, Registered, run_program, unwrap
 from infra.node import remote
+from infra.node.steps import StepRecord
 
 INSTANCE = "alicloud:ecs/instance:Instance"
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
@@ -29,3 +30,16 @@ def step_command(result: OfflineRun, resource_name: str) -> str:
 
 def env_of(command_text: str) -> dict[str, str]:
     return remote.exported_env(command_text)
+
+
+def ancestors(records: list[StepRecord], key: str) -> set[str]:
+    """Every step the step `key` waits for, directly or through others."""
+    by_key = {r.key: r for r in records}
+    found: set[str] = set()
+    pending = list(by_key[key].depends_on)
+    while pending:
+        current = pending.pop()
+        if current not in found:
+            found.add(current)
+            pending += list(by_key[current].depends_on) if current in by_key else []
+    return found

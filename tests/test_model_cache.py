@@ -7,12 +7,11 @@ import json
 from typing import Any
 
 import pytest
-from offline_helpers import env_of, run, step_command
+from offline_helpers import ancestors, env_of, run, step_command
 from script_harness import FakeNode, assert_failed, assert_ok
 
 from devtools.offline_cloud import unwrap
 from infra import model_cache, parallelism
-from infra.node import steps
 
 
 def container_envs(result: Any, node: str) -> dict[str, str]:
@@ -46,18 +45,6 @@ def test_otherwise_every_nodes_container_caches_models_on_its_data_disk_and_no_n
         assert {"hostPath": "/data", "containerPath": "/data"}.items() <= next(
             v for v in volumes if v["containerPath"] == "/data").items()  # the cache outlives the container
     assert not [r for r in result.steps if r.step == "model"]
-
-
-def ancestors(records: list[steps.StepRecord], key: str) -> set[str]:
-    by_key = {r.key: r for r in records}
-    found: set[str] = set()
-    pending = list(by_key[key].depends_on)
-    while pending:
-        current = pending.pop()
-        if current not in found:
-            found.add(current)
-            pending += list(by_key[current].depends_on) if current in by_key else []
-    return found
 
 
 @pytest.mark.parametrize("stack", ["multi", "verl", "openrlhf", "hosts"])

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_helpers import env_of, run, step_command
+from offline_helpers import ancestors, env_of, run, step_command
 from script_harness import FakeNode, assert_failed, assert_ok
 
 from devtools.offline_cloud import unwrap
@@ -20,18 +20,6 @@ from infra.node import steps
 
 STEP = model_cache.PREFETCH_STEP
 FITS = {"roll-cluster:training": {"overrides": {"rollout_batch_size": 128}}}
-
-
-def ancestors(records: list[steps.StepRecord], key: str) -> set[str]:
-    by_key = {r.key: r for r in records}
-    found: set[str] = set()
-    pending = list(by_key[key].depends_on)
-    while pending:
-        current = pending.pop()
-        if current not in found:
-            found.add(current)
-            pending += list(by_key[current].depends_on) if current in by_key else []
-    return found
 
 
 def prefetch_records(records: list[steps.StepRecord]) -> list[steps.StepRecord]:

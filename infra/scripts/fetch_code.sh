@@ -154,29 +154,6 @@ container_write_file() {
 
 # ---- host side ----
 
-# run_in_container [-i] FUNCTION ARGS...: run one of the container_* functions in the container (-i: with stdin).
-run_in_container() {
-  local exec_flags=() function_name
-  if [[ "$1" == -i ]]; then
-    exec_flags=(-i)
-    shift
-  fi
-  function_name=$1
-  shift
-  docker exec "${exec_flags[@]}" "$CONTAINER_NAME" \
-    bash -c "set -euo pipefail; $(declare -f "$function_name"); $function_name \"\$@\"" "roll-cluster-code" "$@"
-}
-
-container_running() {
-  [[ "$(docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" 2>/dev/null)" == true ]]
-}
-
-wait_for_container() {
-  wait_for "container $CONTAINER_NAME to be running" "$CONTAINER_WAIT_TIMEOUT_S" 2 container_running
-  CONTAINER_ID=$(docker inspect --format '{{.Id}}' "$CONTAINER_NAME")
-  banner "container $CONTAINER_NAME is running (${CONTAINER_ID:0:12})"
-}
-
 # read_code_state: the marker (M_* variables) and the directory (DIR_STATE, ACTUAL_ORIGIN, ACTUAL_COMMIT,
 # LOCAL_CHANGES).
 read_code_state() {
@@ -310,10 +287,17 @@ fetch_code() {
   M_INSTALLED=''
 }
 
-pip_install() {
-  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd docker exec -w "$CODE_DIR" "$CONTAINER_NAME" \
+# pip_install_in DIR ARGS...: pip install in the container from DIR, retried, bounded per attempt.
+pip_install_in() {
+  local dir=$1
+  shift
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd docker exec -w "$dir" "$CONTAINER_NAME" \
     timeout "$PIP_TIMEOUT_S" "$CONTAINER_PYTHON" -m pip install --progress-bar off -i "$PIP_INDEX_URL" "$@" \
-    || fail "pip install $* in $CODE_DIR failed after $RETRY_ATTEMPTS attempts"
+    || fail "pip install $* in $dir failed after $RETRY_ATTEMPTS attempts"
+}
+
+pip_install() {
+  pip_install_in "$CODE_DIR" "$@"
 }
 
 pip_uninstall() {

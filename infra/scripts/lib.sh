@@ -436,3 +436,31 @@ stop_detached_watcher() {
   # Expected to fail when the watcher has already exited (the recorded pid is gone): nothing left to stop.
   [[ "$pid" =~ ^[0-9]+$ ]] && kill -- "$pid" 2>/dev/null || true
 }
+
+# ---- the training container (the steps that act inside it: code, bake-prep, model) ----
+
+# run_in_container [-i] FUNCTION ARGS...: run one of the step's container_* functions inside $CONTAINER_NAME (-i:
+# with stdin), with the step's EXEC_ENV (`-e NAME` entries) when it set any; `roll-cluster-<step>` is its $0, the
+# name its errors carry.
+run_in_container() {
+  local exec_flags=() function_name
+  if [[ "$1" == -i ]]; then
+    exec_flags=(-i)
+    shift
+  fi
+  function_name=$1
+  shift
+  docker exec "${exec_flags[@]}" ${EXEC_ENV[@]+"${EXEC_ENV[@]}"} "$CONTAINER_NAME" \
+    bash -c "set -euo pipefail; $(declare -f "$function_name"); $function_name \"\$@\"" "roll-cluster-$ROLL_STEP" "$@"
+}
+
+container_running() {
+  [[ "$(docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" 2>/dev/null)" == true ]]
+}
+
+# wait_for_container: until $CONTAINER_NAME runs (bounded by CONTAINER_WAIT_TIMEOUT_S); sets CONTAINER_ID.
+wait_for_container() {
+  wait_for "container $CONTAINER_NAME to be running" "$CONTAINER_WAIT_TIMEOUT_S" 2 container_running
+  CONTAINER_ID=$(docker inspect --format '{{.Id}}' "$CONTAINER_NAME")
+  banner "container $CONTAINER_NAME is running (${CONTAINER_ID:0:12})"
+}

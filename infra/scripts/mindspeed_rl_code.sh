@@ -161,15 +161,6 @@ place_packages() {
   banner "placed mindspeed, megatron and mindspeed_llm in $MSRL_DIR"
 }
 
-# msrl_pip DIR ARGS...: pip install in the container from DIR, retried, bounded per attempt.
-msrl_pip() {
-  local dir=$1
-  shift
-  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd docker exec -w "$dir" "$CONTAINER_NAME" \
-    timeout "$PIP_TIMEOUT_S" "$CONTAINER_PYTHON" -m pip install --progress-bar off -i "$PIP_INDEX_URL" "$@" \
-    || fail "pip install $* in $dir failed after $RETRY_ATTEMPTS attempts"
-}
-
 install_placed_requirements() {
   local expected current
   expected=$(printf '%s\n' "container=$CONTAINER_ID" "index=$PIP_INDEX_URL" "antlr=$MSRL_ANTLR_REQUIREMENT" \
@@ -184,9 +175,9 @@ install_placed_requirements() {
     || fail "requirements.txt not found in $MSRL_SOURCES_DIR/MindSpeed ($MINDSPEED_REPO@$MINDSPEED_REF)"
   run_in_container container_file_exists "$MSRL_DIR/$MSRL_REQUIREMENTS" \
     || fail "$MSRL_REQUIREMENTS not found in $MSRL_DIR (MindSpeed-RL@$MSRL_COMMIT)"
-  msrl_pip "$MSRL_SOURCES_DIR/MindSpeed" -r requirements.txt
-  msrl_pip "$MSRL_DIR" -r "$MSRL_REQUIREMENTS"
-  msrl_pip "$MSRL_DIR" --no-deps -- "$MSRL_ANTLR_REQUIREMENT"
+  pip_install_in "$MSRL_SOURCES_DIR/MindSpeed" -r requirements.txt
+  pip_install_in "$MSRL_DIR" -r "$MSRL_REQUIREMENTS"
+  pip_install_in "$MSRL_DIR" --no-deps -- "$MSRL_ANTLR_REQUIREMENT"
   printf '%s\n' "$expected" | run_in_container -i container_write_file "$PIP_MARKER"
   banner "installed MindSpeed's and MindSpeed-RL's requirements and $MSRL_ANTLR_REQUIREMENT (--no-deps)"
 }

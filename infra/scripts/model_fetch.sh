@@ -94,22 +94,6 @@ container_has_client() {
 
 # ---- host side ----
 
-# run_in_container FUNCTION ARGS...: one of the container_* functions in the container, with EXEC_ENV.
-run_in_container() {
-  local function_name=$1
-  shift
-  docker exec "${EXEC_ENV[@]}" "$CONTAINER_NAME" \
-    bash -c "set -euo pipefail; $(declare -f "$function_name"); $function_name \"\$@\"" "roll-cluster-model" "$@"
-}
-
-container_running() {
-  [[ "$(docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" 2>/dev/null)" == true ]]
-}
-
-wait_for_container() {
-  wait_for "container $CONTAINER_NAME to be running" "$CONTAINER_WAIT_TIMEOUT_S" 2 container_running
-}
-
 # read_models: MODELS (hub, id, endpoint per line, tab-separated) from MODELS_JSON.
 read_models() {
   MODELS=$(python3 -c 'import json, sys
