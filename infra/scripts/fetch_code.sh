@@ -145,6 +145,11 @@ container_file_exists() {
   [[ -f "$1" ]]
 }
 
+# A file's content, or nothing when it does not exist (a marker not written yet).
+container_read_file() {
+  if [[ -f "$1" ]]; then cat "$1"; fi
+}
+
 # Replace a file with stdin.
 container_write_file() {
   mkdir -p "$(dirname "$1")"

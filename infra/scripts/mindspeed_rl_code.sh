@@ -121,10 +121,6 @@ container_placed_state() {
   done
 }
 
-container_read_file() {
-  if [[ -f "$1" ]]; then cat "$1"; fi
-}
-
 # ---- host side ----
 
 check_runtime() {

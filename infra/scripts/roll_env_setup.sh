@@ -49,10 +49,6 @@ container_has_java() {
   fi
 }
 
-container_read_marker() {
-  if [[ -f "$1" ]]; then cat "$1"; fi
-}
-
 # ---- host side ----
 
 check_java() {
@@ -102,7 +98,7 @@ install_webshop() {
   local expected current
   expected=$(printf '%s\n' "container=$CONTAINER_ID" "index=$PIP_INDEX_URL" "dir=$WEBSHOP_DIR" \
     "model=$WEBSHOP_SPACY_MODEL")
-  current=$(run_in_container container_read_marker "$WEBSHOP_MARKER") \
+  current=$(run_in_container container_read_file "$WEBSHOP_MARKER") \
     || fail "could not read $WEBSHOP_MARKER in container $CONTAINER_NAME"
   if [[ "$current" == "$expected" ]]; then
     banner "WebShop's requirements and spaCy's $WEBSHOP_SPACY_MODEL already installed in this container; skipped"
