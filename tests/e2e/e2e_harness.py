@@ -433,6 +433,11 @@ def remove_leftovers(remove_state: bool = True) -> None:
         subprocess.run(["ip", "netns", "del", netns], capture_output=True)
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:
         _run(["ip", "link", "del", BRIDGE])
+    # A run killed between creating a host's veth pair and moving its peer leaves the host end behind.
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for name in {line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line}:
+        if name.startswith(f"{NETNS_PREFIX}v"):
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
     if remove_state and STATE_ROOT.exists():
         shutil.rmtree(STATE_ROOT)
 

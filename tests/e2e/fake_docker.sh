@@ -21,7 +21,7 @@
 #   docker _boot   (the stand-in's own: what dockerd does at boot) start again every container whose restart policy
 #       is unless-stopped or always and whose processes are gone (a "rebooted" host, see host_init.sh)
 #   docker exec [-i] [-t] [-d] [-e NAME[=VALUE]]... [-w DIR] CONTAINER CMD [ARG...]
-#   docker inspect --format '{{.State.Running}}' CONTAINER
+#   docker inspect --format '{{.State.Running}}' | '{{.Id}}' CONTAINER   (the id: new for each `docker run`)
 #   docker rm -f CONTAINER
 # State: $E2E_DOCKER_STATE/containers/<name> holds the PID of the container's init (as the host sees it),
 # <name>.env its environment (NAME=VALUE lines), <name>.run the `docker run` arguments (NUL-separated) and
@@ -107,6 +107,7 @@ docker_run() {
     printf '%s\n' "${env_args[@]}" >"$containers/$name.env"
   fi
   printf '%s\0' "${argv[@]}" >"$containers/$name.argv"
+  head -c 32 /dev/urandom | sha256sum | cut -d ' ' -f 1 >"$containers/$name.id"
   printf '%s\n' "$restart" >"$containers/$name.restart"
   # shellcheck disable=SC2016 # $1 expands in the container's first shell
   setsid unshare --pid --fork --mount-proc -- \
@@ -132,7 +133,8 @@ docker_rm() {
     kill -KILL "$pid" # the kernel ends every process of the container's PID namespace with it
   fi
   [[ -e "$containers/$2" ]] || die "Error response from daemon: No such container: $2"
-  rm -rf "$containers/$2" "$containers/$2.env" "$containers/$2.run" "$containers/$2.argv" "$containers/$2.restart" "$containers/$2.lib"
+  rm -rf "$containers/$2" "$containers/$2.env" "$containers/$2.run" "$containers/$2.argv" "$containers/$2.restart" "$containers/$2.lib" \
+    "$containers/$2.id"
   printf '%s\n' "$2"
 }
 
@@ -148,9 +150,12 @@ docker_inspect() {
     shift
   done
   (($# == 1)) || die "fake docker: inspect takes exactly one container"
-  [[ "$format" == '{{.State.Running}}' ]] || die "fake docker: inspect: unsupported format '$format'"
   [[ -f "$containers/$1" ]] || die "Error: No such object: $1"
-  if init_pid "$1" >/dev/null; then echo true; else echo false; fi
+  case $format in
+    '{{.State.Running}}') if init_pid "$1" >/dev/null; then echo true; else echo false; fi ;;
+    '{{.Id}}') cat -- "$containers/$1.id" ;;
+    *) die "fake docker: inspect: unsupported format '$format'" ;;
+  esac
 }
 
 docker_exec() {
