@@ -82,14 +82,13 @@ job = TrainingJob(
     TrainingJobArgs(
         config=config,
         stack=stack,
-        head=ray_nodes[0],
+        nodes=ray_nodes,
         ray=ray,
         gpus_per_node=facts.accelerators_per_node,
         bf16=facts.bf16,
         private_key=private_key,
         login=login,
         secret_env=secret_env,
-        nodes=ray_nodes,
     ),
 )
 

@@ -32,14 +32,17 @@ from infra.stack_config import cluster_shape
 class TrainingJobArgs:
     config: ClusterConfig
     stack: str
-    head: RayNode
+    nodes: Sequence[RayNode]  # every node, the head first (the job runs there; each node prefetches the weights)
     ray: RayCluster
     gpus_per_node: int
     bf16: bool
     private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
     login: ssh_access.LoginKey  # the identity the local teardowns (job stop, reward-server stop) give the system ssh
     secret_env: dict[str, pulumi.Output[str]]  # the job's prepare step (e.g. a dataset download) may need them
-    nodes: Sequence[RayNode] = ()  # every node (the head first): their weights-prefetch steps; () = the head alone
+
+    @property
+    def head(self) -> RayNode:
+        return self.nodes[0]
 
 
 class TrainingJob(pulumi.ComponentResource):
@@ -73,7 +76,7 @@ class TrainingJob(pulumi.ComponentResource):
         # from its newest checkpoint (training.resume). Own hosts: none (the program never starts them).
         started = [args.head.machine.started] if args.head.machine.started is not None else []
         fetched: list[tuple[str, pulumi.Resource]] = []  # the job waits for the model step, the reward server not
-        if model_cache.shared_cache(config) and spec.models:
+        if model_cache.fetched_once(config, spec.models):
             # The job's models into the caches on the shared storage, once, on the head, before the job (every
             # node reads them there) and beside the code and Ray steps (infra/model_cache.py). Runs again for a new
             # job (its id) or a new container; a run that finds the files downloads nothing.
@@ -87,12 +90,11 @@ class TrainingJob(pulumi.ComponentResource):
                 triggers=[args.head.bootstrap.container.id, self.job_id],
             )
             fetched = [(f"{args.head.name}/{model_cache.MODEL_STEP}", model)]
-        if model_cache.prefetches(config, spec.models):
             # Every node reads the models already in the shared caches into its page cache, beside the pull, the
             # container, code and Ray (infra/scripts/weights_prefetch.sh); only the job waits for it. Reruns when
             # the models change (its environment) or the node does: another machine, or a new start (an empty
             # page cache); not for every new job of the same models.
-            for node in args.nodes or [args.head]:
+            for node in args.nodes:
                 started_at = [node.machine.started] if node.machine.started is not None else []
                 prefetch = remote_steps.remote_step(
                     remote_steps.context_for(node.machine, args.private_key, node.bootstrap, login=args.login),

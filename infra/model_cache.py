@@ -127,11 +127,16 @@ def model_timeout_s(config: ClusterConfig) -> int:
     return minutes * 60 if minutes > 0 else DEFAULT_MODEL_TIMEOUT_S
 
 
+def models_json(models: Sequence[ModelRef]) -> str:
+    """The models as the steps' scripts read them: [[hub, repo id, endpoint], ...]."""
+    return json.dumps([[m.hub, m.repo_id, m.endpoint] for m in models])
+
+
 def step_env(config: ClusterConfig, models: Sequence[ModelRef], workdir: str) -> dict[str, str]:
     """The model step's environment (model_fetch.sh): the models as JSON, never in the script's text."""
     return {
         "CONTAINER_NAME": config.container.name,
-        "MODELS_JSON": json.dumps([[m.hub, m.repo_id, m.endpoint] for m in models]),
+        "MODELS_JSON": models_json(models),
         "JOB_WORKDIR": workdir,
         "MODEL_TIMEOUT_S": str(model_timeout_s(config)),
     }
@@ -150,8 +155,9 @@ PREFETCH_SCRIPTS = ("weights_prefetch.sh",)
 PREFETCH_TIMEOUT_S = 1200
 
 
-def prefetches(config: ClusterConfig, models: Sequence[ModelRef]) -> bool:
-    """Whether every node runs the prefetch step: the caches are on the shared storage and the job names models."""
+def fetched_once(config: ClusterConfig, models: Sequence[ModelRef]) -> bool:
+    """Whether the head's model step fetches the job's models into the shared caches and every node's prefetch
+    step reads them: the caches are on the shared storage and the job names models by hub id."""
     return shared_cache(config) and bool(models)
 
 
@@ -160,7 +166,7 @@ def prefetch_env(models: Sequence[ModelRef], host_shared_dir: str) -> dict[str, 
     storage (SHARED_MOUNT, or storage.sharedHostPath on your own hosts), never in the script's text."""
     cache = posixpath.join(host_shared_dir, posixpath.relpath(SHARED_CACHE_DIR, SHARED_MOUNT))
     return {
-        "MODELS_JSON": json.dumps([[m.hub, m.repo_id, m.endpoint] for m in models]),
+        "MODELS_JSON": models_json(models),
         "HF_HUB_CACHE_DIR": posixpath.join(cache, posixpath.relpath(SHARED_HF_HUB_CACHE, SHARED_CACHE_DIR)),
         "MODELSCOPE_CACHE_DIR": posixpath.join(cache, posixpath.relpath(SHARED_MODELSCOPE_CACHE, SHARED_CACHE_DIR)),
         "PREFETCH_TIMEOUT_S": str(PREFETCH_TIMEOUT_S),

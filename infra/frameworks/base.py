@@ -190,6 +190,13 @@ def hub_models(hub: str, values: list[Any], endpoint: str = "") -> tuple[ModelRe
     return tuple(ModelRef(hub, repo_id, endpoint) for repo_id in seen)
 
 
+def source_models(shape: ClusterShape, values: list[Any]) -> tuple[ModelRef, ...]:
+    """hub_models through the stack's model source (training.modelSource), for frameworks that follow it (verl,
+    OpenRLHF): ModelScope's client for `modelscope`, else huggingface_hub's, from the mirror for `hf-mirror`."""
+    hub = "modelscope" if shape.model_source == "modelscope" else "huggingface"
+    return hub_models(hub, values, shape.download_env().get("HF_ENDPOINT", ""))
+
+
 @dataclass(frozen=True)
 class JobSpec:
     job_id: str  # Ray submission id, derived from the configuration (see job_id())

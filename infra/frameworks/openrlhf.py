@@ -25,12 +25,12 @@ from infra.frameworks.base import (
     every_steps,
     flatten,
     github_archive_url,
-    hub_models,
     image_facts,
     job_id,
     job_name,
     key,
     resume_of,
+    source_models,
 )
 from infra.ray.commands import HEAD_IP_VARIABLE, RewardServer
 
@@ -337,8 +337,7 @@ class OpenRlhfAdapter:
         names = [flags.get("actor.model_name_or_path"), flags.get("critic.model_name_or_path")]
         if not flags.get("reward.remote_url"):
             names.append(flags.get("reward.model_name_or_path"))
-        hub = "modelscope" if shape.model_source == "modelscope" else "huggingface"
-        return hub_models(hub, names, shape.download_env().get("HF_ENDPOINT", ""))
+        return source_models(shape, names)
 
     def problems(self, shape: ClusterShape) -> list[str]:
         """What train_ppo_ray asserts, or where Ray would leave its placement groups pending forever."""

@@ -24,13 +24,13 @@ from infra.frameworks.base import (
     every_steps,
     flatten,
     github_archive_url,
-    hub_models,
     image_facts,
     job_id,
     job_name,
     key,
     merged_overrides,
     resume_of,
+    source_models,
 )
 
 VERL_DIR = "/workspace/verl"
@@ -319,8 +319,7 @@ class VerlAdapter:
         effective = {bare_key(k): v for k, v in self.effective_overrides(shape).items()}
         names = [effective.get(name) for name in ("actor_rollout_ref.model.path", "critic.model.path",
                                                   "reward_model.model.path")]
-        hub = "modelscope" if shape.model_source == "modelscope" else "huggingface"
-        return hub_models(hub, names, shape.download_env().get("HF_ENDPOINT", ""))
+        return source_models(shape, names)
 
     def problems(self, shape: ClusterShape) -> list[str]:
         """What verl v0.7.0 asserts at start-up (paths in the verl package), checked before anything is paid for."""
