@@ -2,9 +2,11 @@
 build: placement, network and rules, nodes, each node's steps with their scripts, the Ray cluster, the job with
 its generated configuration, the stack outputs and the hourly price.
 
-    python -m devtools.plan dev [--nodes N]
+    python -m devtools.plan dev [--nodes N] [--no-registry]
 
-No credentials, no Pulumi CLI: see devtools/offline_cloud.py for what the offline cloud answers.
+No credentials, no Pulumi CLI: see devtools/offline_cloud.py for what the offline cloud answers. The one request
+the plan makes: the training image's manifest from its registry, for the image's size (devtools/registry.py;
+`--no-registry` or ROLL_CLUSTER_NO_REGISTRY=1 turns it off, and any failure falls back to the estimate).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from devtools import schedule
+from devtools import registry, schedule
 from devtools.changes import CHANGE_EFFECTS, REBOOT_EFFECTS
 from devtools.offline_cloud import (
     CloudRefusal,
@@ -58,7 +60,8 @@ def offline_labels(value: Any) -> Any:
     return value
 
 
-def render(run: OfflineRun, parallel: int | None = None) -> str:
+def render(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
+    """The plan's text; lookup: what the registry's manifest said of the image's size (None: not asked)."""
     run.outputs.update(offline_labels(run.outputs))
     lines: list[str] = [
         f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see devtools/offline_cloud.py)"
@@ -72,8 +75,8 @@ def render(run: OfflineRun, parallel: int | None = None) -> str:
     if on_hosts:
         lines += _hosts_section(run)
     else:
-        lines += _cloud_sections(run)
-    lines += _steps_section(run, first_boot=not on_hosts, parallel=parallel)
+        lines += _cloud_sections(run, lookup)
+    lines += _steps_section(run, first_boot=not on_hosts, parallel=parallel, lookup=lookup)
     lines += _container_and_ray_sections(run)
     lines += _changes_section()
     lines += _job_and_outputs_sections(run)
@@ -92,7 +95,7 @@ def _hosts_section(run: OfflineRun) -> list[str]:
     return lines
 
 
-def _cloud_sections(run: OfflineRun) -> list[str]:
+def _cloud_sections(run: OfflineRun, lookup: registry.Lookup | None = None) -> list[str]:
     cloud, out = run.cloud, run.outputs
     lines: list[str] = []
     lines.append(section("Placement"))
@@ -118,7 +121,7 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
     lines.extend(price_lines(out.get("hourlyPrice")))
     for note in steps.NOTES.get("unchecked") or []:  # infra/sources/alibaba/unchecked.py
         lines.append(f"  ! {note}")
-    lines.extend(cost_lines(out.get("cost"), out.get("hourlyPrice"), run))
+    lines.extend(cost_lines(out.get("cost"), out.get("hourlyPrice"), run, lookup))
 
     lines.append(section("Network"))
     for r in cloud.resources:
@@ -162,7 +165,8 @@ def _cloud_sections(run: OfflineRun) -> list[str]:
     return lines
 
 
-def _steps_section(run: OfflineRun, first_boot: bool, parallel: int | None = None) -> list[str]:
+def _steps_section(run: OfflineRun, first_boot: bool, parallel: int | None = None,
+                   lookup: registry.Lookup | None = None) -> list[str]:
     lines = [section("Steps per node (in order; '<-' lists what a step waits for)")]
     by_node: dict[str, list[steps.StepRecord]] = {}
     for record in run.steps:
@@ -177,7 +181,7 @@ def _steps_section(run: OfflineRun, first_boot: bool, parallel: int | None = Non
         lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")
     config = steps.NOTES.get("config")
     if config is not None and first_boot:  # the schedule model is of new cloud nodes (boot, driver, pull)
-        lines += image_and_time(config, run.steps, parallel)
+        lines += image_and_time(config, run.steps, parallel, lookup)
     return lines
 
 
@@ -288,26 +292,58 @@ PATH_LABELS: dict[schedule.Path, str] = {
 }
 
 
+def manifest_gb(config: ClusterConfig, lookup: registry.Lookup | None) -> float | None:
+    """The image's size the registry's manifest gave, unless container.imageSizeGb (the user's) overrides it."""
+    if lookup is None or lookup.size is None or config.container.image_size_gb is not None:
+        return None
+    return lookup.size.gb
+
+
+def image_lookup(config: Any, asked: bool) -> registry.Lookup | None:
+    """Ask the registry for the training image's manifest when the plan needs its size: new cloud nodes pull it,
+    and container.imageSizeGb does not say it. asked: not --no-registry."""
+    if (not isinstance(config, ClusterConfig) or steps.NOTES.get("source") == "hosts"
+            or config.nodes.image is not None or config.container.image_size_gb is not None):
+        return None
+    if not asked or registry.disabled():
+        return registry.NOT_LOOKED_UP
+    return registry.lookup(config.container.image)
+
+
+def size_line(path: image_path.ImagePath, lookup: registry.Lookup | None) -> str:
+    """Where the image's size comes from: container.imageSizeGb, the registry's manifest, or the estimate and why."""
+    if path.size_source == "config":
+        return f"{path.size_text} GB compressed (container.imageSizeGb, set for this stack; the manifest not read)"
+    if path.size_source == "manifest" and lookup is not None and lookup.size is not None:
+        return (f"{path.size_text} GB compressed (registry manifest, {lookup.size.platform}, {lookup.size.layers} "
+                "layers)")
+    reason = lookup.reason if lookup is not None else "the registry was not asked"
+    what = "estimate" if path.size_known else "assumed default"
+    return f"{path.size_text} GB ({what}: {reason}; set container.imageSizeGb)"
+
+
 def image_and_time(config: ClusterConfig, records: Sequence[steps.StepRecord],
-                   parallel: int | None = None) -> list[str]:
+                   parallel: int | None = None, lookup: registry.Lookup | None = None) -> list[str]:
     """The training image's path (with warnings) and the modelled time to the first training step on each path."""
     lines = [section("Training image")]
-    path = image_path.image_path(config)
+    size = manifest_gb(config, lookup)
+    path = image_path.image_path(config, size)
     lines.append(f"  image    {config.container.image}")
     if config.nodes.image is not None:
         lines.append(f"  path     already on the disks of the baked image {config.nodes.image} (pull skipped)")
     else:
+        lines.append(f"  size     {size_line(path, lookup)}")
         lines.append(f"  path     {path.describe()}")
-    for warning in image_path.warnings(config):
+    for warning in image_path.warnings(config, size):
         lines.append(f"  WARNING  {warning}")
     if config.nodes.bake:
         lines.append("  bake     after gpu-ready the head bakes an ECS custom image (bake-prep, bake-image): kept on "
                      "pulumi destroy, output bakedImageId; the head's container waits for it this time")
-    return lines + time_to_first_step(config, records, parallel)
+    return lines + time_to_first_step(config, records, parallel, size)
 
 
 def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord],
-                       parallel: int | None = None) -> list[str]:
+                       parallel: int | None = None, image_gb: float | None = None) -> list[str]:
     """Minutes from `pulumi up` to the first training step: each path at 2/16/64/256 nodes (Pulumi's parallelism
     sized from the node count, and as configured here), the critical paths, the options, the constants."""
     slots, how = (parallel, "--parallel given to the plan") if parallel else schedule.default_parallel()
@@ -320,9 +356,9 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     lines.append(header + f"   this stack ({count} nodes, {slots} slots)")
 
     def row(label: str, path: schedule.Path, options: schedule.Options, mark: bool) -> str:
-        cells = "".join(f"{schedule.first_step(config, records, path, n, max(n, slots), options).total:8.1f}"
+        cells = "".join(f"{schedule.first_step(config, records, path, n, max(n, slots), options, image_gb).total:8.1f}"
                         for n in sizes)
-        here = schedule.first_step(config, records, path, count, slots, options)
+        here = schedule.first_step(config, records, path, count, slots, options, image_gb)
         suffix = f"   {here.total:.1f}" + (f" ({here.waves} waves)" if here.waves > 1 else "")
         return f"  {label:62}{cells}{suffix}" + ("  <- this stack" if mark else "")
 
@@ -338,7 +374,7 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     lines.append(row("  warm, resumed from economical-mode stop", "warm", schedule.RESUME, False))
     lines.append("  (columns: `pulumi up --parallel N` or more; last column: this machine's parallelism)")
     for name in schedule.PATHS:
-        plan = schedule.first_step(config, records, name, 64, 64)
+        plan = schedule.first_step(config, records, name, 64, 64, image_gb=image_gb)
         lines.append(f"  critical path, {name}, 64 nodes: " + " -> ".join(
             f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path))
         lines.append(f"      model: {plan.profile.model_how}")
@@ -388,23 +424,23 @@ def price_lines(price: Any) -> list[str]:
     ]
 
 
-def bootstrap_minutes(run: OfflineRun) -> float | None:
+def bootstrap_minutes(run: OfflineRun, lookup: registry.Lookup | None = None) -> float | None:
     """The modelled minutes from `pulumi up` to the first training step on this stack's path (devtools/schedule.py):
     what the GPUs bill before training starts."""
     config = steps.NOTES.get("config")
     if not isinstance(config, ClusterConfig):
         return None
-    return schedule.minutes_to_first_step(config, run.steps)
+    return schedule.minutes_to_first_step(config, run.steps, image_gb=manifest_gb(config, lookup))
 
 
-def cost_lines(cost: Any, price: Any, run: OfflineRun) -> list[str]:
+def cost_lines(cost: Any, price: Any, run: OfflineRun, lookup: registry.Lookup | None = None) -> list[str]:
     """The whole cost: bootstrap, running, paused, after destroy, and when autostop fires; each with its source."""
     if not isinstance(cost, dict) or not isinstance(price, dict):
         return []
     running, paused = cost["running"], cost["paused"]
     currency = cost["currency"]
     lines = [section("Cost (currency and source of each figure)")]
-    minutes = bootstrap_minutes(run)
+    minutes = bootstrap_minutes(run, lookup)
     if minutes is not None:
         amount = minutes / 60.0 * float(running["perHour"])
         lines.append(f"  bootstrap     {amount:.2f} {currency} before the job runs: {minutes:.1f} min modelled "
@@ -445,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="deep-merge a value over the stack file's, e.g. "
         "'roll-cluster:training={\"roll\": {\"baseConfig\": \"x/y.yaml\"}}' (repeatable)",
     )
+    parser.add_argument("--no-registry", action="store_true", help="do not ask the image's registry for its "
+                        "manifest (the image's size is then the estimate; also ROLL_CLUSTER_NO_REGISTRY=1)")
     args = parser.parse_args(argv)
     config: dict[str, Any] = {}
     for item in args.config:
@@ -464,7 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CloudRefusal as refusal:
         print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
-    sys.stdout.write(render(run, args.parallel))
+    lookup = image_lookup(steps.NOTES.get("config"), asked=not args.no_registry)
+    sys.stdout.write(render(run, args.parallel, lookup))
     return 0
 
 

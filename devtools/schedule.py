@@ -20,6 +20,8 @@ pulls, P2P above a node count, requirements in the image, snapshot prefetch); mo
 sources' [n] tags are those of ../shared/reference/performance-frontier.md, section 8.
 
 `minutes_to_first_step(config, records)` is the figure for the stack as configured (path, node count, parallelism).
+`image_gb` (profile_for, first_step, minutes_to_first_step): the image's compressed size the plan read from the
+registry's manifest (devtools/registry.py); None, as in the bench, uses infra/image_path.py's estimate.
 """
 
 from __future__ import annotations
@@ -381,8 +383,8 @@ def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options)
 
 
 def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
-                options: Options = NO_OPTIONS) -> Profile:
-    image = image_path(config)
+                options: Options = NO_OPTIONS, image_gb: float | None = None) -> Profile:
+    image = image_path(config, image_gb)
     pullers = min(nodes, parallel)
     p2p = options.p2p and nodes > c("p2p-above")
     if path == "new" and image.kind == "public":
@@ -421,7 +423,7 @@ def template(records: Sequence[StepRecord]) -> list[StepRecord]:
 
 
 def first_step(config: ClusterConfig, records: Sequence[StepRecord], path: Path, nodes: int, parallel: int,
-               options: Options = NO_OPTIONS) -> Schedule:
+               options: Options = NO_OPTIONS, image_gb: float | None = None) -> Schedule:
     """The schedule to the first training step of `nodes` nodes on `path` with `parallel` Pulumi slots: node-0 in
     the first wave, node-1 standing for a worker of the last one."""
     steps = template(records)
@@ -430,7 +432,7 @@ def first_step(config: ClusterConfig, records: Sequence[StepRecord], path: Path,
         # orders it on a node booted from a baked or maintained image (components/bootstrap.py, prefetch_after).
         steps = [replace(r, depends_on=tuple(d for d in r.depends_on if d.split("/", 1)[1] == "prepare-host"))
                  if r.step == model_cache.PREFETCH_STEP else r for r in steps]
-    profile = profile_for(config, path, nodes, parallel, options)
+    profile = profile_for(config, path, nodes, parallel, options, image_gb)
     count = waves(nodes, parallel)
     if count == 1 or not any(r.node == "node-1" for r in steps):
         return replace(schedule(steps, profile, to_first_step=True), waves=count)
@@ -451,10 +453,10 @@ def configured_path(config: ClusterConfig) -> Path:
 
 
 def minutes_to_first_step(config: ClusterConfig, records: Sequence[StepRecord], parallel: int | None = None,
-                          options: Options = NO_OPTIONS) -> float:
+                          options: Options = NO_OPTIONS, image_gb: float | None = None) -> float:
     """Modelled minutes from `pulumi up` to the first training step for the stack as configured: its path, its
     node count (config.nodes.count) and Pulumi's parallelism (default: this machine's, default_parallel())."""
     slots = parallel if parallel is not None else default_parallel()[0]
     path = configured_path(config)
-    return first_step(config, records, path, config.nodes.count, slots, options).total
+    return first_step(config, records, path, config.nodes.count, slots, options, image_gb).total
 

@@ -22,8 +22,15 @@ The VPC pull rate is not a documented Alibaba figure (UNCONFIRMED there): a pull
 node's layer decompression and extraction rather than the network; public measurements of a stock `docker pull` of
 10-20 GB ML images give 17-40 MB/s (../shared/reference/performance-frontier.md section 2.3: moby #21814, Alibaba's
 Compute Nest verl template, Tensorfuse, Union.ai), so 35 MB/s (280 Mbit/s) is used. With many nodes the registry's
-shared backend bounds it further (devtools/schedule.py). Image sizes are compressed sizes;
-the known ones below are estimates (UNCONFIRMED) that `container.imageSizeGb` overrides.
+shared backend bounds it further (devtools/schedule.py).
+
+Image sizes are compressed sizes (what a pull downloads). The plan (`python3 dev.py plan <stack>`) reads the
+training image's size from its registry's manifest (devtools/registry.py, infra/image_manifest.py: the linux/amd64
+manifest's layers plus its config blob) and passes it here as `manifest_gb`; `container.imageSizeGb` set by the
+user wins over it (the plan then does not ask). When the manifest cannot be read (no network, a private image: no
+credentials are sent, a missing tag, a slow or malformed answer; `--no-registry`), the plan says why and uses the
+estimate: the known sizes below (UNCONFIRMED estimates), else DEFAULT_IMAGE_SIZE_GB. The bench (bench/) and the
+program never ask a registry: their figures use the estimates, so they are reproducible.
 """
 
 from __future__ import annotations
@@ -55,16 +62,24 @@ class ImagePath:
     host: str  # the image's registry host (docker.io for Docker Hub)
     kind: Literal["vpc", "public"]
     size_gb: float
-    size_known: bool  # from container.imageSizeGb or the table, not the default
+    size_known: bool  # from container.imageSizeGb, the manifest or the table, not the default
     rate_mbps: float  # what the pull gets: the VPC rate, or the public IP's inbound cap
     outside_china: bool  # a registry outside China pulled from a mainland region
+    size_source: Literal["config", "manifest", "estimate"] = "estimate"  # container.imageSizeGb, the plan's look-up
+
+    @property
+    def size_text(self) -> str:
+        """The size for the plan's lines: a manifest's exact size to 0.1 GB, the others as configured."""
+        if self.size_source == "manifest":
+            return f"{self.size_gb:.1f}".removesuffix(".0")
+        return f"{self.size_gb:g}"
 
     @property
     def minutes(self) -> float:
         return pull_minutes(self.size_gb, self.rate_mbps)
 
     def describe(self) -> str:
-        size = f"{self.size_gb:g} GB" + ("" if self.size_known else " (assumed; set container.imageSizeGb)")
+        size = f"{self.size_text} GB" + ("" if self.size_known else " (assumed; set container.imageSizeGb)")
         if self.kind == "vpc":
             return (f"{size} from {self.host} over the VPC (ACR VPC endpoint; a stock docker pull, about "
                     f"{self.rate_mbps:g} Mbit/s): {self.minutes:.1f} min per node alone, more when many nodes share "
@@ -92,9 +107,16 @@ def image_size_gb(config: ClusterConfig) -> tuple[float, bool]:
     return DEFAULT_IMAGE_SIZE_GB, False
 
 
-def image_path(config: ClusterConfig) -> ImagePath:
+def image_path(config: ClusterConfig, manifest_gb: float | None = None) -> ImagePath:
+    """The image's path; manifest_gb: the size the plan read from the registry's manifest (None: not read), which
+    container.imageSizeGb overrides."""
     host = config.container.registry_host
     size, known = image_size_gb(config)
+    source: Literal["config", "manifest", "estimate"] = "estimate"
+    if config.container.image_size_gb is not None:
+        source = "config"
+    elif manifest_gb is not None:
+        size, known, source = manifest_gb, True, "manifest"
     over_vpc = acr_vpc_region(host) == config.region
     return ImagePath(
         host=host,
@@ -103,6 +125,7 @@ def image_path(config: ClusterConfig) -> ImagePath:
         size_known=known,
         rate_mbps=VPC_PULL_MBPS if over_vpc else inbound_mbps(config.nodes.internet_bandwidth_mbps),
         outside_china=(config.region or "").startswith("cn-") and not _ALIBABA_REGISTRY.fullmatch(host),
+        size_source=source,
     )
 
 
@@ -111,13 +134,13 @@ def in_region_host(config: ClusterConfig) -> str:
     return f"registry-vpc.{config.region}.aliyuncs.com"
 
 
-def warnings(config: ClusterConfig) -> list[str]:
+def warnings(config: ClusterConfig, manifest_gb: float | None = None) -> list[str]:
     """What the plan warns about the image's path (empty when it comes over the VPC)."""
-    path = image_path(config)
+    path = image_path(config, manifest_gb)
     lines: list[str] = []
     if path.kind == "public" and not config.nodes.image and path.minutes >= SLOW_PULL_MINUTES:
         lines.append(
-            f"the {path.size_gb:g} GB image comes over each node's public IP at {path.rate_mbps:g} Mbit/s "
+            f"the {path.size_text} GB image comes over each node's public IP at {path.rate_mbps:g} Mbit/s "
             f"(nodes.internetBandwidthMbps; 100 is the pay-by-traffic maximum): about {path.minutes:.0f} min per "
             f"node. Copy it once into your Container Registry in {config.region} and use its VPC endpoint "
             f"({in_region_host(config)}/<namespace>/<repo>:<tag>; docs/performance.md, 'The in-region image path'), "

@@ -77,8 +77,10 @@ class ContainerConfig(Section):
     name: str = Field("roll", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", description="Container name on every node.")
     image_size_gb: float | None = Field(
         None, gt=0, le=1000,
-        description="Compressed size of the training image in GB, for the plan's pull-time estimate; null: the "
-        "known size of the default images (infra/image_path.py), else 20.",
+        description="Compressed size of the training image in GB, for the plan's pull-time estimate; it wins over "
+        "the registry's manifest. null: the plan reads the size from the image's manifest in its registry "
+        "(anonymously, over HTTPS; docs/performance.md, 'The image's size'), and where it cannot (no network, a "
+        "private image) uses the known size of the default images (infra/image_path.py, estimates), else 20.",
     )
     registry_mirror: str | None = Field(
         None,
