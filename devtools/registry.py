@@ -132,6 +132,7 @@ class _Client:
         try:
             return self._fetch(url, manifest=True)
         except urllib.error.HTTPError as error:
+            error.close()
             if error.code != 401 or self.token is not None:
                 raise ManifestError(self._status(error.code)) from None
             challenge = bearer_challenge(str(error.headers.get("WWW-Authenticate") or ""))

@@ -52,7 +52,7 @@ MAX_TOKEN_CHARS = 64 * 1024
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 _HOST = re.compile(r"(?:localhost|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?")
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
+_TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
 DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space or line break: safe in a header
 
