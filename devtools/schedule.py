@@ -84,8 +84,11 @@ CONSTANTS: Mapping[str, Constant] = {
                                 "in its page cache: a read from memory at several GB/s, a few seconds"),
     "prefetch-empty": Constant(0.02, "min", "ASSUMPTION: the prefetch step finding no model in the shared cache: "
                                "one SSH session (0.57 s measured, MEASURED_SECONDS) and a directory look-up"),
-    "framework-start": Constant(3.0, "min", "ASSUMPTION: process start, NCCL, vLLM engine and CUDA graphs, Megatron "
-                                "init, without the weights' read; [37] first step 5-7 min after start (verl, 2xL20)"),
+    "framework-start": Constant(3.0, "min", "ASSUMPTION (central value of a build-up, range 2-4): ROLL creates and "
+                                "initialises its clusters one after another (docs/performance.md, 'The framework's "
+                                "start-up'); verl with Qwen2-7B takes 3.7 min to start (verl #384); one vLLM engine "
+                                "for 7B 25-46 s (vllm-startup-profiler); Megatron's 7B load 25-109 s (verl PR #1030); "
+                                "[37] about 2-4 min from start to the first step (3B, 2xL20)"),
     "resume-preamble": Constant(0.5, "min", "ASSUMPTION (option): a `pulumi up` that only restarts stopped "
                                 "instances: refresh and one update per instance, no new network"),
     "resume-boot": Constant(1.0, "min", "ASSUMPTION (option): restart of an economical-mode stopped instance "
