@@ -114,10 +114,8 @@ CONSTANTS: Mapping[str, Constant] = {
                                      "master weights, Adam's two moments), sharded over the nodes (distributed "
                                      "optimizer): each node reads its share"),
     "ray-supervise-interval": Constant(10.0, "s", "program: infra/scripts/container_main.sh looks for its raylet "
-                                       "every RAY_SUPERVISE_INTERVAL_S (default 10) and starts Ray from its record"),
-    "ray-verify": Constant(6.4, "s", "ASSUMPTION: a Ray step finding Ray running with its recorded settings (a "
-                           "`ray status` and a settings comparison over SSH): as long as the measured ray-ready "
-                           "step (MEASURED_SECONDS), which also runs `ray status` over SSH"),
+                                       "at its start and then every RAY_SUPERVISE_INTERVAL_S (default 10), and "
+                                       "starts Ray from its record (a worker once the head answers)"),
     "resume-code": Constant(0.05, "min", "ASSUMPTION: the code step on a restarted container (same container id): "
                             "fetch_code.sh compares its marker and the checkout and skips pip; a few docker exec "
                             "calls over one SSH session (the measured node steps take 0.6-1.3 s)"),
@@ -144,6 +142,11 @@ MEASURED_SECONDS: Mapping[str, float] = {
     "ray-worker": 11.0,
     "ray-ready": 6.4,
     "job": 24.5,
+    # The head's and the workers' steps again while Ray runs with the settings they ask for (what they do on a
+    # resumed cluster: find it and leave it). Measured 2026-11-25 in a run where ray-head took 20.05 s, on a
+    # quieter machine than the figures above (UNCONFIRMED how they scale with the load).
+    "ray-head-found": 1.14,
+    "ray-worker-found": 0.81,
 }
 JOB_WATCH_SECONDS = 10.0
 
@@ -227,17 +230,17 @@ class Profile:
         return NEW_NODE_MINUTES.get(step, 0.0)
 
     def restarted(self, step: str) -> float | None:
-        """On a resumed node, when Ray is back by itself (minutes after boot) before the Ray step `step` looks:
-        Docker restarts the container at boot (restart unless-stopped, components/bootstrap.py) and its main
-        process (container_main.sh) starts Ray from the record within one supervision interval; a worker once the
-        head's GCS answers. None where the step itself does the work."""
+        """On a resumed node, when Ray is back by itself (minutes after boot): Docker restarts the container at boot
+        (restart unless-stopped, components/bootstrap.py) and its main process (container_main.sh) looks for its
+        raylet at once and then every supervision interval, and starts Ray from the record: the head at once (the
+        measured head start), a worker at its first look after the head's GCS answers (at most one interval later,
+        then the measured join). None where no restart applies."""
         if not self.resumed or step not in ("ray-head", "ray-worker"):
             return None
-        interval = c("ray-supervise-interval")
-        head = interval + MEASURED_SECONDS["ray-head"]
+        head = MEASURED_SECONDS["ray-head"]
         if step == "ray-head":
             return head / 60.0
-        return (head + interval + MEASURED_SECONDS["ray-worker"]) / 60.0
+        return (head + c("ray-supervise-interval") + MEASURED_SECONDS["ray-worker"]) / 60.0
 
     @property
     def driver_minutes(self) -> float:
@@ -259,7 +262,8 @@ RESUMED_STEPS: Mapping[str, str] = {
     "code": "runs again: the same container id in its marker, so it verifies the checkout and skips pip",
     "ray-head": "runs again: Ray is already back (the container's main process started it from its record at boot) "
                 "with the settings asked for, so it leaves it as it is",
-    "ray-worker": "runs again: the worker rejoined by itself once the head answered; left as it is",
+    "ray-worker": "runs again: pauses the container's supervision; finds the worker rejoined by itself (once the "
+                  "head answered) and leaves it, or, coming first, joins it itself",
     "ray-ready": "runs again: waits until every node and GPU is registered",
     "model": "runs again: finds the model in the shared cache",
     model_cache.PREFETCH_STEP: "runs again (it carries the node's start time): the page cache is empty after the "
@@ -270,8 +274,8 @@ RESUMED_MINUTES: Mapping[str, Callable[[], float]] = {
     "image": lambda: 0.0,
     "container": lambda: 0.0,  # its restart is part of the boot (dockerd starts it)
     "code": lambda: c("resume-code"),
-    "ray-head": lambda: c("ray-verify") / 60.0,
-    "ray-worker": lambda: c("ray-verify") / 60.0,
+    "ray-head": lambda: MEASURED_SECONDS["ray-head-found"] / 60.0,
+    "ray-worker": lambda: MEASURED_SECONDS["ray-worker-found"] / 60.0,
 }
 
 # What a step does on a node booted from a baked image instead of its work (the plan prints it).
@@ -291,6 +295,7 @@ class Schedule:
     critical_path: list[str]
     profile: Profile = field(default_factory=Profile)
     waves: int = 1  # node bootstraps one after another in this many groups (Pulumi's parallelism)
+    took: dict[str, float] = field(default_factory=dict)  # steps whose duration differs from the profile's
 
     @property
     def total(self) -> float:
@@ -307,7 +312,7 @@ class Schedule:
             return self.profile.driver_minutes
         if step in ("slot", "ray-restart"):  # waits that start at boot
             return self.finish[key] - self.profile.preamble_minutes - self.profile.boot_minutes
-        return self.profile.minutes(step)
+        return self.took.get(key, self.profile.minutes(step))
 
 
 def schedule(records: Iterable[StepRecord], profile: Profile | None = None, worker_start: float | None = None,
@@ -321,6 +326,7 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
     driver_done = booted + profile.driver_minutes
     finish: dict[str, float] = {"preamble": profile.preamble_minutes, "boot": booted}
     previous: dict[str, str | None] = {"preamble": None, "boot": "preamble"}
+    took: dict[str, float] = {}
 
     def visit(key: str, trail: tuple[str, ...] = ()) -> float:
         if key in finish:
@@ -337,18 +343,27 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
             done = visit(dependency, (*trail, key))
             if done > start:
                 start, before = done, dependency
-        # A resumed node's Ray comes back by itself at boot: the Ray step then only finds it (virtual step).
+        duration = profile.minutes(record.step)
+        # A resumed node's Ray comes back by itself after boot (virtual step ray-restart). The Ray step pauses the
+        # container's supervision and takes its lock (ray_common.sh pause_ray_supervision), so a restart under way
+        # finishes first; then it finds Ray running with the settings asked for and leaves it. The head's step
+        # always finds it (its restart starts at boot); a worker's step that comes first joins by itself.
         restarted = profile.restarted(record.step)
-        if restarted is not None and booted + restarted > start:
-            back = f"{record.node}/ray-restart"
-            finish[back], previous[back] = booted + restarted, "boot"
-            start, before = finish[back], back
+        if restarted is not None:
+            back_at = booted + restarted
+            join = MEASURED_SECONDS[record.step] / 60.0
+            if record.step == "ray-worker" and start + join < max(start, back_at) + duration:
+                duration = took[key] = join
+            elif back_at > start:
+                back = f"{record.node}/ray-restart"
+                finish[back], previous[back] = back_at, "boot"
+                start, before = back_at, back
         # The driver installer starts at first boot (user data), on its own: a virtual step gpu-ready waits for.
         if record.step == "gpu-ready" and driver_done > start:
             driver = f"{record.node}/driver"
             finish[driver], previous[driver] = driver_done, "boot"
             start, before = driver_done, driver
-        finish[key] = start + profile.minutes(record.step)
+        finish[key] = start + duration
         previous[key] = before
         return finish[key]
 
@@ -371,7 +386,7 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
     while last is not None:
         path.append(last)
         last = previous.get(last)
-    return Schedule(finish, list(reversed(path)), profile)
+    return Schedule(finish, list(reversed(path)), profile, took=took)
 
 
 # ------------------------------------------------------------------------------------------- node count and paths
