@@ -7,8 +7,10 @@ node   The bootstrap steps on a node booted from a baked image, where the driver
        rendered as the program renders them, on a fake node (tests/baked_node.py) whose stand-ins answer for what
        cannot run here (package manager, systemd, dockerd, the GPU). Each step's wall time, median of the repeats.
 ray    (--ray) The Ray and job steps over SSH on the real-host tier (network-namespace hosts, real sshd, Ray 2.48.0;
-       tests/e2e): ray-head, the ray-worker steps in parallel, the readiness gate, and the job submission (with its
-       watch for an immediate failure). Run it under the tier's lock: flock /tmp/rc-e2e.lock python -m bench steps --ray
+       tests/e2e): ray-head, the ray-worker steps in parallel, the readiness gate, the head's and the workers' steps
+       again while Ray runs with their settings (what they do on a resumed cluster: find it and leave it), and the
+       job submission (with its watch for an immediate failure). Run it under the tier's lock:
+       flock /tmp/rc-e2e.lock python -m bench steps --ray
 
 Not measurable here: the cloud's boot of an instance and the container start (no dockerd); the schedule keeps
 nominal figures for those.
@@ -55,7 +57,8 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
 
     settings = rc.RaySettings(container_name="roll", gpus_per_node=2, object_store_memory=100 * 1024 * 1024,
                               num_cpus=1, ready_timeout_s=300)
-    times: dict[str, list[float]] = {"ssh-session": [], "ray-head": [], "ray-worker": [], "ray-ready": [], "job": []}
+    times: dict[str, list[float]] = {"ssh-session": [], "ray-head": [], "ray-worker": [], "ray-ready": [],
+                                     "ray-head-found": [], "ray-worker-found": [], "job": []}
     with hosts_for_script(hosts) as network:
         for host in network.hosts:
             network.create_container(host, "roll")
@@ -77,6 +80,17 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
             started = time.monotonic()
             network.run(head, steps.ready(settings, head, [h.ip for h in network.hosts])).check()
             times["ray-ready"].append(time.monotonic() - started)
+            # The Ray steps again while Ray runs with the settings they ask for, as on a resumed cluster (the
+            # container's main process restarted Ray at boot): each finds it and leaves it.
+            started = time.monotonic()
+            network.run(head, steps.head(settings, head)).check()
+            times["ray-head-found"].append(time.monotonic() - started)
+            started = time.monotonic()
+            for result in network.run_parallel(
+                [(h, steps.worker(settings, h, head.ip, rank)) for rank, h in enumerate(workers, start=1)]
+            ):
+                result.check()
+            times["ray-worker-found"].append(time.monotonic() - started)
             job = rc.JobSpec(job_id=f"bench-steps-{repeat}", workdir="/tmp", entrypoint="sleep 60")
             started = time.monotonic()
             network.run(head, steps.submit(settings, head, job)).check()

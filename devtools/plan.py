@@ -371,13 +371,21 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
                  f"{schedule.c('p2p-above'):g} nodes, requirements in the image, snapshot prefetch):")
     for name in ("in-region", "warm"):
         lines.append(row(f"  {name}", name, schedule.OPTIONS, False))
+    lines.append(row("  warm without snapshot prefetch (no API the program can call)", "warm",
+                     schedule.NO_SNAPSHOT_PREFETCH, False))
     lines.append(row("  warm, resumed from economical-mode stop", "warm", schedule.RESUME, False))
     lines.append("  (columns: `pulumi up --parallel N` or more; last column: this machine's parallelism)")
-    for name in schedule.PATHS:
-        plan = schedule.first_step(config, records, name, 64, 64, image_gb=image_gb)
-        lines.append(f"  critical path, {name}, 64 nodes: " + " -> ".join(
+    paths: list[tuple[str, schedule.Path, schedule.Options]] = [(name, name, schedule.NO_OPTIONS)
+                                                                 for name in schedule.PATHS]
+    for label, name, options in [*paths, ("warm, resumed + options", "warm", schedule.RESUME)]:
+        plan = schedule.first_step(config, records, name, 64, 64, options, image_gb)
+        lines.append(f"  critical path, {label}, 64 nodes: " + " -> ".join(
             f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path))
         lines.append(f"      model: {plan.profile.model_how}")
+        if plan.profile.first_read_how:
+            lines.append(f"      first read: {plan.profile.first_read_how}")
+        if plan.profile.checkpoint_how:
+            lines.append(f"      checkpoint: {plan.profile.checkpoint_how}")
         if plan.profile.prefetch_how:
             lines.append(f"      head's model step: {plan.profile.prefetch_how}")
         if plan.profile.page_cache_how:
@@ -385,6 +393,9 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     lines.append("  With a baked image (nodes.image) these steps find their work done and take seconds:")
     for step, what in schedule.BAKED_SKIPS.items():
         lines.append(f"    {step:13} {what}")
+    lines.append("  Resumed after an economical-mode stop (nodes.paused removed), each step:")
+    for step, what in schedule.RESUMED_STEPS.items():
+        lines.append(f"    {step:16} {what}")
     lines.append("  Constants (sources: [n] = ../shared/reference/performance-frontier.md section 8):")
     for key, constant in schedule.CONSTANTS.items():
         lines.append(f"    {key:24} {constant.value:>8g} {constant.unit:7} {constant.source}")

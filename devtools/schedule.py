@@ -12,7 +12,16 @@ Three paths (the plan prints each at 2, 16, 64 and 256 nodes, with its critical 
 - in-region: a new cluster with the image in the user's Container Registry in the region (pulled over the VPC at a
              stock `docker pull` rate) and the model already on the shared storage (a second job, or staged);
 - warm:      nodes booted from a baked image (nodes.image): every bootstrap step finds its work done; the model in
-             the cache on the shared storage (or the data disk).
+             the cache on the shared storage (or the data disk). The data disk is made from the image's snapshot and
+             loads from OSS on its first read [7]: the framework's start reads part of the training image's extracted
+             files there (and the weights, where they are on that disk), at a first-read rate no source gives; with
+             snapshot prefetch (an option) there is no such penalty.
+
+`RESUME` is the other warm path: the same nodes started again after an economical-mode stop (nodes.paused removed).
+Its disks are the ones they had (no first read from OSS); every node step runs again because the node's public IP
+changed and finds its work done; Docker restarts the container at boot and the container's main process starts Ray
+from its record, so the Ray steps find it running; every node's weights-prefetch reads the weights again (the page
+cache is empty); the job is submitted again and the framework loads its newest checkpoint (docs/performance.md).
 
 `OPTIONS` applies the modelled techniques of the performance notes (maintained base image with the driver, tuned
 pulls, P2P above a node count, requirements in the image, snapshot prefetch); most are modelled, not implemented
@@ -26,7 +35,7 @@ registry's manifest (devtools/registry.py); None, as in the bench, uses infra/im
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -93,6 +102,28 @@ CONSTANTS: Mapping[str, Constant] = {
                                 "instances: refresh and one update per instance, no new network"),
     "resume-boot": Constant(1.0, "min", "ASSUMPTION (option): restart of an economical-mode stopped instance "
                             "[36b]; 17 s to Running on a CPU type [2] (GPU: UNCONFIRMED)"),
+    # A disk made from a snapshot (the baked image's data disk) loads its data from OSS on first read [7].
+    "snapshot-first-read": Constant(100.0, "MB/s", "ASSUMPTION, UNCONFIRMED: the first read of a disk made from a "
+                                    "snapshot, before its data is loaded from OSS [7]; no Alibaba figure found. "
+                                    "Analogue only (AWS): EBS's provisioned volume-initialization rate is 100-300 "
+                                    "MiB/s and its default rate 'fluctuates' (AWS EBS guide, 'Initialize Amazon EBS "
+                                    "volumes'); with snapshot prefetch there is no penalty [7]"),
+    "image-extracted-ratio": Constant(2.0, "x", "ASSUMPTION: extracted size / compressed size of the training "
+                                      "image (25 GB compressed, ~50 GB extracted: reference section 4, UNCONFIRMED)"),
+    "start-read-fraction": Constant(0.064, "of image", "[3] containers read 6.4% of their image's data at start "
+                                    "(Slacker, via Tensorfuse): the part of the extracted image the container start "
+                                    "and the framework's imports read"),
+    "checkpoint-weights": Constant(14.0, "GB", "ASSUMPTION: the 7B actor's bf16 weights in its checkpoint, "
+                                   "7e9 x 2 bytes; every node loads at least one data-parallel replica's copy"),
+    "checkpoint-optimizer": Constant(84.0, "GB", "ASSUMPTION: the 7B actor's optimizer states, 7e9 x 12 bytes (fp32 "
+                                     "master weights, Adam's two moments), sharded over the nodes (distributed "
+                                     "optimizer): each node reads its share"),
+    "ray-supervise-interval": Constant(10.0, "s", "program: infra/scripts/container_main.sh looks for its raylet "
+                                       "at its start and then every RAY_SUPERVISE_INTERVAL_S (default 10), and "
+                                       "starts Ray from its record (a worker once the head answers)"),
+    "resume-code": Constant(0.05, "min", "ASSUMPTION: the code step on a restarted container (same container id): "
+                            "fetch_code.sh compares its marker and the checkout and skips pip; a few docker exec "
+                            "calls over one SSH session (the measured node steps take 0.6-1.3 s)"),
 }
 
 
@@ -116,6 +147,11 @@ MEASURED_SECONDS: Mapping[str, float] = {
     "ray-worker": 11.0,
     "ray-ready": 6.4,
     "job": 24.5,
+    # The head's and the workers' steps again while Ray runs with the settings they ask for (what they do on a
+    # resumed cluster: find it and leave it). Measured 2026-11-25 in a run where ray-head took 20.05 s, on a
+    # quieter machine than the figures above (UNCONFIRMED how they scale with the load).
+    "ray-head-found": 1.14,
+    "ray-worker-found": 0.81,
 }
 JOB_WATCH_SECONDS = 10.0
 
@@ -164,8 +200,15 @@ class Profile:
     page_cache_minutes: float = 0.0  # every node's weights-prefetch step (shared storage): its read of the cache
     page_cache_how: str = ""
     framework_minutes: float = 0.0
+    first_read_minutes: float = 0.0  # the framework's start reading the image's files from a disk not yet loaded
+    first_read_how: str = ""
+    resumed: bool = False  # the same nodes started again after an economical-mode stop (RESUME)
+    checkpoint_minutes: float = 0.0  # the resumed job's read of its newest checkpoint
+    checkpoint_how: str = ""
 
     def minutes(self, step: str) -> float:
+        if self.resumed and step in RESUMED_MINUTES:
+            return RESUMED_MINUTES[step]()
         if step in MEASURED_SECONDS and (
             self.baked or step.startswith(("ray-", "job")) or (self.base_image and step in BASE_IMAGE_STEPS)
         ):
@@ -185,12 +228,60 @@ class Profile:
             return self.model_minutes
         if step == "start-up":
             return self.framework_minutes
+        if step == "first-read":
+            return self.first_read_minutes
+        if step == "checkpoint":
+            return self.checkpoint_minutes
         return NEW_NODE_MINUTES.get(step, 0.0)
+
+    def restarted(self, step: str) -> float | None:
+        """On a resumed node, when Ray is back by itself (minutes after boot): Docker restarts the container at boot
+        (restart unless-stopped, components/bootstrap.py) and its main process (container_main.sh) looks for its
+        raylet at once and then every supervision interval, and starts Ray from the record: the head at once (the
+        measured head start), a worker at its first look after the head's GCS answers (at most one interval later,
+        then the measured join). None where no restart applies."""
+        if not self.resumed or step not in ("ray-head", "ray-worker"):
+            return None
+        head = MEASURED_SECONDS["ray-head"]
+        if step == "ray-head":
+            return head / 60.0
+        return (head + c("ray-supervise-interval") + MEASURED_SECONDS["ray-worker"]) / 60.0
 
     @property
     def driver_minutes(self) -> float:
         return c("driver") if self.driver_install and not self.baked and not self.base_image else 0.0
 
+
+# What each step does when the nodes are started again after an economical-mode stop (nodes.paused removed;
+# `python3 -m companion resume`), and how long it takes then. Every remote step's connection names the node's public
+# IP, which the start changes, so pulumi-command runs each again (an update re-runs `create`); the docker provider's
+# host changes too, but the image and the container keep their inputs and their identity (the instance id:
+# replacement_trigger), so neither is touched. tests/test_fast_nodes.py checks this list against the offline cloud.
+RESUMED_STEPS: Mapping[str, str] = {
+    "prepare-host": "runs again (new public IP): disk, fstab and mounts in place, nothing to do",
+    "docker": "runs again: packages, runtime and dockerd in place (dockerd started at boot), no restart",
+    "pull-image": "runs again: the image is on the disk, no pull",
+    "gpu-ready": "runs again (its HOST changed): no installer, no reboot, the first probe sees the GPUs",
+    "image": "not touched: same inputs, same instance",
+    "container": "not touched: Docker restarted it at boot (restart unless-stopped)",
+    "code": "runs again: the same container id in its marker, so it verifies the checkout and skips pip",
+    "ray-head": "runs again: Ray is already back (the container's main process started it from its record at boot) "
+                "with the settings asked for, so it leaves it as it is",
+    "ray-worker": "runs again: pauses the container's supervision; finds the worker rejoined by itself (once the "
+                  "head answered) and leaves it, or, coming first, joins it itself",
+    "ray-ready": "runs again: waits until every node and GPU is registered",
+    "model": "runs again: finds the model in the shared cache",
+    model_cache.PREFETCH_STEP: "runs again (it carries the node's start time): the page cache is empty after the "
+                               "stop, so every node reads the weights again",
+    "job": "runs again (it carries the head's start time): submits the job, which loads its newest checkpoint",
+}
+RESUMED_MINUTES: Mapping[str, Callable[[], float]] = {
+    "image": lambda: 0.0,
+    "container": lambda: 0.0,  # its restart is part of the boot (dockerd starts it)
+    "code": lambda: c("resume-code"),
+    "ray-head": lambda: MEASURED_SECONDS["ray-head-found"] / 60.0,
+    "ray-worker": lambda: MEASURED_SECONDS["ray-worker-found"] / 60.0,
+}
 
 # What a step does on a node booted from a baked image instead of its work (the plan prints it).
 BAKED_SKIPS: Mapping[str, str] = {
@@ -209,6 +300,7 @@ class Schedule:
     critical_path: list[str]
     profile: Profile = field(default_factory=Profile)
     waves: int = 1  # node bootstraps one after another in this many groups (Pulumi's parallelism)
+    took: dict[str, float] = field(default_factory=dict)  # steps whose duration differs from the profile's
 
     @property
     def total(self) -> float:
@@ -223,9 +315,9 @@ class Schedule:
         step = key.split("/", 1)[1]
         if step == "driver":
             return self.profile.driver_minutes
-        if step == "slot":
+        if step in ("slot", "ray-restart"):  # waits that start at boot
             return self.finish[key] - self.profile.preamble_minutes - self.profile.boot_minutes
-        return self.profile.minutes(step)
+        return self.took.get(key, self.profile.minutes(step))
 
 
 def schedule(records: Iterable[StepRecord], profile: Profile | None = None, worker_start: float | None = None,
@@ -239,6 +331,7 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
     driver_done = booted + profile.driver_minutes
     finish: dict[str, float] = {"preamble": profile.preamble_minutes, "boot": booted}
     previous: dict[str, str | None] = {"preamble": None, "boot": "preamble"}
+    took: dict[str, float] = {}
 
     def visit(key: str, trail: tuple[str, ...] = ()) -> float:
         if key in finish:
@@ -255,12 +348,27 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
             done = visit(dependency, (*trail, key))
             if done > start:
                 start, before = done, dependency
+        duration = profile.minutes(record.step)
+        # A resumed node's Ray comes back by itself after boot (virtual step ray-restart). The Ray step pauses the
+        # container's supervision and takes its lock (ray_common.sh pause_ray_supervision), so a restart under way
+        # finishes first; then it finds Ray running with the settings asked for and leaves it. The head's step
+        # always finds it (its restart starts at boot); a worker's step that comes first joins by itself.
+        restarted = profile.restarted(record.step)
+        if restarted is not None:
+            back_at = booted + restarted
+            join = MEASURED_SECONDS[record.step] / 60.0
+            if record.step == "ray-worker" and start + join < max(start, back_at) + duration:
+                duration = took[key] = join
+            elif back_at > start:
+                back = f"{record.node}/ray-restart"
+                finish[back], previous[back] = back_at, "boot"
+                start, before = back_at, back
         # The driver installer starts at first boot (user data), on its own: a virtual step gpu-ready waits for.
         if record.step == "gpu-ready" and driver_done > start:
             driver = f"{record.node}/driver"
             finish[driver], previous[driver] = driver_done, "boot"
             start, before = driver_done, driver
-        finish[key] = start + profile.minutes(record.step)
+        finish[key] = start + duration
         previous[key] = before
         return finish[key]
 
@@ -269,14 +377,21 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
     job = next((k for k in by_key if by_key[k].step == "job"), None)
     if to_first_step and job is not None:
         finish["node-0/weights"], previous["node-0/weights"] = finish[job] + profile.model_minutes, job
-        finish["node-0/start-up"] = finish["node-0/weights"] + profile.framework_minutes
-        previous["node-0/start-up"] = "node-0/weights"
+        last_read = "node-0/weights"
+        # Where they apply: the image's files read from a disk not yet loaded from OSS (warm, no snapshot prefetch),
+        # and the resumed job's checkpoint; both during the framework's start, before its first step.
+        for step, minutes in (("first-read", profile.first_read_minutes), ("checkpoint", profile.checkpoint_minutes)):
+            if minutes > 0:
+                finish[f"node-0/{step}"], previous[f"node-0/{step}"] = finish[last_read] + minutes, last_read
+                last_read = f"node-0/{step}"
+        finish["node-0/start-up"] = finish[last_read] + profile.framework_minutes
+        previous["node-0/start-up"] = last_read
     last = max(finish, key=lambda k: finish[k]) if finish else None
     path: list[str] = []
     while last is not None:
         path.append(last)
         last = previous.get(last)
-    return Schedule(finish, list(reversed(path)), profile)
+    return Schedule(finish, list(reversed(path)), profile, took=took)
 
 
 # ------------------------------------------------------------------------------------------- node count and paths
@@ -308,6 +423,7 @@ class Options:
 NO_OPTIONS = Options()
 OPTIONS = Options(True, True, True, True, True, True)
 RESUME = Options(True, True, True, True, True, True, resume=True)
+NO_SNAPSHOT_PREFETCH = replace(OPTIONS, snapshot_prefetch=False)  # the options as implementable today (no API)
 
 
 def _download(config: ClusterConfig, nodes: int) -> tuple[float, str]:
@@ -344,9 +460,47 @@ def _shared_read(nodes: int) -> float:
     return max(own, shared)
 
 
-def _local_read() -> float:
-    """One node reading the model from its own data disk."""
-    return c("model-size") * 1000.0 / c("local-disk") / 60.0
+def _local_read(loaded: bool = True) -> float:
+    """One node reading the model from its own data disk; `loaded` False: a disk just made from a snapshot, whose
+    first read loads the data from OSS (no snapshot prefetch)."""
+    rate = c("local-disk") if loaded else min(c("local-disk"), c("snapshot-first-read"))
+    return c("model-size") * 1000.0 / rate / 60.0
+
+
+def _disk_loaded(path: Path, options: Options) -> bool:
+    """Whether the nodes' data disks hold their data when first read: a new disk (new, in-region), a disk kept
+    through an economical-mode stop (resume) or one made from a prefetched snapshot [7]; not a disk just made from
+    the baked image's snapshot without prefetch, which loads from OSS on first read."""
+    return path != "warm" or options.snapshot_prefetch or options.resume
+
+
+def _first_read(config: ClusterConfig, path: Path, options: Options,
+                image_gb: float | None = None) -> tuple[float, str]:
+    """The part of the training image's extracted files the container start and the framework's imports read, from
+    a data disk made from the baked image's snapshot and not yet loaded: at the first-read rate (every node at once,
+    each from its own disk). Reading them from a loaded disk is part of the framework's start-up assumption."""
+    if _disk_loaded(path, options):
+        return 0.0, ""
+    size = image_path(config, image_gb).size_gb * c("image-extracted-ratio") * c("start-read-fraction")
+    rate = c("snapshot-first-read")
+    return size * 1000.0 / rate / 60.0, (f"the start reads {size:.1f} GB of the image's files from a disk made from "
+                                         f"the snapshot, loading from OSS at {rate:g} MB/s (no snapshot prefetch)")
+
+
+def _checkpoint(config: ClusterConfig, path: Path, nodes: int, options: Options) -> tuple[float, str]:
+    """The resumed job's read of its newest checkpoint: every node its copy of the weights and its share of the
+    optimizer states, from the shared storage (the client's rate, or its share of the file system's cap), or from
+    its own data disk without shared storage."""
+    if not options.resume or path != "warm":
+        return 0.0, ""
+    weights, optimizer = c("checkpoint-weights"), c("checkpoint-optimizer")
+    per_node = weights + optimizer / nodes
+    if not model_cache.shared_cache(config):
+        return per_node * 1000.0 / c("local-disk") / 60.0, f"every node reads {per_node:.1f} GB from its data disk"
+    own = per_node * 1000.0 / c("client-read") / 60.0
+    shared = (optimizer + nodes * weights) * 1000.0 / c("nas-read") / 60.0
+    return max(own, shared), (f"every node reads {per_node:.1f} GB of the newest checkpoint from the shared storage "
+                              f"({nodes * weights + optimizer:g} GB in all)")
 
 
 def _page_cache(config: ClusterConfig, path: Path) -> bool:
@@ -361,8 +515,11 @@ def _weights_prefetch(config: ClusterConfig, path: Path, nodes: int, options: Op
         return 0.0, ""
     if options.model_on_local_disk and path == "warm":
         # The modelled option puts the weights on the baked data disk: the prefetch reads them from there (each node
-        # its own disk, so no shared cap), beside the container, Ray and the job's submission.
-        return _local_read(), "every node reads the weights from its data disk (baked, prefetched) into its page cache"
+        # its own disk, so no shared cap), beside the container, Ray and the job's submission; from a disk just made
+        # from the snapshot without prefetch, at the first-read rate.
+        loaded = _disk_loaded(path, options)
+        return _local_read(loaded), ("every node reads the weights from its data disk (baked"
+                                     + (", prefetched" if loaded else ", loading from OSS") + ") into its page cache")
     if not _page_cache(config, path):
         return c("prefetch-empty"), "nothing to prefetch yet (the head's model step downloads it later)"
     return _shared_read(nodes), "every node reads the model from the shared cache into its page cache"
@@ -399,6 +556,8 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
     prefetch, prefetch_how = _prefetch(config, path)
     page_cache, page_cache_how = _weights_prefetch(config, path, nodes, options)
     driver = config.nodes.gpu_driver == "auto-install"
+    first_read, first_read_how = _first_read(config, path, options, image_gb)
+    checkpoint, checkpoint_how = _checkpoint(config, path, nodes, options)
     return Profile(
         path=path,
         pull_minutes=0.0 if path == "warm" else pull,
@@ -415,6 +574,11 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         framework_minutes=c("framework-start"),
         boot_minutes=c("resume-boot") if options.resume else c("boot"),
         preamble_minutes=c("resume-preamble") if options.resume else c("preamble"),
+        first_read_minutes=first_read,
+        first_read_how=first_read_how,
+        resumed=options.resume and path == "warm",
+        checkpoint_minutes=checkpoint,
+        checkpoint_how=checkpoint_how,
     )
 
 
