@@ -119,7 +119,8 @@ def test_nodes_have_essd_disks_public_ip_key_pair_tags_and_rank_host_names():
     # An RSA key (ImportKeyPair accepts it, unlike ed25519) also gets an ECS key pair.
     rsa = "ssh-rsa " + base64.b64encode(b"\x00\x00\x00\x07ssh-rsa" + bytes(64)).decode() + " alice"
     result = run("multi", config={"roll-cluster:access": {"sshPublicKey": rsa}})
-    instances = result.cloud.of_type(INSTANCE)
+    # The engine registers the instances concurrently, so their order is not the ranks' order.
+    instances = sorted(result.cloud.of_type(INSTANCE), key=lambda i: i.inputs["hostName"])
     assert [i.inputs["hostName"] for i in instances] == ["roll-multi-0", "roll-multi-1"]
     assert [i.inputs["tags"]["roll-cluster-role"] for i in instances] == ["head", "worker"]
     assert [i.inputs["tags"]["roll-cluster-rank"] for i in instances] == ["0", "1"]
