@@ -14,7 +14,17 @@ import statistics
 import time
 
 from devtools.offline_cloud import OfflineCloud, OfflineRun, run_program
-from devtools.schedule import NO_OPTIONS, NODE_COUNTS, OPTIONS, PATHS, RESUME, Options, Path, first_step
+from devtools.schedule import (
+    NO_OPTIONS,
+    NODE_COUNTS,
+    OPTIONS,
+    OPTIONS_ON_STACK_DISK,
+    PATHS,
+    RESUME,
+    Options,
+    Path,
+    first_step,
+)
 from infra.node import steps
 
 SIZES = (1, 8, 32, 64)
@@ -46,6 +56,7 @@ def first_step_rows(result: OfflineRun) -> list[tuple[str, list[float]]]:
     rows += [(f"{path}, {LAPTOP_SLOTS} slots", row(path, NO_OPTIONS, LAPTOP_SLOTS)) for path in ("in-region",)]
     rows += [(f"{path} + options", row(path, OPTIONS)) for path in ("in-region", "warm")]
     rows.append(("warm, resumed + options", row("warm", RESUME)))
+    rows.append(("in-region + options, PL1 disk", row("in-region", OPTIONS_ON_STACK_DISK)))
     return rows
 
 

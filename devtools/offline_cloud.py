@@ -255,9 +255,11 @@ class OfflineCloud(pulumi.runtime.Mocks):
         zone = str(self.of_type("alicloud:vpc/switch:Switch")[0].inputs.get("zoneId")) if self.of_type(
             "alicloud:vpc/switch:Switch") else ""
         size = int(instance.inputs["dataDisks"][0].get("size") or 0)
+        category = str(instance.inputs["dataDisks"][0].get("category") or "cloud_efficiency")  # TF default :249
+        level = instance.inputs["dataDisks"][0].get("performanceLevel") or ("PL1" if category == "cloud_essd" else "")
         disk: dict[str, Any] = {name: "" for name in DISK_FIELDS}
         disk.update(
-            id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category="cloud_essd",
+            id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category=category, performanceLevel=level,
             size=size, iops=0, iopsRead=0, iopsWrite=0, mountInstanceNum=1, status="In_use",
             availabilityZone=zone, zoneId=zone, regionId=self.region(), device="/dev/xvdb",
             deleteAutoSnapshot=False, deleteWithInstance=True, enableAutoSnapshot=False,
