@@ -19,8 +19,9 @@ it, so a rate above the disk's throughput / that factor is capped (a 200 GiB ESS
 
 `OPTIONS` applies the modelled techniques of the performance notes (maintained base image with the driver, tuned
 pulls on an AutoPL data disk with burst, P2P above a node count, requirements in the image, snapshot prefetch);
-most are modelled, not implemented (docs/performance.md says which). Every constant is in `CONSTANTS`, with its source or labelled ASSUMPTION; the
-sources' [n] tags are those of ../shared/reference/performance-frontier.md, section 8.
+most are modelled, not implemented (docs/performance.md says which). Every constant is in `CONSTANTS`, with its
+source or labelled ASSUMPTION; the sources' [n] tags are those of ../shared/reference/performance-frontier.md,
+section 8.
 
 `minutes_to_first_step(config, records)` is the figure for the stack as configured (path, node count, parallelism).
 """
