@@ -337,12 +337,13 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     for name in ("in-region", "warm"):
         lines.append(row(f"  {name}", name, schedule.OPTIONS, False))
     lines.append(row("  warm, resumed from economical-mode stop", "warm", schedule.RESUME, False))
-    disk = schedule.disk_mbyte_s(config)
-    lines.append(row(f"  in-region, tuned pulls on this stack's disk ({disk:g} MB/s)", "in-region",
-                     schedule.OPTIONS_ON_STACK_DISK, False))
-    lines.append(f"    (a pull moves ~{schedule.c('pull-io-factor'):g}x the compressed layers through the disk: this "
-                 f"stack's caps a node at {schedule.disk_bound_mbyte_s(config):g} MB/s; nodes.dataDiskCategory "
-                 "cloud_auto with burst does not)")
+    if config.nodes.source == "alibaba":  # own hosts' disks are unknown to the plan
+        disk = schedule.disk_mbyte_s(config)
+        lines.append(row(f"  in-region, tuned pulls on this stack's disk ({disk:g} MB/s)", "in-region",
+                         schedule.OPTIONS_ON_STACK_DISK, False))
+        lines.append(f"    (a pull moves ~{schedule.c('pull-io-factor'):g}x the compressed layers through the disk: "
+                     f"this stack's caps a node at {schedule.disk_bound_mbyte_s(config):g} MB/s; "
+                     "nodes.dataDiskCategory cloud_auto with burst does not)")
     lines.append("  (columns: `pulumi up --parallel N` or more; last column: this machine's parallelism)")
     for name in schedule.PATHS:
         plan = schedule.first_step(config, records, name, 64, 64)

@@ -331,7 +331,7 @@ OPTIONS_ON_STACK_DISK = replace(OPTIONS, burst_disk=False)
 def disk_mbyte_s(config: ClusterConfig, options: Options = NO_OPTIONS) -> float:
     """The throughput of the disk Docker's images land on: the data disk (nodes.dataDiskCategory, its level and
     size), or the system disk (an ESSD PL1 of nodes.systemDiskGb) without one; AutoPL's burst with the option."""
-    nodes = config.nodes
+    nodes = config.nodes  # own hosts: their disks are unknown; the system disk default stands in (no stock cap)
     if options.burst_disk or (nodes.data_disk_gb and nodes.data_disk_burst):
         return c("autopl-burst")
     size, level = (nodes.data_disk_gb, nodes.data_disk_performance_level or "PL1") if nodes.data_disk_gb else (

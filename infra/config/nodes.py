@@ -220,8 +220,9 @@ class NodesConfig(Section):
     data_disk_performance_level: Literal["PL0", "PL1", "PL2", "PL3"] | None = Field(
         None,
         description="With `dataDiskCategory: cloud_essd`: the ESSD performance level. PL2 needs `dataDiskGb` >= 461 "
-        "and PL3 >= 1261 (Alibaba's minimum sizes); throughput PL0 180, PL1 350, PL2 750, PL3 4000 MB/s at most. "
-        "Left out: Alibaba's default, PL1. Changing it on a running cluster replaces every node.",
+        "and PL3 >= 1261 (Alibaba's minimum sizes); throughput PL1 at most 350 MB/s (PL0 180, PL2 750, PL3 4000: "
+        "UNCONFIRMED). Left out: Alibaba's default, PL1. Changing it on a running cluster replaces every node, "
+        "setting it where it was left out too (even to PL1).",
     )
     data_disk_bursting: bool | None = Field(
         None,
