@@ -19,6 +19,7 @@ from devtools.schedule import (
     NO_SNAPSHOT_PREFETCH,
     NODE_COUNTS,
     OPTIONS,
+    OPTIONS_ON_STACK_DISK,
     PATHS,
     RESUME,
     Options,
@@ -57,6 +58,7 @@ def first_step_rows(result: OfflineRun) -> list[tuple[str, list[float]]]:
     rows += [(f"{path} + options", row(path, OPTIONS)) for path in ("in-region", "warm")]
     rows.append(("warm + options, no prefetch", row("warm", NO_SNAPSHOT_PREFETCH)))
     rows.append(("warm, resumed + options", row("warm", RESUME)))
+    rows.append(("in-region + options, PL1 disk", row("in-region", OPTIONS_ON_STACK_DISK)))
     return rows
 
 

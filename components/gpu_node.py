@@ -61,7 +61,13 @@ class GpuNode(pulumi.ComponentResource):
             data_disks = [
                 alicloud.ecs.InstanceDataDiskArgs(
                     size=max(nodes.data_disk_gb, args.data_snapshot[1] if args.data_snapshot else 0),
-                    category="cloud_essd", name=f"{host_name}-data", delete_with_instance=True,
+                    category=nodes.data_disk_category, name=f"{host_name}-data", delete_with_instance=True,
+                    # nodes.dataDiskPerformanceLevel (cloud_essd) and nodes.dataDiskBursting (cloud_auto); left out
+                    # (None) they add no input, so a stack that sets neither keeps its inputs. The provider sends
+                    # PerformanceLevel for cloud_essd and BurstingEnabled for cloud_auto only (TF
+                    # resource_alicloud_instance.go:1024-1036 at 81c43b67).
+                    performance_level=nodes.data_disk_performance_level,
+                    bursting_enabled=nodes.data_disk_burst if nodes.data_disk_category == "cloud_auto" else None,
                     # Booted from a baked image: the data disk is the image's (Docker's images are on it).
                     snapshot_id=args.data_snapshot[0] if args.data_snapshot else None,
                     # The image's own disk mapping: ECS creates a full image's data disks by itself, and this entry
@@ -125,7 +131,11 @@ class GpuNode(pulumi.ComponentResource):
                 # replace the node: the provider updates both fields in place (TF resource_alicloud_instance.go:377
                 # vswitch_id and :48 instance_type are not ForceNew; the update stops the instance, then
                 # ModifyInstanceVpcAttribute refuses another zone and leaves it stopped, :1940-1995).
-                replace_on_changes=["vswitchId", "instanceType"],
+                # A new data disk performance level too: the provider neither forces a new instance for it nor
+                # applies it to the running disk (data_disks.performance_level :288 is not ForceNew, and the update
+                # has no data_disks branch, no ModifyDiskSpec), so the state would claim a level the disk has not.
+                # Its category and bursting are ForceNew (:249, :304).
+                replace_on_changes=["vswitchId", "instanceType", "dataDisks[0].performanceLevel"],
             ),
         )
         self.instance = instance  # the bootstrap deletes the node's container with it (Machine.deleted_with)

@@ -88,6 +88,12 @@ IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha
 # (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2; counted on the bytes
 # before Base64, as the RunInstances UserData parameter states (docs/verified-facts.md 1).
 USER_DATA_LIMIT_BYTES = 32 * 1024
+# The smallest cloud_essd disk of each performance level, GiB: "If `performance_level` is set to `PL2`. Valid
+# values: `461` to `65536`", PL3 `1261`, PL1 `20`, PL0 `1` (terraform-provider-alicloud website/docs/r/
+# ecs_disk.html.markdown:100-104 at 81c43b67; the same minimums in cs_kubernetes_node_pool.html.markdown:805).
+# RunInstances refuses a smaller data disk of that level; the provider does not check it (data_disks.size has no
+# ValidateFunc, resource_alicloud_instance.go:244).
+ESSD_MIN_GIB = {"PL0": 1, "PL1": 20, "PL2": 461, "PL3": 1261}
 
 
 def nas_zones(region: str, sold: dict[str, list[str]]) -> dict[str, object]:

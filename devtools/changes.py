@@ -34,11 +34,13 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
     ("nodes.count",
      "Ray keeps running on the nodes that stay; new nodes join, removed ones leave (`ray stop`), the readiness gate "
      "checks again; a job whose configuration depends on the node count is replaced as for training.*"),
-    # Alibaba: the provider's ForceNew fields of the instance (devtools/provider_rules/alicloud.json: data_disks.*,
-    # spot_strategy, spot_price_limit, system_disk_category) and the program's replace_on_changes (vswitchId,
-    # instanceType: components/gpu_node.py). tests/test_alibaba_real_account.py holds the offline cloud to these rows.
-    ("nodes.dataDiskGb (0 to N too), nodes.spot, nodes.spotPriceLimit (Alibaba); nodes.image set later with a data "
-     "disk larger than nodes.dataDiskGb",
+    # Alibaba: the provider's ForceNew fields of the instance (devtools/provider_rules/alicloud.json: data_disks.*
+    # with category and bursting_enabled, spot_strategy, spot_price_limit, system_disk_category) and the program's
+    # replace_on_changes (vswitchId, instanceType, the data disk's performanceLevel: components/gpu_node.py).
+    # tests/test_alibaba_real_account.py holds the offline cloud to these rows.
+    ("nodes.dataDiskGb (0 to N too), nodes.dataDiskCategory, nodes.dataDiskPerformanceLevel, nodes.dataDiskBursting, "
+     "nodes.spot, nodes.spotPriceLimit (Alibaba); nodes.image set later with a data disk larger than "
+     "nodes.dataDiskGb",
      "replaces every node: each new instance is created before its old one is deleted (twice the GPU quota and "
      "stock during the `up`), the nodes bootstrap again, /data and the containers are lost, the job is submitted "
      "again"),

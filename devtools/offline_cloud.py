@@ -254,14 +254,15 @@ class OfflineCloud(pulumi.runtime.Mocks):
         disk_id = f"d-bp1{_digest(instance_id, 17)}"
         zone = str(self.of_type("alicloud:vpc/switch:Switch")[0].inputs.get("zoneId")) if self.of_type(
             "alicloud:vpc/switch:Switch") else ""
-        size = int(instance.inputs["dataDisks"][0].get("size") or 0)
+        first = instance.inputs["dataDisks"][0]  # the category's default is TF's (:249), an ESSD's level PL1
+        size, category, level = int(first.get("size") or 0), first.get("category"), first.get("performanceLevel")
         disk: dict[str, Any] = {name: "" for name in DISK_FIELDS}
         disk.update(
-            id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category="cloud_essd",
-            size=size, iops=0, iopsRead=0, iopsWrite=0, mountInstanceNum=1, status="In_use",
-            availabilityZone=zone, zoneId=zone, regionId=self.region(), device="/dev/xvdb",
-            deleteAutoSnapshot=False, deleteWithInstance=True, enableAutoSnapshot=False,
-            enableAutomatedSnapshotPolicy=False, encrypted="off", portable=False, tags={},
+            id=disk_id, diskId=disk_id, instanceId=instance_id, type="data", category=category or "cloud_efficiency",
+            performanceLevel=level or ("PL1" if category == "cloud_essd" else ""), size=size, iops=0, iopsRead=0,
+            iopsWrite=0, mountInstanceNum=1, status="In_use", availabilityZone=zone, zoneId=zone, tags={},
+            regionId=self.region(), device="/dev/xvdb", deleteAutoSnapshot=False, deleteWithInstance=True,
+            enableAutoSnapshot=False, enableAutomatedSnapshotPolicy=False, encrypted="off", portable=False,
             mountInstances=[], operationLocks=[],
         )
         return {"ids": [disk_id], "disks": [disk], "totalCount": 1}

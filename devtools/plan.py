@@ -367,13 +367,21 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         if not model_cache.shared_cache(config):
             label = label.replace("model on shared storage", "model on the data disks")
         lines.append(row(label, name, schedule.NO_OPTIONS, name == configured))
-    lines.append("  with the modelled options (maintained base image with the driver, tuned pulls, P2P above "
-                 f"{schedule.c('p2p-above'):g} nodes, requirements in the image, snapshot prefetch):")
+    lines.append("  with the modelled options (maintained base image with the driver, tuned pulls on an ESSD AutoPL "
+                 f"data disk with burst, P2P above {schedule.c('p2p-above'):g} nodes, requirements in the image, "
+                 "snapshot prefetch):")
     for name in ("in-region", "warm"):
         lines.append(row(f"  {name}", name, schedule.OPTIONS, False))
     lines.append(row("  warm without snapshot prefetch (no API the program can call)", "warm",
                      schedule.NO_SNAPSHOT_PREFETCH, False))
     lines.append(row("  warm, resumed from economical-mode stop", "warm", schedule.RESUME, False))
+    if config.nodes.source == "alibaba":  # own hosts' disks are unknown to the plan
+        disk = schedule.disk_mbyte_s(config)
+        lines.append(row(f"  in-region, tuned pulls on this stack's disk ({disk:g} MB/s)", "in-region",
+                         schedule.OPTIONS_ON_STACK_DISK, False))
+        lines.append(f"    (a pull moves ~{schedule.c('pull-io-factor'):g}x the compressed layers through the disk: "
+                     f"this stack's caps a node at {schedule.disk_bound_mbyte_s(config):g} MB/s; "
+                     "nodes.dataDiskCategory cloud_auto with burst does not)")
     lines.append("  (columns: `pulumi up --parallel N` or more; last column: this machine's parallelism)")
     paths: list[tuple[str, schedule.Path, schedule.Options]] = [(name, name, schedule.NO_OPTIONS)
                                                                  for name in schedule.PATHS]
@@ -461,6 +469,8 @@ def cost_lines(cost: Any, price: Any, run: OfflineRun, lookup: registry.Lookup |
     disks = running["disks"]
     lines.append(f"                + disks {disks['perHour']:.2f} {disks['currency']}/h for {disks['gb']} GB ESSD "
                  f"({disks['source']})")
+    lines.append(f"                  ({disks['classes']})")
+    lines.extend(f"                + {extra}" for extra in disks["extras"])
     lines.append(f"                + {running['nas']}")
     lines.append(f"                + public traffic {running['publicTraffic']}")
     lines.append(f"  paused        {paused['perHour']:.2f} {paused['currency']} per hour (nodes.paused or autostop): "

@@ -23,10 +23,14 @@ changed and finds its work done; Docker restarts the container at boot and the c
 from its record, so the Ray steps find it running; every node's weights-prefetch reads the weights again (the page
 cache is empty); the job is submitted again and the framework loads its newest checkpoint (docs/performance.md).
 
+The node's pull rate is bounded by its disk: a pull moves about `pull-io-factor` x the compressed layers through
+it, so a rate above the disk's throughput / that factor is capped (a 200 GiB ESSD PL1, 220 MB/s, caps it at 55 MB/s).
+
 `OPTIONS` applies the modelled techniques of the performance notes (maintained base image with the driver, tuned
-pulls, P2P above a node count, requirements in the image, snapshot prefetch); most are modelled, not implemented
-(docs/performance.md says which). Every constant is in `CONSTANTS`, with its source or labelled ASSUMPTION; the
-sources' [n] tags are those of ../shared/reference/performance-frontier.md, section 8.
+pulls on an AutoPL data disk with burst, P2P above a node count, requirements in the image, snapshot prefetch);
+most are modelled, not implemented (docs/performance.md says which). Every constant is in `CONSTANTS`, with its
+source or labelled ASSUMPTION; the sources' [n] tags are those of ../shared/reference/performance-frontier.md,
+section 8.
 
 `minutes_to_first_step(config, records)` is the figure for the stack as configured (path, node count, parallelism).
 `image_gb` (profile_for, first_step, minutes_to_first_step): the image's compressed size the plan read from the
@@ -67,7 +71,21 @@ CONSTANTS: Mapping[str, Constant] = {
     "vpc-pull": Constant(VPC_PULL_MBPS / 8.0, "MB/s", "[3][20][22][37] stock `docker pull` of 10-20 GB ML "
                          "images: 17-40 MB/s observed (not on Alibaba: UNCONFIRMED there)"),
     "tuned-pull": Constant(100.0, "MB/s", "ASSUMPTION (option): unpigz ~2x [20][21], max-concurrent-downloads 10 "
-                           "[16d], data disk >= 220 MB/s [28]"),
+                           "[16d], on a data disk that keeps up (AutoPL with burst [28]; see pull-io-factor)"),
+    "pull-io-factor": Constant(4.0, "x", "ASSUMPTION (estimate, reference 2.3): a pull writes the compressed "
+                               "layers, reads them back and writes them extracted: ~4x the compressed size in disk "
+                               "I/O, so a node pulls at most at the disk's throughput / 4"),
+    "essd-base": Constant(120.0, "MB/s", "[28] ESSD throughput min{120 + 0.5 x GiB, level's max} MB/s: the constant "
+                          "term (AutoPL's baseline; that PL0, PL2 and PL3 follow it is an inference, UNCONFIRMED)"),
+    "essd-per-gib": Constant(0.5, "MB/s per GiB", "[28] the same formula's term per GiB of the disk"),
+    "essd-pl1-max": Constant(350.0, "MB/s", "[28] PL1 and AutoPL baseline at most 350 MB/s per disk"),
+    "essd-pl0-max": Constant(180.0, "MB/s", "ASSUMPTION: PL0 at most 180 MB/s (Alibaba's ESSD page; not found in "
+                             "the reference, UNCONFIRMED)"),
+    "essd-pl2-max": Constant(750.0, "MB/s", "ASSUMPTION: PL2 at most 750 MB/s (Alibaba's ESSD page; not found in "
+                             "the reference, UNCONFIRMED)"),
+    "essd-pl3-max": Constant(4000.0, "MB/s", "ASSUMPTION: PL3 at most 4,000 MB/s (Alibaba's ESSD page; not found in "
+                             "the reference, UNCONFIRMED)"),
+    "autopl-burst": Constant(4000.0, "MB/s", "[28] ESSD AutoPL with performance burst: up to 4 GB/s per disk"),
     "registry-backend": Constant(10.0, "Gbit/s", "[16] ACR's P2P test at 10 Gbit/s; [26] OSS per-account cap "
                                  "10 Gbit/s in most mainland regions (whether ACR counts against it: UNCONFIRMED)"),
     "public-source": Constant(10.0, "Gbit/s", "ASSUMPTION: the public registry owner's cap is unknown (reference "
@@ -418,12 +436,34 @@ class Options:
     snapshot_prefetch: bool = False  # the baked disk's data is there at first read [7]
     model_on_local_disk: bool = False  # the weights in the baked data disk (with prefetch)
     resume: bool = False  # the nodes restart from an economical-mode stop: no new resources, disks intact [36b]
+    # The data disk the tuned pull assumes (nodes.dataDiskCategory cloud_auto with dataDiskBursting): its burst
+    # does not cap the pull. False: the stack's own disk bounds it (disk_mbyte_s / pull-io-factor).
+    burst_disk: bool = False
 
 
 NO_OPTIONS = Options()
-OPTIONS = Options(True, True, True, True, True, True)
-RESUME = Options(True, True, True, True, True, True, resume=True)
+OPTIONS = Options(True, True, True, True, True, True, burst_disk=True)
+RESUME = Options(True, True, True, True, True, True, resume=True, burst_disk=True)
+# The options with the stack's own data disk (PL1 by default): what a tuned pull gets without AutoPL's burst.
+OPTIONS_ON_STACK_DISK = replace(OPTIONS, burst_disk=False)
 NO_SNAPSHOT_PREFETCH = replace(OPTIONS, snapshot_prefetch=False)  # the options as implementable today (no API)
+
+
+def disk_mbyte_s(config: ClusterConfig, options: Options = NO_OPTIONS) -> float:
+    """The throughput of the disk Docker's images land on: the data disk (nodes.dataDiskCategory, its level and
+    size), or the system disk (an ESSD PL1 of nodes.systemDiskGb) without one; AutoPL's burst with the option."""
+    nodes = config.nodes  # own hosts: their disks are unknown; the system disk default stands in (no stock cap)
+    if options.burst_disk or (nodes.data_disk_gb and nodes.data_disk_burst):
+        return c("autopl-burst")
+    size, level = (nodes.data_disk_gb, nodes.data_disk_performance_level or "PL1") if nodes.data_disk_gb else (
+        nodes.system_disk_gb, "PL1")
+    cap = c("essd-pl1-max") if nodes.data_disk_category == "cloud_auto" else c(f"essd-{level.lower()}-max")
+    return min(c("essd-base") + c("essd-per-gib") * size, cap)
+
+
+def disk_bound_mbyte_s(config: ClusterConfig, options: Options = NO_OPTIONS) -> float:
+    """The fastest a node can pull onto its disk: the disk's throughput / the pull's I/O factor."""
+    return disk_mbyte_s(config, options) / c("pull-io-factor")
 
 
 def _download(config: ClusterConfig, nodes: int) -> tuple[float, str]:
@@ -547,11 +587,12 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
     image = image_path(config, image_gb)
     pullers = min(nodes, parallel)
     p2p = options.p2p and nodes > c("p2p-above")
+    disk = disk_bound_mbyte_s(config, options)  # the node's rate never exceeds what its disk takes
     if path == "new" and image.kind == "public":
-        pull = pull_minutes(image.size_gb, image.rate_mbps / 8.0, c("public-source"), pullers, p2p)
+        pull = pull_minutes(image.size_gb, min(image.rate_mbps / 8.0, disk), c("public-source"), pullers, p2p)
     else:
         rate = c("tuned-pull") if options.tuned_pull else c("vpc-pull")
-        pull = pull_minutes(image.size_gb, rate, c("registry-backend"), pullers, p2p)
+        pull = pull_minutes(image.size_gb, min(rate, disk), c("registry-backend"), pullers, p2p)
     model, how = _model_step(config, path, nodes, options)
     prefetch, prefetch_how = _prefetch(config, path)
     page_cache, page_cache_how = _weights_prefetch(config, path, nodes, options)

@@ -17,6 +17,31 @@ from infra.config import ClusterConfig
 HOURS_PER_MONTH = 730.0
 RATE_SOURCE = "estimate: China-site list price, cn-hangzhou, UNCONFIRMED (no price API asked)"
 ESSD_PL1_CNY_PER_GB_MONTH = 1.0  # cloud_essd PL1 (UNCONFIRMED)
+# The data disk's class (nodes.dataDiskCategory, nodes.dataDiskPerformanceLevel), CNY per GB and month. An ESSD AutoPL
+# disk's baseline is billed as a PL1 ESSD of its size ("The baseline performance and pricing of an ESSD AutoPL disk
+# is equivalent to ... a PL1 ESSD", https://alibabacloud.com/help/en/ecs/user-guide/essd-autopl-disks, Dec 2024,
+# reference [28]); PL0, PL2 and PL3 at half, twice and four times PL1 (UNCONFIRMED: from memory of the China site's
+# list, no price API asked).
+DATA_DISK_CNY_PER_GB_MONTH = {"PL0": 0.5, "PL1": ESSD_PL1_CNY_PER_GB_MONTH, "PL2": 2.0, "PL3": 4.0,
+                              "cloud_auto": ESSD_PL1_CNY_PER_GB_MONTH}
+# AutoPL burst is billed per use, by the burst I/O (same page, "Billing"); its rate is UNCONFIRMED here, and what a
+# pull uses of it depends on the image: the plan names it as an extra it cannot bound.
+BURST_NOTE = ("AutoPL performance burst billed per use (by the I/O above the baseline; rate UNCONFIRMED, the plan "
+              "cannot bound it: a pull bursts for minutes per node)")
+
+
+def data_disk_class(config: ClusterConfig) -> str:
+    """The data disk's class in words: `ESSD PL1`, `ESSD AutoPL with burst`."""
+    nodes = config.nodes
+    if nodes.data_disk_category == "cloud_auto":
+        return "ESSD AutoPL" + (" with burst" if nodes.data_disk_burst else " without burst")
+    return f"ESSD {nodes.data_disk_performance_level or 'PL1'}"
+
+
+def _data_disk_rate(config: ClusterConfig) -> float:
+    nodes = config.nodes
+    key = "cloud_auto" if nodes.data_disk_category == "cloud_auto" else nodes.data_disk_performance_level or "PL1"
+    return DATA_DISK_CNY_PER_GB_MONTH[key]
 NAS_CNY_PER_GB_MONTH = {"Capacity": 0.35, "Performance": 1.85, "Premium": 1.85}  # by used GB (UNCONFIRMED)
 SNAPSHOT_CNY_PER_GB_MONTH = 0.12  # a baked image's snapshots, by their size (UNCONFIRMED)
 TRAFFIC_CNY_PER_GB = 0.8  # outbound public traffic, PayByTraffic (UNCONFIRMED)
@@ -31,7 +56,12 @@ def cost_summary(config: ClusterConfig, hourly_price: dict[str, Any]) -> dict[st
     currency = str(hourly_price.get("currency", "CNY"))
     instances = float(hourly_price.get("amount") or 0.0)
     disk_gb = _disk_gb(config)
-    disks = round(disk_gb * ESSD_PL1_CNY_PER_GB_MONTH / HOURS_PER_MONTH, 2)
+    system_gb = config.nodes.system_disk_gb * config.nodes.count
+    data_gb = config.nodes.data_disk_gb * config.nodes.count
+    monthly = system_gb * ESSD_PL1_CNY_PER_GB_MONTH + data_gb * _data_disk_rate(config)
+    disks = round(monthly / HOURS_PER_MONTH, 2)
+    data_class = data_disk_class(config) if data_gb else "no data disk"
+    extras = [BURST_NOTE] if data_gb and config.nodes.data_disk_burst else []
     nas_rate = NAS_CNY_PER_GB_MONTH.get(config.storage.nas_storage_type) if config.storage.nas else None
     nas_note = (f"NAS {config.storage.nas_storage_type}: {nas_rate} CNY per used GB and month ({RATE_SOURCE})"
                 if nas_rate is not None else "no NAS")
@@ -46,7 +76,10 @@ def cost_summary(config: ClusterConfig, hourly_price: dict[str, Any]) -> dict[st
         "running": {
             "perHour": round(instances + (disks if currency == "CNY" else 0.0), 2),
             "instances": {"perHour": instances, "source": hourly_price.get("basis")},
-            "disks": {"perHour": disks, "currency": "CNY", "gb": disk_gb, "source": RATE_SOURCE},
+            "disks": {"perHour": disks, "currency": "CNY", "gb": disk_gb, "source": RATE_SOURCE,
+                      "classes": f"system ESSD PL1 {system_gb} GB, data {data_class} {data_gb} GB"
+                      + (f" ({_data_disk_rate(config):g} CNY per GB and month)" if data_gb else ""),
+                      "extras": extras},
             "nas": nas_note,
             "publicTraffic": f"{TRAFFIC_CNY_PER_GB} CNY per GB out ({RATE_SOURCE}); inbound is free",
         },

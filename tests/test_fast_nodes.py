@@ -18,6 +18,7 @@ from devtools.schedule import (
     NO_OPTIONS,
     NO_SNAPSHOT_PREFETCH,
     OPTIONS,
+    OPTIONS_ON_STACK_DISK,
     RESUME,
     RESUMED_STEPS,
     Options,
@@ -241,6 +242,9 @@ def test_the_modelled_options_meet_or_miss_the_issue_targets_as_the_docs_say() -
     assert at(256, "warm", OPTIONS) == pytest.approx(8.3, abs=0.1)
     assert at(256, "warm", OPTIONS) < at(256, "warm")
     assert at(64, "in-region", OPTIONS) < at(64, "in-region") - 20  # driver, backend and code off the path
+    # The tuned pull assumes an AutoPL data disk with burst: on multi's 200 GiB ESSD PL1 (220 MB/s) a pull moves ~4x
+    # the compressed layers through the disk and is capped at 55 MB/s, so the figure the docs give for it is 16.9.
+    assert at(64, "in-region", OPTIONS_ON_STACK_DISK) == pytest.approx(16.9, abs=0.1)
 
 
 def test_the_warm_path_is_the_fastest_and_flat_up_to_64_nodes_on_local_weights() -> None:

@@ -17,10 +17,14 @@ _INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}")
 _NOT_GIVEN = object()  # a required key of one source only, left out
 # Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
 ALIBABA_ONLY_NODE_KEYS = (
-    "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "osImage", "gpuDriver",
-    "driverVersion", "cudaVersion", "cudnnVersion", "internetBandwidthMbps", "paused", "spotHead", "image", "bake",
-    "placementGeneration",
+    "instanceTypes", "zone", "spot", "spotPriceLimit", "systemDiskGb", "dataDiskGb", "dataDiskCategory",
+    "dataDiskPerformanceLevel", "dataDiskBursting", "osImage", "gpuDriver", "driverVersion", "cudaVersion",
+    "cudnnVersion", "internetBandwidthMbps", "paused", "spotHead", "image", "bake", "placementGeneration",
 )
+# The smallest cloud_essd data disk of each performance level, GiB (ECS CreateDisk/RunInstances; the provider's
+# website/docs/r/ecs_disk.html.markdown:100-104 at 81c43b67: PL0 1, PL1 20, PL2 461, PL3 1261 to 65536). Below it
+# RunInstances refuses the disk.
+ESSD_MIN_GIB = {"PL0": 1, "PL1": 20, "PL2": 461, "PL3": 1261}
 # Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
 HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
 # NVIDIA architectures from Ampere on have bf16 (A10, A30, A100, A800, H20, H100, H800, L4, L20, L40, B200, GH200,
@@ -147,7 +151,8 @@ class NodesConfig(Section):
         description="Where the nodes come from: `alibaba`, new GPU ECS instances in a VPC of their own "
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
-        "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, osImage, gpuDriver, driverVersion, cudaVersion, "
+        "zone, spot, spotPriceLimit, systemDiskGb, dataDiskGb, dataDiskCategory, dataDiskPerformanceLevel, "
+        "dataDiskBursting, osImage, gpuDriver, driverVersion, cudaVersion, "
         "cudnnVersion, internetBandwidthMbps, paused, spotHead, image, bake, placementGeneration) are refused; see "
         "docs/own-hosts.md.",
     )
@@ -202,6 +207,28 @@ class NodesConfig(Section):
         description="ESSD data disk in GB (0, or 100 to 32768) mounted at `/data`: Docker's root, Ray's temp and "
         "spill directories. 0: no data disk. Changing it on a running cluster (0 to N too) replaces every node: "
         "/data starts empty.",
+    )
+    data_disk_category: Literal["cloud_essd", "cloud_auto"] = Field(
+        "cloud_essd",
+        description="The data disk's class. `cloud_essd`: an ESSD of `dataDiskPerformanceLevel` (PL1 by default: "
+        "min{120 + 0.5 x GiB, 350} MB/s, 220 MB/s at 200 GiB). `cloud_auto`: an ESSD AutoPL disk, the same baseline "
+        "and price as PL1, which with `dataDiskBursting` bursts up to 4 GB/s, billed per use. A tuned image pull "
+        "moves about 4x the compressed layers through the disk (write, read back, write extracted), so a PL1 disk "
+        "caps it (docs/performance.md, 'Image pulls and the data disk'). Changing it on a running cluster replaces "
+        "every node.",
+    )
+    data_disk_performance_level: Literal["PL0", "PL1", "PL2", "PL3"] | None = Field(
+        None,
+        description="With `dataDiskCategory: cloud_essd`: the ESSD performance level. PL2 needs `dataDiskGb` >= 461 "
+        "and PL3 >= 1261 (Alibaba's minimum sizes); throughput PL1 at most 350 MB/s (PL0 180, PL2 750, PL3 4000: "
+        "UNCONFIRMED). Left out: Alibaba's default, PL1. Changing it on a running cluster replaces every node, "
+        "setting it where it was left out too (even to PL1).",
+    )
+    data_disk_bursting: bool | None = Field(
+        None,
+        description="With `dataDiskCategory: cloud_auto`: the AutoPL performance burst (up to 4 GB/s while I/O "
+        "peaks, such as an image pull; billed per use at a rate the plan cannot bound). Left out: true. Changing "
+        "it on a running cluster replaces every node.",
     )
     os_image: str = Field(
         "^aliyun_3_x64_20G_alibase_.*",
@@ -387,6 +414,49 @@ class NodesConfig(Section):
         if size != 0 and not 100 <= size <= 32768:
             raise _problem(f"must be 0 (no data disk) or between 100 and 32768; got {size}")
         return size
+
+    @field_validator("data_disk_performance_level")
+    @classmethod
+    def _performance_level(cls, level: str | None, info: ValidationInfo) -> str | None:
+        if level is None:
+            return level
+        category, size = info.data.get("data_disk_category"), info.data.get("data_disk_gb")
+        if size == 0:
+            raise _problem(f"needs a data disk (nodes.dataDiskGb 100 or more); got {_shown(level)} with "
+                           "dataDiskGb 0")
+        if category == "cloud_auto":
+            # The provider sends PerformanceLevel for cloud_essd only (TF resource_alicloud_instance.go:1034 at
+            # 81c43b67): with cloud_auto it would be silently unused.
+            raise _problem(f"applies to dataDiskCategory cloud_essd only (an AutoPL disk has no level: its "
+                           f"baseline is PL1's, with dataDiskBursting above it); got {_shown(level)} with "
+                           "dataDiskCategory \"cloud_auto\"")
+        if isinstance(size, int) and size < ESSD_MIN_GIB[level]:
+            raise _problem(f"{level} needs nodes.dataDiskGb >= {ESSD_MIN_GIB[level]} (Alibaba's smallest {level} "
+                           f"ESSD); got {_shown(level)} with dataDiskGb {size}")
+        return level
+
+    @field_validator("data_disk_bursting")
+    @classmethod
+    def _bursting(cls, bursting: bool | None, info: ValidationInfo) -> bool | None:
+        category = info.data.get("data_disk_category")
+        if bursting is not None and category != "cloud_auto":
+            # The provider sends BurstingEnabled for cloud_auto only (TF resource_alicloud_instance.go:1024-1032).
+            raise _problem(f"applies to dataDiskCategory cloud_auto only (an ESSD AutoPL disk); got "
+                           f"{_shown(bursting)} with dataDiskCategory {_shown(category)}")
+        return bursting
+
+    @field_validator("data_disk_category")
+    @classmethod
+    def _category_needs_a_disk(cls, category: str, info: ValidationInfo) -> str:
+        if category != "cloud_essd" and info.data.get("data_disk_gb") == 0:
+            raise _problem(f"needs a data disk (nodes.dataDiskGb 100 or more); got {_shown(category)} with "
+                           "dataDiskGb 0")
+        return category
+
+    @property
+    def data_disk_burst(self) -> bool:
+        """Whether the data disk is an AutoPL disk with its performance burst on (dataDiskBursting left out: on)."""
+        return self.data_disk_category == "cloud_auto" and self.data_disk_bursting is not False
 
     @field_validator("image")
     @classmethod
