@@ -350,6 +350,7 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     count = config.nodes.count
     lines = [section("Time to the first training step (modelled: devtools/schedule.py; docs/performance.md)")]
     lines += parallelism_lines(count, slots, how)
+    lines += backend_lines(config, slots, image_gb)
     configured = schedule.configured_path(config)
     sizes = schedule.NODE_COUNTS
     header = f"  {'minutes to the first step at N nodes':62}" + "".join(f"{n:>8}" for n in sizes)
@@ -423,6 +424,21 @@ def parallelism_lines(count: int, slots: int, how: str) -> list[str]:
     if warning:
         lines.append(f"  WARNING  {warning}")
     return lines
+
+
+def backend_lines(config: ClusterConfig, slots: int, image_gb: float | None) -> list[str]:
+    """A warning when the stack's nodes pulling at once share the registry's backend so that each pull is slower
+    than one node's alone (the backend's rate is modelled: devtools/schedule.py, 'registry-backend')."""
+    bound = schedule.backend_bound_pull(config, slots, image_gb)
+    if bound is None:
+        return []
+    shared, alone = bound
+    pullers = min(config.nodes.count, slots)
+    return [f"  WARNING  {pullers} nodes pulling the image at once share the registry's backend "
+            f"({schedule.c('registry-backend'):g} Gbit/s modelled): {shared:.0f} min per node instead of "
+            f"{alone:.0f} alone. Boot from a baked image (nodes.image) or pause and resume the cluster "
+            "(nodes.paused) instead of pulling on every new node; docs/performance.md, 'P2P image distribution: "
+            "why not yet'"]
 
 
 def offline_cloud_for(stack: str) -> OfflineCloud:

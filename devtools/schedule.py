@@ -45,7 +45,7 @@ from typing import Literal
 
 from infra import model_cache, parallelism
 from infra.config import ClusterConfig
-from infra.image_path import VPC_PULL_MBPS, image_path, inbound_mbps
+from infra.image_path import VPC_PULL_MBPS, ImagePath, image_path, inbound_mbps
 from infra.node.steps import StepRecord
 
 Path = Literal["new", "in-region", "warm"]
@@ -107,8 +107,11 @@ CONSTANTS: Mapping[str, Constant] = {
     "client-read": Constant(300.0, "MB/s", "ASSUMPTION: one NFS client's read rate, under the node's VPC "
                             "bandwidth (2.5-100 Gbit/s [27])"),
     "local-disk": Constant(220.0, "MB/s", "[28] ESSD baseline max{min{120 + 0.5 x GiB, 350}, 125} MB/s at 200 GiB"),
-    "page-cache-read": Constant(0.05, "min", "ASSUMPTION: the framework's read of weights a node's prefetch left "
-                                "in its page cache: a read from memory at several GB/s, a few seconds"),
+    "page-cache-read": Constant(0.25, "min", "ASSUMPTION: the framework's reads of weights a node's prefetch left "
+                                "in its page cache, beyond vLLM's (inside framework-start): in the colocated layouts "
+                                "each of 8 ranks reads the 7B weights for Megatron and for the reference model, ~240 "
+                                "GB of page-cache copies per node at ~15 GB/s; one read alone is 2 s (vLLM, 7B, from "
+                                "RAM: vllm-startup-profiler)"),
     "prefetch-empty": Constant(0.02, "min", "ASSUMPTION: the prefetch step finding no model in the shared cache: "
                                "one SSH session (0.57 s measured, MEASURED_SECONDS) and a directory look-up"),
     "framework-start": Constant(3.0, "min", "ASSUMPTION (central value of a build-up, range 2-4): ROLL creates and "
@@ -582,17 +585,38 @@ def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options)
     return _shared_read(nodes), "read from the cache on the shared storage by every node"
 
 
+def _pull_rates(config: ClusterConfig, path: Path, options: Options, image: ImagePath) -> tuple[float, float]:
+    """A node's pull rate (MB/s; never above what its disk takes) and the shared source's (Gbit/s): the public
+    registry's over the public IP on the new path, the region's registry over the VPC otherwise."""
+    disk = disk_bound_mbyte_s(config, options)
+    if path == "new" and image.kind == "public":
+        return min(image.rate_mbps / 8.0, disk), c("public-source")
+    rate = c("tuned-pull") if options.tuned_pull else c("vpc-pull")
+    return min(rate, disk), c("registry-backend")
+
+
+def backend_bound_pull(config: ClusterConfig, parallel: int,
+                       image_gb: float | None = None) -> tuple[float, float] | None:
+    """(one node's pull, the same node alone) in minutes when the stack's nodes pulling at once (as many as Pulumi's
+    parallelism lets start together) share the registry's backend so that each takes longer than alone; None when
+    they do not, or nothing is pulled (a baked image)."""
+    path = configured_path(config)
+    if path == "warm":
+        return None
+    image = image_path(config, image_gb)
+    rate, backend = _pull_rates(config, path, NO_OPTIONS, image)
+    alone = pull_minutes(image.size_gb, rate, backend, 1, False)
+    shared = pull_minutes(image.size_gb, rate, backend, min(config.nodes.count, parallel), False)
+    return (shared, alone) if shared > alone else None
+
+
 def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
                 options: Options = NO_OPTIONS, image_gb: float | None = None) -> Profile:
     image = image_path(config, image_gb)
     pullers = min(nodes, parallel)
     p2p = options.p2p and nodes > c("p2p-above")
-    disk = disk_bound_mbyte_s(config, options)  # the node's rate never exceeds what its disk takes
-    if path == "new" and image.kind == "public":
-        pull = pull_minutes(image.size_gb, min(image.rate_mbps / 8.0, disk), c("public-source"), pullers, p2p)
-    else:
-        rate = c("tuned-pull") if options.tuned_pull else c("vpc-pull")
-        pull = pull_minutes(image.size_gb, min(rate, disk), c("registry-backend"), pullers, p2p)
+    rate, backend = _pull_rates(config, path, options, image)
+    pull = pull_minutes(image.size_gb, rate, backend, pullers, p2p)
     model, how = _model_step(config, path, nodes, options)
     prefetch, prefetch_how = _prefetch(config, path)
     page_cache, page_cache_how = _weights_prefetch(config, path, nodes, options)

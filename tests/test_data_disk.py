@@ -195,5 +195,5 @@ def test_the_plans_options_name_the_disk_and_show_the_capped_pull(capsys: Any) -
     text = capsys.readouterr().out
     assert "tuned pulls on an ESSD AutoPL data disk with burst" in text
     row = next(line for line in text.splitlines() if "tuned pulls on this stack's disk (220 MB/s)" in line)
-    assert row.split()[-5:-1] == ["16.9", "16.9", "16.9", "16.9"]
+    assert row.split()[-5:-1] == ["17.1", "17.1", "17.1", "17.1"]
     assert "this stack's caps a node at 55 MB/s" in text

@@ -233,18 +233,18 @@ def test_too_few_pulumi_slots_bootstrap_the_nodes_in_waves() -> None:
 def test_the_modelled_options_meet_or_miss_the_issue_targets_as_the_docs_say() -> None:
     # docs/performance.md states these figures; of the targets (12 min at 64 nodes, 16 at 256, warm 5 at 64) the
     # model meets only 256 nodes' (every node's weights-prefetch overlaps the pull there): the framework's start-up
-    # (3 min, assumed) remains.
-    assert at(64, "in-region", OPTIONS) == pytest.approx(13.4, abs=0.1)
-    assert at(256, "in-region", OPTIONS) == pytest.approx(13.7, abs=0.1)
+    # (3 min, assumed) and the boot remain. The weights from the page cache cost 0.25 min (page-cache-read).
+    assert at(64, "in-region", OPTIONS) == pytest.approx(13.6, abs=0.1)
+    assert at(256, "in-region", OPTIONS) == pytest.approx(13.9, abs=0.1)
     assert at(64, "in-region", OPTIONS) > 12 and at(256, "in-region", OPTIONS) <= 16
-    assert at(64, "warm", OPTIONS) == pytest.approx(8.3, abs=0.1)
+    assert at(64, "warm", OPTIONS) == pytest.approx(8.5, abs=0.1)
     # The weights on the baked disk (an option) are prefetched from there: no shared cap, flat at 256 nodes.
-    assert at(256, "warm", OPTIONS) == pytest.approx(8.3, abs=0.1)
+    assert at(256, "warm", OPTIONS) == pytest.approx(8.5, abs=0.1)
     assert at(256, "warm", OPTIONS) < at(256, "warm")
     assert at(64, "in-region", OPTIONS) < at(64, "in-region") - 20  # driver, backend and code off the path
     # The tuned pull assumes an AutoPL data disk with burst: on multi's 200 GiB ESSD PL1 (220 MB/s) a pull moves ~4x
-    # the compressed layers through the disk and is capped at 55 MB/s, so the figure the docs give for it is 16.9.
-    assert at(64, "in-region", OPTIONS_ON_STACK_DISK) == pytest.approx(16.9, abs=0.1)
+    # the compressed layers through the disk and is capped at 55 MB/s, so the figure the docs give for it is 17.1.
+    assert at(64, "in-region", OPTIONS_ON_STACK_DISK) == pytest.approx(17.1, abs=0.1)
 
 
 def test_the_warm_path_is_the_fastest_and_flat_up_to_64_nodes_on_local_weights() -> None:
@@ -309,6 +309,23 @@ def test_the_plan_warns_when_pulumis_parallelism_would_serialise_the_node_bootst
     assert "`pulumi up --parallel 80`" in text
     assert plan.main(["multi", "--nodes", "64", "--parallel", "80", *fits]) == 0
     assert "Pulumi slots" not in capsys.readouterr().out
+
+
+def test_the_plan_warns_when_the_nodes_pulling_at_once_are_bound_by_the_registrys_backend(capsys) -> None:
+    # In the region's registry a node alone pulls 25 GB at 35 MB/s in 12 min; 64 nodes at once share the backend's
+    # 10 Gbit/s: 64 x 25 GB x 8 / 10 Gbit/s = 21 min each. At 16 nodes the backend is not the bound (5 min < 12).
+    vpc_image = "registry-vpc.cn-hangzhou.aliyuncs.com/me/pytorch:nvcr-24.05-py3-torch260-vllm084"
+    fits = ["--config", 'roll-cluster:training={"overrides": {"rollout_batch_size": 128}}',
+            "--config", f'roll-cluster:container={{"image": "{vpc_image}"}}']
+    assert plan.main(["multi", "--nodes", "64", "--parallel", "80", "--no-registry", *fits]) == 0
+    text = capsys.readouterr().out
+    assert ("WARNING  64 nodes pulling the image at once share the registry's backend (10 Gbit/s modelled): 21 min "
+            "per node instead of 12 alone") in text
+    # With 16 Pulumi slots only 16 pull at once: the backend is not the bound, the slots are (their own warning).
+    assert plan.main(["multi", "--nodes", "64", "--parallel", "16", "--no-registry", *fits]) == 0
+    assert "pulling the image at once" not in capsys.readouterr().out
+    assert plan.main(["multi", "--nodes", "16", "--parallel", "80", "--no-registry", *fits]) == 0
+    assert "pulling the image at once" not in capsys.readouterr().out
 
 
 def test_an_image_in_the_regions_registry_comes_over_the_vpc_without_a_warning(capsys) -> None:
