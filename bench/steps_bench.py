@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,34 +64,34 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
         for host in network.hosts:
             network.create_container(host, "roll")
         head, workers = network.hosts[0], network.hosts[1:]
+
+        def start_head() -> None:
+            network.run(head, steps.head(settings, head)).check()
+
+        def join_workers() -> None:
+            for result in network.run_parallel(
+                [(h, steps.worker(settings, h, head.ip, rank)) for rank, h in enumerate(workers, start=1)]
+            ):
+                result.check()
+
+        def check_ready() -> None:
+            network.run(head, steps.ready(settings, head, [h.ip for h in network.hosts])).check()
+
+        def timed(key: str, action: Callable[[], None]) -> None:
+            started = time.monotonic()
+            action()
+            times[key].append(time.monotonic() - started)
+
         for repeat in range(repeats):
             # What every remote step pays on top of its script: one SSH session (the node steps above ran locally).
-            started = time.monotonic()
-            network.run(head, "true").check()
-            times["ssh-session"].append(time.monotonic() - started)
-            started = time.monotonic()
-            network.run(head, steps.head(settings, head)).check()
-            times["ray-head"].append(time.monotonic() - started)
-            started = time.monotonic()
-            for result in network.run_parallel(
-                [(h, steps.worker(settings, h, head.ip, rank)) for rank, h in enumerate(workers, start=1)]
-            ):
-                result.check()
-            times["ray-worker"].append(time.monotonic() - started)
-            started = time.monotonic()
-            network.run(head, steps.ready(settings, head, [h.ip for h in network.hosts])).check()
-            times["ray-ready"].append(time.monotonic() - started)
+            timed("ssh-session", lambda: network.run(head, "true").check())
+            timed("ray-head", start_head)
+            timed("ray-worker", join_workers)
+            timed("ray-ready", check_ready)
             # The Ray steps again while Ray runs with the settings they ask for, as on a resumed cluster (the
             # container's main process restarted Ray at boot): each finds it and leaves it.
-            started = time.monotonic()
-            network.run(head, steps.head(settings, head)).check()
-            times["ray-head-found"].append(time.monotonic() - started)
-            started = time.monotonic()
-            for result in network.run_parallel(
-                [(h, steps.worker(settings, h, head.ip, rank)) for rank, h in enumerate(workers, start=1)]
-            ):
-                result.check()
-            times["ray-worker-found"].append(time.monotonic() - started)
+            timed("ray-head-found", start_head)
+            timed("ray-worker-found", join_workers)
             job = rc.JobSpec(job_id=f"bench-steps-{repeat}", workdir="/tmp", entrypoint="sleep 60")
             started = time.monotonic()
             network.run(head, steps.submit(settings, head, job)).check()
