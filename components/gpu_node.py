@@ -134,8 +134,12 @@ class GpuNode(pulumi.ComponentResource):
                 # A new data disk performance level too: the provider neither forces a new instance for it nor
                 # applies it to the running disk (data_disks.performance_level :288 is not ForceNew, and the update
                 # has no data_disks branch, no ModifyDiskSpec), so the state would claim a level the disk has not.
-                # Its category and bursting are ForceNew (:249, :304).
-                replace_on_changes=["vswitchId", "instanceType", "dataDisks[0].performanceLevel"],
+                # The whole `dataDisks` list, not its element's path: the engine marks a replacement where a
+                # replaceOnChanges path contains a path of the provider's detailed diff or a changed top-level key
+                # (pulumi/pulumi pkg/resource/deploy/step_generator.go applyReplaceOnChanges, PropertyPath.Contains),
+                # so this holds however the bridge names the nested change; every other field under data_disks is
+                # ForceNew already (:236-310; kms_key_id is never set here).
+                replace_on_changes=["vswitchId", "instanceType", "dataDisks"],
             ),
         )
         self.instance = instance  # the bootstrap deletes the node's container with it (Machine.deleted_with)
