@@ -159,6 +159,19 @@ container_write_file() {
 
 # ---- host side ----
 
+# marker_matches MARKER EXPECTED: whether a marker file in the container records EXPECTED (a step's work done for
+# these inputs in this container); a marker that cannot be read fails the step.
+marker_matches() {
+  local current
+  current=$(run_in_container container_read_file "$1") || fail "could not read $1 in container $CONTAINER_NAME"
+  [[ "$current" == "$2" ]]
+}
+
+# record_marker MARKER CONTENT: record CONTENT in a marker file in the container, once the work it stands for is done.
+record_marker() {
+  printf '%s\n' "$2" | run_in_container -i container_write_file "$1"
+}
+
 # read_code_state: the marker (M_* variables) and the directory (DIR_STATE, ACTUAL_ORIGIN, ACTUAL_COMMIT,
 # LOCAL_CHANGES).
 read_code_state() {
@@ -199,14 +212,12 @@ code_is_current() {
   esac
 }
 
-# write_marker INSTALLED_IN: INSTALLED_IN is the id of the container pip installed the requirements in (empty: not yet).
-write_marker() {
-  local installed=$1
-  printf '%s\n' "repo=$CODE_REPO" "ref=$CODE_REF" "commit=$FETCHED_COMMIT" "source=$FETCHED_SOURCE" \
-    "requirements=$REQUIREMENTS_FILE" "extra=$PIP_EXTRA_PACKAGES" "uninstall=$PIP_UNINSTALL_PACKAGES" \
-    "editable=$INSTALL_EDITABLE" \
-    "index=$PIP_INDEX_URL" "installed=$installed" \
-    | run_in_container -i container_write_file "$CODE_MARKER"
+# write_code_marker INSTALLED_IN: INSTALLED_IN is the id of the container pip installed the requirements in (empty:
+# not yet).
+write_code_marker() {
+  record_marker "$CODE_MARKER" "$(printf '%s\n' "repo=$CODE_REPO" "ref=$CODE_REF" "commit=$FETCHED_COMMIT" \
+    "source=$FETCHED_SOURCE" "requirements=$REQUIREMENTS_FILE" "extra=$PIP_EXTRA_PACKAGES" \
+    "uninstall=$PIP_UNINSTALL_PACKAGES" "editable=$INSTALL_EDITABLE" "index=$PIP_INDEX_URL" "installed=$1")"
 }
 
 # Clear what is in the way of a fresh fetch: only content this script wrote (a marker exists) is removed, and
@@ -288,7 +299,7 @@ fetch_code() {
     fail "could not fetch the code: git fetch of $CODE_REPO@$CODE_REF failed ($RETRY_ATTEMPTS attempts) and no CODE_ARCHIVE_URL is set"
   fi
   # Recorded before pip runs: a failed install is retried on the next run without fetching again.
-  write_marker ''
+  write_code_marker ''
   M_INSTALLED=''
 }
 
@@ -335,7 +346,7 @@ install_requirements() {
   if [[ "$INSTALL_EDITABLE" == 1 ]]; then
     pip_install -e . --no-deps
   fi
-  write_marker "$CONTAINER_ID"
+  write_code_marker "$CONTAINER_ID"
   local editable=''
   if [[ "$INSTALL_EDITABLE" == 1 ]]; then editable=' and the code itself (editable)'; fi
   banner "${PIP_UNINSTALL_PACKAGES:+removed $PIP_UNINSTALL_PACKAGES; }installed${REQUIREMENTS_FILE:+ $REQUIREMENTS_FILE}${PIP_EXTRA_PACKAGES:+ $PIP_EXTRA_PACKAGES}$editable"

@@ -153,17 +153,15 @@ place_packages() {
   logged run_in_container container_place "$MSRL_SOURCES_DIR/MindSpeed/mindspeed" "$MSRL_DIR/mindspeed"
   logged run_in_container container_place "$MSRL_SOURCES_DIR/Megatron-LM/megatron" "$MSRL_DIR/megatron"
   logged run_in_container container_place "$MSRL_SOURCES_DIR/MindSpeed-LLM/mindspeed_llm" "$MSRL_DIR/mindspeed_llm"
-  printf '%s\n' "$expected" | run_in_container -i container_write_file "$PLACED_MARKER"
+  record_marker "$PLACED_MARKER" "$expected"
   banner "placed mindspeed, megatron and mindspeed_llm in $MSRL_DIR"
 }
 
 install_placed_requirements() {
-  local expected current
+  local expected
   expected=$(printf '%s\n' "container=$CONTAINER_ID" "index=$PIP_INDEX_URL" "antlr=$MSRL_ANTLR_REQUIREMENT" \
     "$(placement_record)")
-  current=$(run_in_container container_read_file "$PIP_MARKER") \
-    || fail "could not read $PIP_MARKER in container $CONTAINER_NAME"
-  if [[ "$current" == "$expected" ]]; then
+  if marker_matches "$PIP_MARKER" "$expected"; then
     banner "requirements already installed for these sources in this container; skipped"
     return 0
   fi
@@ -174,7 +172,7 @@ install_placed_requirements() {
   pip_install_in "$MSRL_SOURCES_DIR/MindSpeed" -r requirements.txt
   pip_install_in "$MSRL_DIR" -r "$MSRL_REQUIREMENTS"
   pip_install_in "$MSRL_DIR" --no-deps -- "$MSRL_ANTLR_REQUIREMENT"
-  printf '%s\n' "$expected" | run_in_container -i container_write_file "$PIP_MARKER"
+  record_marker "$PIP_MARKER" "$expected"
   banner "installed MindSpeed's and MindSpeed-RL's requirements and $MSRL_ANTLR_REQUIREMENT (--no-deps)"
 }
 

@@ -95,18 +95,16 @@ spacy_download() {
 }
 
 install_webshop() {
-  local expected current
+  local expected
   expected=$(printf '%s\n' "container=$CONTAINER_ID" "index=$PIP_INDEX_URL" "dir=$WEBSHOP_DIR" \
     "model=$WEBSHOP_SPACY_MODEL")
-  current=$(run_in_container container_read_file "$WEBSHOP_MARKER") \
-    || fail "could not read $WEBSHOP_MARKER in container $CONTAINER_NAME"
-  if [[ "$current" == "$expected" ]]; then
+  if marker_matches "$WEBSHOP_MARKER" "$expected"; then
     banner "WebShop's requirements and spaCy's $WEBSHOP_SPACY_MODEL already installed in this container; skipped"
     return 0
   fi
   pip_install -r "$WEBSHOP_DIR/requirements.txt"
   spacy_download
-  printf '%s\n' "$expected" | run_in_container -i container_write_file "$WEBSHOP_MARKER"
+  record_marker "$WEBSHOP_MARKER" "$expected"
   banner "installed $WEBSHOP_DIR/requirements.txt and spaCy's $WEBSHOP_SPACY_MODEL"
 }
 
