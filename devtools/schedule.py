@@ -39,7 +39,7 @@ registry's manifest (devtools/registry.py); None, as in the bench, uses infra/im
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -229,7 +229,7 @@ class Profile:
 
     def minutes(self, step: str) -> float:
         if self.resumed and step in RESUMED_MINUTES:
-            return RESUMED_MINUTES[step]()
+            return RESUMED_MINUTES[step]
         if step in MEASURED_SECONDS and (
             self.baked or step.startswith(("ray-", "job")) or (self.base_image and step in BASE_IMAGE_STEPS)
         ):
@@ -296,12 +296,12 @@ RESUMED_STEPS: Mapping[str, str] = {
                                "stop, so every node reads the weights again",
     "job": "runs again (it carries the head's start time): submits the job, which loads its newest checkpoint",
 }
-RESUMED_MINUTES: Mapping[str, Callable[[], float]] = {
-    "image": lambda: 0.0,
-    "container": lambda: 0.0,  # its restart is part of the boot (dockerd starts it)
-    "code": lambda: c("resume-code"),
-    "ray-head": lambda: MEASURED_SECONDS["ray-head-found"] / 60.0,
-    "ray-worker": lambda: MEASURED_SECONDS["ray-worker-found"] / 60.0,
+RESUMED_MINUTES: Mapping[str, float] = {
+    "image": 0.0,
+    "container": 0.0,  # its restart is part of the boot (dockerd starts it)
+    "code": c("resume-code"),
+    "ray-head": MEASURED_SECONDS["ray-head-found"] / 60.0,
+    "ray-worker": MEASURED_SECONDS["ray-worker-found"] / 60.0,
 }
 
 # What a step does on a node booted from a baked image instead of its work (the plan prints it).
@@ -420,9 +420,14 @@ default_parallel = parallelism.default_slots
 waves = parallelism.waves
 
 
+def transfer_minutes(size_gb: float, mbyte_s: float) -> float:
+    """Minutes to move size_gb (10^9 bytes) at mbyte_s (10^6 bytes/s)."""
+    return size_gb * 1000.0 / mbyte_s / 60.0
+
+
 def pull_minutes(size_gb: float, node_mbyte_s: float, backend_gbit_s: float, pullers: int, p2p: bool) -> float:
     """One node's pull while `pullers` nodes pull at once: the node's own rate, or its share of the backend."""
-    own = size_gb * 1000.0 / node_mbyte_s / 60.0
+    own = transfer_minutes(size_gb, node_mbyte_s)
     copies = min(pullers, c("p2p-seed-copies")) if p2p else pullers
     shared = copies * size_gb * 8.0 / backend_gbit_s / 60.0
     return max(own, shared)
@@ -478,10 +483,10 @@ def _download(config: ClusterConfig, nodes: int) -> tuple[float, str]:
     if model_cache.intra_cloud_region(config) and hub == "modelscope":
         rate = c("modelscope-intra-cloud")
         shared = nodes * size * 8.0 / c("registry-backend") / 60.0
-        return max(size * 1000.0 / rate / 60.0, shared), f"{who} from ModelScope in-cloud ({rate:g} MB/s)"
+        return max(transfer_minutes(size, rate), shared), f"{who} from ModelScope in-cloud ({rate:g} MB/s)"
     source = "ModelScope" if hub == "modelscope" else config.model_source
     rate = min(c("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
-    return size * 1000.0 / rate / 60.0, f"{who} from {source} over its public IP ({rate:g} MB/s, best case)"
+    return transfer_minutes(size, rate), f"{who} from {source} over its public IP ({rate:g} MB/s, best case)"
 
 
 def _prefetch(config: ClusterConfig, path: Path) -> tuple[float, str]:
@@ -495,19 +500,22 @@ def _prefetch(config: ClusterConfig, path: Path) -> tuple[float, str]:
     return c("model-check"), "finds the model in the shared cache (one listing of the repository)"
 
 
+def _nas_read(per_node_gb: float, total_gb: float) -> float:
+    """Every node reading per_node_gb from the shared storage at once (total_gb in all): one client's rate, or the
+    nodes' share of the file system's read cap."""
+    return max(transfer_minutes(per_node_gb, c("client-read")), transfer_minutes(total_gb, c("nas-read")))
+
+
 def _shared_read(nodes: int) -> float:
-    """Every node reading the model from the shared storage at once: the client's rate or its share of the cap."""
-    size = c("model-size")
-    own = size * 1000.0 / c("client-read") / 60.0
-    shared = nodes * size * 1000.0 / c("nas-read") / 60.0
-    return max(own, shared)
+    """Every node reading the model from the shared storage at once."""
+    return _nas_read(c("model-size"), nodes * c("model-size"))
 
 
 def _local_read(loaded: bool = True) -> float:
     """One node reading the model from its own data disk; `loaded` False: a disk just made from a snapshot, whose
     first read loads the data from OSS (no snapshot prefetch)."""
     rate = c("local-disk") if loaded else min(c("local-disk"), c("snapshot-first-read"))
-    return c("model-size") * 1000.0 / rate / 60.0
+    return transfer_minutes(c("model-size"), rate)
 
 
 def _disk_loaded(path: Path, options: Options) -> bool:
@@ -526,7 +534,7 @@ def _first_read(config: ClusterConfig, path: Path, options: Options,
         return 0.0, ""
     size = image_path(config, image_gb).size_gb * c("image-extracted-ratio") * c("start-read-fraction")
     rate = c("snapshot-first-read")
-    return size * 1000.0 / rate / 60.0, (f"the start reads {size:.1f} GB of the image's files from a disk made from "
+    return transfer_minutes(size, rate), (f"the start reads {size:.1f} GB of the image's files from a disk made from "
                                          f"the snapshot, loading from OSS at {rate:g} MB/s (no snapshot prefetch)")
 
 
@@ -539,11 +547,10 @@ def _checkpoint(config: ClusterConfig, path: Path, nodes: int, options: Options)
     weights, optimizer = c("checkpoint-weights"), c("checkpoint-optimizer")
     per_node = weights + optimizer / nodes
     if not model_cache.shared_cache(config):
-        return per_node * 1000.0 / c("local-disk") / 60.0, f"every node reads {per_node:.1f} GB from its data disk"
-    own = per_node * 1000.0 / c("client-read") / 60.0
-    shared = (optimizer + nodes * weights) * 1000.0 / c("nas-read") / 60.0
-    return max(own, shared), (f"every node reads {per_node:.1f} GB of the newest checkpoint from the shared storage "
-                              f"({nodes * weights + optimizer:g} GB in all)")
+        return transfer_minutes(per_node, c("local-disk")), f"every node reads {per_node:.1f} GB from its data disk"
+    total = optimizer + nodes * weights
+    return _nas_read(per_node, total), (f"every node reads {per_node:.1f} GB of the newest checkpoint from the "
+                                        f"shared storage ({total:g} GB in all)")
 
 
 def _page_cache(config: ClusterConfig, path: Path) -> bool:
