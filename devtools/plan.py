@@ -368,25 +368,17 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         if not model_cache.shared_cache(config):
             label = label.replace("model on shared storage", "model on the data disks")
         lines.append(row(label, name, schedule.NO_OPTIONS, name == configured))
-    lines.append("  with the modelled options (maintained base image with the driver, tuned pulls on an ESSD AutoPL "
-                 f"data disk with burst, P2P above {schedule.c('p2p-above'):g} nodes, requirements in the image, "
-                 "snapshot prefetch):")
-    for name in ("in-region", "warm"):
-        lines.append(row(f"  {name}", name, schedule.OPTIONS, False))
-    lines.append(row("  warm without snapshot prefetch (no API the program can call)", "warm",
-                     schedule.NO_SNAPSHOT_PREFETCH, False))
-    lines.append(row("  warm, resumed from economical-mode stop", "warm", schedule.RESUME, False))
-    if config.nodes.source == "alibaba":  # own hosts' disks are unknown to the plan
-        disk = schedule.disk_mbyte_s(config)
-        lines.append(row(f"  in-region, tuned pulls on this stack's disk ({disk:g} MB/s)", "in-region",
-                         schedule.OPTIONS_ON_STACK_DISK, False))
-        lines.append(f"    (a pull moves ~{schedule.c('pull-io-factor'):g}x the compressed layers through the disk: "
-                     f"this stack's caps a node at {schedule.disk_bound_mbyte_s(config):g} MB/s; "
-                     "nodes.dataDiskCategory cloud_auto with burst does not)")
+    lines.append(row("  warm, resumed after an economical-mode stop (nodes.paused)", "warm", schedule.RESUMED, False))
+    writes = schedule.state_write_minutes(count)
+    lines.append(f"  (each figure includes Pulumi's state saves with a self-managed backend: {writes:.1f} min at "
+                 f"{count} nodes, {schedule.state_write_minutes(64):.1f} at 64; Pulumi Cloud journals instead; "
+                 "docs/performance.md, 'Pulumi's state saves')")
+    lines.append("  (figures for what the program builds; modelled options that are not built: docs/performance.md, "
+                 "'Modelled options, not built')")
     lines.append("  (columns: `pulumi up --parallel N` or more; last column: this machine's parallelism)")
     paths: list[tuple[str, schedule.Path, schedule.Options]] = [(name, name, schedule.NO_OPTIONS)
                                                                  for name in schedule.PATHS]
-    for label, name, options in [*paths, ("warm, resumed + options", "warm", schedule.RESUME)]:
+    for label, name, options in [*paths, ("warm, resumed", "warm", schedule.RESUMED)]:
         plan = schedule.first_step(config, records, name, 64, 64, options, image_gb)
         lines.append(f"  critical path, {label}, 64 nodes: " + " -> ".join(
             f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path))
@@ -435,7 +427,7 @@ def backend_lines(config: ClusterConfig, slots: int, image_gb: float | None) -> 
     shared, alone = bound
     pullers = min(config.nodes.count, slots)
     return [f"  WARNING  {pullers} nodes pulling the image at once share the registry's backend "
-            f"({schedule.c('registry-backend'):g} Gbit/s modelled): {shared:.0f} min per node instead of "
+            f"({schedule.registry_backend_gbit_s(config):g} Gbit/s modelled, the region's OSS cap): {shared:.0f} min per node instead of "
             f"{alone:.0f} alone. Boot from a baked image (nodes.image) or pause and resume the cluster "
             "(nodes.paused) instead of pulling on every new node; docs/performance.md, 'P2P image distribution: "
             "why not yet'"]

@@ -39,12 +39,14 @@ registry's manifest (devtools/registry.py); None, as in the bench, uses infra/im
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from infra import model_cache, parallelism
 from infra.config import ClusterConfig
+from infra.config.training import is_mainland_region
 from infra.image_path import VPC_PULL_MBPS, ImagePath, image_path, inbound_mbps
 from infra.node.steps import StepRecord
 
@@ -70,8 +72,9 @@ CONSTANTS: Mapping[str, Constant] = {
                                      "--parallel N` or PULUMI_PARALLEL changes it"),
     "vpc-pull": Constant(VPC_PULL_MBPS / 8.0, "MB/s", "[3][20][22][37] stock `docker pull` of 10-20 GB ML "
                          "images: 17-40 MB/s observed (not on Alibaba: UNCONFIRMED there)"),
-    "tuned-pull": Constant(100.0, "MB/s", "ASSUMPTION (option): unpigz ~2x [20][21], max-concurrent-downloads 10 "
-                           "[16d], on a data disk that keeps up (AutoPL with burst [28]; see pull-io-factor)"),
+    "tuned-pull": Constant(50.0, "MB/s", "[20][21] (option, not built) the best sourced tuned pull: 10 GB in 3 min 18 s "
+                           "(~50 MB/s) with pigz and core pinning (Dstack-TEE/meta-dstack PR #13); layers are "
+                           "extracted one after another (moby #37957), so more concurrent downloads add little"),
     "pull-io-factor": Constant(4.0, "x", "ASSUMPTION (estimate, reference 2.3): a pull writes the compressed "
                                "layers, reads them back and writes them extracted: ~4x the compressed size in disk "
                                "I/O, so a node pulls at most at the disk's throughput / 4"),
@@ -86,8 +89,15 @@ CONSTANTS: Mapping[str, Constant] = {
     "essd-pl3-max": Constant(4000.0, "MB/s", "ASSUMPTION: PL3 at most 4,000 MB/s (Alibaba's ESSD page; not found in "
                              "the reference, UNCONFIRMED)"),
     "autopl-burst": Constant(4000.0, "MB/s", "[28] ESSD AutoPL with performance burst: up to 4 GB/s per disk"),
-    "registry-backend": Constant(10.0, "Gbit/s", "[16] ACR's P2P test at 10 Gbit/s; [26] OSS per-account cap "
-                                 "10 Gbit/s in most mainland regions (whether ACR counts against it: UNCONFIRMED)"),
+    # The region's registry is backed by OSS; its per-account bandwidth cap is the shared backend every pulling node
+    # draws on. (The 10 Gbit/s of ACR's P2P page [16] is its 1,000-node test's network, not a cap.)
+    "registry-backend": Constant(10.0, "Gbit/s", "[26] OSS per-account bandwidth cap in mainland regions other than "
+                                 "the three below (cn-hangzhou 10 Gbit/s); raisable by ticket; whether ACR's "
+                                 "traffic counts against the user's cap: UNCONFIRMED"),
+    "registry-backend-large": Constant(100.0, "Gbit/s", "[26] OSS's download cap in cn-beijing, cn-shanghai and "
+                                       "cn-shenzhen (same UNCONFIRMED as registry-backend)"),
+    "registry-backend-abroad": Constant(5.0, "Gbit/s", "[26] OSS's cap outside the mainland (cn-hongkong included; "
+                                        "same UNCONFIRMED as registry-backend)"),
     "public-source": Constant(10.0, "Gbit/s", "ASSUMPTION: the public registry owner's cap is unknown (reference "
                               "section 3 table)"),
     "p2p-above": Constant(16.0, "nodes", "[16][16d][24] P2P (ACR EE, Kraken, Dragonfly) pays off above ~16 nodes "
@@ -102,8 +112,10 @@ CONSTANTS: Mapping[str, Constant] = {
                             "client lists the repository's files (one API call) and compares them with the cache"),
     "hub-public": Constant(12.5, "MB/s", "[29] at most the node's public IP (100 Mbit/s); hf-mirror observed "
                            "~1 MB/s [31] (UNCONFIRMED), so this is a best case"),
-    "nas-read": Constant(10000.0, "MB/s", "[32] NAS per file system read cap 10 GB/s (a small NAS is slower, "
-                         "throughput grows with capacity [32b]: UNCONFIRMED)"),
+    "nas-read": Constant(10000.0, "MB/s", "[32] a general-purpose NAS's read cap, 10 GB/s, is published only for "
+                         "Hong Kong and regions outside the mainland; its throughput grows linearly with the data "
+                         "stored [32b] and the program's NAS (Capacity, pay by use) holds little: the figure for a "
+                         "small NAS in a mainland region is UNCONFIRMED, so this is a best case"),
     "client-read": Constant(300.0, "MB/s", "ASSUMPTION: one NFS client's read rate, under the node's VPC "
                             "bandwidth (2.5-100 Gbit/s [27])"),
     "local-disk": Constant(220.0, "MB/s", "[28] ESSD baseline max{min{120 + 0.5 x GiB, 350}, 125} MB/s at 200 GiB"),
@@ -119,6 +131,22 @@ CONSTANTS: Mapping[str, Constant] = {
                                 "start-up'); verl with Qwen2-7B takes 3.7 min to start (verl #384); one vLLM engine "
                                 "for 7B 25-46 s (vllm-startup-profiler); Megatron's 7B load 25-109 s (verl PR #1030); "
                                 "[37] about 2-4 min from start to the first step (3B, 2xL20)"),
+    "framework-start-growth": Constant(0.5, "min per doubling", "ASSUMPTION (UNCONFIRMED): the start-up's build-up "
+                                       "(framework-start) is for 2 nodes (16 ranks); each doubling of the ranks "
+                                       "beyond adds this much (Ray actors created one cluster after another, NCCL "
+                                       "communicators over more ranks); no source measures it at 512-2,048 ranks"),
+    "ecs-api-per-minute": Constant(60.0, "calls", "ASSUMPTION (UNCONFIRMED): RunInstances calls per minute before "
+                                   "ECS throttles the account in the region; a throttled call waits for the next "
+                                   "minute (alibabacloud.com/help/doc-detail/437902.htm); one call per instance "
+                                   "(the provider creates each instance with its own RunInstances)"),
+    "state-writes-per-step": Constant(2.0, "writes", "[pulumi pkg/backend/snapshot.go] doCreate, doUpdate: one save "
+                                      "when the step begins, one when it ends; mutations are served one at a time, "
+                                      "defaultServiceLoop, and each step waits for its save"),
+    "state-write-rate": Constant(20.0, "MB/s", "ASSUMPTION (UNCONFIRMED): a self-managed backend's save of the whole "
+                                 "checkpoint (pulumi pkg/backend/diy/state.go saveCheckpoint: marshal, back up the "
+                                 "old file, write the new one); pulumi/pulumi #10960 reports 1-3 s per save, #14967 "
+                                 "a 16 MB state's refresh at ~30 min against 29 s with PULUMI_SKIP_CHECKPOINTS. "
+                                 "Pulumi Cloud journals each step instead (httpstate, journaling): about 0"),
     "resume-preamble": Constant(0.5, "min", "ASSUMPTION (option): a `pulumi up` that only restarts stopped "
                                 "instances: refresh and one update per instance, no new network"),
     "resume-boot": Constant(1.0, "min", "ASSUMPTION (option): restart of an economical-mode stopped instance "
@@ -176,6 +204,17 @@ MEASURED_SECONDS: Mapping[str, float] = {
 }
 JOB_WATCH_SECONDS = 10.0
 
+# What Pulumi stores for the stack: every resource's inputs and outputs as JSON, measured under the offline cloud on
+# `multi` (python3 dev.py bench, 'state'; bench/program_bench.py measure_state). The mocks' outputs repeat the
+# inputs as a provider's do, without the commands' stdout and stderr (a real state holds those too, so this is a
+# floor). tests/test_fast_nodes.py checks the figures against the program as it is.
+MEASURED_STATE: Mapping[str, float] = {
+    "resources-fixed": 20,  # provider, network, security group, storage, the job's local steps ...
+    "resources-per-node": 15,  # the instance, its steps, the image and the container
+    "kb-fixed": 425.0,
+    "kb-per-node": 600.0,
+}
+
 # Minutes on a new node (nominal). "pull-image" comes from the image path instead; the Ray and job steps from
 # MEASURED_SECONDS on every path (they do the same work wherever the node came from).
 NEW_NODE_MINUTES: Mapping[str, float] = {
@@ -226,6 +265,7 @@ class Profile:
     resumed: bool = False  # the same nodes started again after an economical-mode stop (RESUME)
     checkpoint_minutes: float = 0.0  # the resumed job's read of its newest checkpoint
     checkpoint_how: str = ""
+    state_write_minutes: float = 0.0  # Pulumi's checkpoint saves (self-managed backend), before the job's step ends
 
     def minutes(self, step: str) -> float:
         if self.resumed and step in RESUMED_MINUTES:
@@ -253,6 +293,8 @@ class Profile:
             return self.first_read_minutes
         if step == "checkpoint":
             return self.checkpoint_minutes
+        if step == "state-writes":
+            return self.state_write_minutes
         return NEW_NODE_MINUTES.get(step, 0.0)
 
     def restarted(self, step: str) -> float | None:
@@ -397,7 +439,11 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
         visit(key)
     job = next((k for k in by_key if by_key[k].step == "job"), None)
     if to_first_step and job is not None:
-        finish["node-0/weights"], previous["node-0/weights"] = finish[job] + profile.model_minutes, job
+        submitted = job
+        if profile.state_write_minutes > 0:  # Pulumi's saves, served one at a time, hold the steps up to the job's
+            finish["node-0/state-writes"] = finish[job] + profile.state_write_minutes
+            previous["node-0/state-writes"], submitted = job, "node-0/state-writes"
+        finish["node-0/weights"], previous["node-0/weights"] = finish[submitted] + profile.model_minutes, submitted
         last_read = "node-0/weights"
         # Where they apply: the image's files read from a disk not yet loaded from OSS (warm, no snapshot prefetch),
         # and the resumed job's checkpoint; both during the framework's start, before its first step.
@@ -418,6 +464,57 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
 # ------------------------------------------------------------------------------------------- node count and paths
 default_parallel = parallelism.default_slots
 waves = parallelism.waves
+
+
+def registry_backend_gbit_s(config: ClusterConfig) -> float:
+    """The OSS bandwidth cap behind the region's registry [26]: 100 Gbit/s for downloads in Beijing, Shanghai and
+    Shenzhen, 10 in the other mainland regions, 5 outside the mainland."""
+    region = config.region or ""
+    if region in ("cn-beijing", "cn-shanghai", "cn-shenzhen"):
+        return c("registry-backend-large")
+    return c("registry-backend") if is_mainland_region(region) else c("registry-backend-abroad")
+
+
+def framework_start_minutes(config: ClusterConfig, nodes: int) -> float:
+    """The framework's start-up at `nodes` nodes: the 2-node build-up, plus framework-start-growth per doubling of
+    the ranks beyond 16 (an assumption: nothing measures it at scale)."""
+    ranks = nodes * (config.nodes.gpus_per_node or 8)
+    doublings = max(0.0, math.log2(ranks / 16.0))
+    return c("framework-start") + doublings * c("framework-start-growth")
+
+
+def api_wait_minutes(nodes: int) -> float:
+    """The last instance's wait for the ECS API: past ecs-api-per-minute calls, a throttled RunInstances (or
+    StartInstances) waits for the next minute."""
+    return float((max(nodes, 1) - 1) // int(c("ecs-api-per-minute")))
+
+
+def state_resources(nodes: int) -> int:
+    return int(MEASURED_STATE["resources-fixed"] + MEASURED_STATE["resources-per-node"] * nodes)
+
+
+def state_megabytes(nodes: int) -> float:
+    """The stack's state at `nodes` nodes (MEASURED_STATE), in MB."""
+    return (MEASURED_STATE["kb-fixed"] + MEASURED_STATE["kb-per-node"] * nodes) / 1000.0
+
+
+def state_write_minutes(nodes: int) -> float:
+    """Pulumi's checkpoint saves during the `up` with a self-managed backend (`pulumi login --local`, a bucket):
+    every created resource saves the whole state twice, one save at a time, so a step waits behind the saves of the
+    steps that ended with it. Nodes move through their steps together, so the saves add to the path rather than
+    hide behind it. The state grows from its fixed part to its full size as resources are created: the mean save
+    is half way. Quadratic in the node count: the reason a large stack needs a small state (or Pulumi Cloud's
+    journal, or PULUMI_SKIP_CHECKPOINTS at its risk: docs/performance.md)."""
+    mean_mb = (MEASURED_STATE["kb-fixed"] / 1000.0 + state_megabytes(nodes)) / 2.0
+    saves = state_resources(nodes) * c("state-writes-per-step")
+    return saves * mean_mb / c("state-write-rate") / 60.0
+
+
+def scale_minutes(config: ClusterConfig, nodes: int) -> float:
+    """The terms that grow with the node count alone, whatever the path: the ECS API's throttling, Pulumi's state
+    saves and the start-up's growth with the ranks."""
+    growth = framework_start_minutes(config, nodes) - c("framework-start")
+    return api_wait_minutes(nodes) + state_write_minutes(nodes) + growth
 
 
 def transfer_minutes(size_gb: float, mbyte_s: float) -> float:
@@ -452,6 +549,8 @@ class Options:
 NO_OPTIONS = Options()
 OPTIONS = Options(True, True, True, True, True, True, burst_disk=True)
 RESUME = Options(True, True, True, True, True, True, resume=True, burst_disk=True)
+# What the program builds today for a resume (nodes.paused removed): the same nodes started again, no option.
+RESUMED = Options(resume=True)
 # The options with the stack's own data disk (PL1 by default): what a tuned pull gets without AutoPL's burst.
 OPTIONS_ON_STACK_DISK = replace(OPTIONS, burst_disk=False)
 NO_SNAPSHOT_PREFETCH = replace(OPTIONS, snapshot_prefetch=False)  # the options as implementable today (no API)
@@ -599,7 +698,7 @@ def _pull_rates(config: ClusterConfig, path: Path, options: Options, image: Imag
     if path == "new" and image.kind == "public":
         return min(image.rate_mbps / 8.0, disk), c("public-source")
     rate = c("tuned-pull") if options.tuned_pull else c("vpc-pull")
-    return min(rate, disk), c("registry-backend")
+    return min(rate, disk), registry_backend_gbit_s(config)
 
 
 def backend_bound_pull(config: ClusterConfig, parallel: int,
@@ -643,8 +742,9 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         prefetch_how=prefetch_how,
         page_cache_minutes=page_cache,
         page_cache_how=page_cache_how,
-        framework_minutes=c("framework-start"),
-        boot_minutes=c("resume-boot") if options.resume else c("boot"),
+        framework_minutes=framework_start_minutes(config, nodes),
+        boot_minutes=(c("resume-boot") if options.resume else c("boot")) + api_wait_minutes(nodes),
+        state_write_minutes=state_write_minutes(nodes),
         preamble_minutes=c("resume-preamble") if options.resume else c("preamble"),
         first_read_minutes=first_read,
         first_read_how=first_read_how,
