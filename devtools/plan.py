@@ -427,7 +427,8 @@ def backend_lines(config: ClusterConfig, slots: int, image_gb: float | None) -> 
     shared, alone = bound
     pullers = min(config.nodes.count, slots)
     return [f"  WARNING  {pullers} nodes pulling the image at once share the registry's backend "
-            f"({schedule.registry_backend_gbit_s(config):g} Gbit/s modelled, the region's OSS cap): {shared:.0f} min per node instead of "
+            f"({schedule.registry_backend_gbit_s(config):g} Gbit/s modelled, the region's OSS cap): "
+            f"{shared:.0f} min per node instead of "
             f"{alone:.0f} alone. Boot from a baked image (nodes.image) or pause and resume the cluster "
             "(nodes.paused) instead of pulling on every new node; docs/performance.md, 'P2P image distribution: "
             "why not yet'"]

@@ -72,8 +72,8 @@ CONSTANTS: Mapping[str, Constant] = {
                                      "--parallel N` or PULUMI_PARALLEL changes it"),
     "vpc-pull": Constant(VPC_PULL_MBPS / 8.0, "MB/s", "[3][20][22][37] stock `docker pull` of 10-20 GB ML "
                          "images: 17-40 MB/s observed (not on Alibaba: UNCONFIRMED there)"),
-    "tuned-pull": Constant(50.0, "MB/s", "[20][21] (option, not built) the best sourced tuned pull: 10 GB in 3 min 18 s "
-                           "(~50 MB/s) with pigz and core pinning (Dstack-TEE/meta-dstack PR #13); layers are "
+    "tuned-pull": Constant(50.0, "MB/s", "[20][21] (option, not built) the best sourced tuned pull: 10 GB in 3 min "
+                           "18 s (~50 MB/s) with pigz and core pinning (Dstack-TEE/meta-dstack PR #13); layers are "
                            "extracted one after another (moby #37957), so more concurrent downloads add little"),
     "pull-io-factor": Constant(4.0, "x", "ASSUMPTION (estimate, reference 2.3): a pull writes the compressed "
                                "layers, reads them back and writes them extracted: ~4x the compressed size in disk "

@@ -18,7 +18,6 @@ from devtools.schedule import (
     NO_OPTIONS,
     NO_SNAPSHOT_PREFETCH,
     OPTIONS,
-    OPTIONS_ON_STACK_DISK,
     RESUME,
     RESUMED_STEPS,
     Options,
@@ -240,7 +239,7 @@ def test_the_modelled_options_are_figures_for_the_docs_not_a_path_the_program_bu
 
 
 def test_the_warm_path_differs_across_counts_only_by_the_terms_that_grow_with_the_count() -> None:
-    records, config = records_and_config("multi")
+    _, config = records_and_config("multi")
     by_count = {count: at(count, "warm", OPTIONS) - schedule.scale_minutes(config, count)
                 for count in (2, 16, 64, 256)}
     assert max(by_count.values()) - min(by_count.values()) < 0.01, by_count  # nothing shared is read at once

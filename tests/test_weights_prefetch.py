@@ -13,8 +13,8 @@ import pytest
 from offline_helpers import ancestors, env_of, run, step_command
 from script_harness import FakeNode, assert_failed, assert_ok
 
-from devtools.offline_cloud import unwrap
 from devtools import schedule
+from devtools.offline_cloud import unwrap
 from devtools.schedule import CONSTANTS, first_step
 from infra import model_cache
 from infra.node import steps
