@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infra.config import ContainerConfig, TrainingConfig
-from infra.frameworks import roll_checks, roll_keys, roll_render, roll_sources
+from infra.frameworks import roll_checks, roll_images, roll_keys, roll_render, roll_sources
 from infra.frameworks.base import (
     RESUME_VARIABLE,
     WHERE_FROM_ONLY,
@@ -366,6 +366,7 @@ class RollAdapter:
                 "ref": self.roll.ref,
                 "dir": ROLL_DIR,
                 "requirements_file": self.requirements_file(),
+                "megatron_core": roll_images.megatron_core_note(image_tag(self.container.image)),
                 "environment_setup": self.environment_setup(),
             },
             "pipeline": self.roll.pipeline,
