@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rule_table
 import yaml
 from engine_venv import EngineVenvUnavailable, ensure_engine_venv
+from model_configs import MODEL_CONFIGS
 from offline_helpers import run
 from omegaconf import OmegaConf
 
@@ -26,6 +28,7 @@ from infra.frameworks import roll_render
 from infra.frameworks.roll import v0_budget_problems
 from infra.node import steps
 from infra.sources.alibaba.catalog import FAMILIES, family_of
+from tools.vllm_scheduler_rules import read_sources, scheduler_table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -38,30 +41,6 @@ ORACLE_TIMEOUT_S = 15 * 60  # importing torch and vLLM on 2 busy cores
 CAPABILITY = {"V100": (7, 0), "T4": (7, 5), "A10": (8, 6), "A30": (8, 0), "A100": (8, 0), "L20": (8, 9),
               "H20": (9, 0)}
 
-# The models' config.json, the public values of each model's own file (what vLLM reads of a model without its
-# weights): Qwen2.5's architecture fields. virtuoussy/Qwen2.5-7B-Instruct-RLVR is a Qwen2.5-7B-Instruct fine-tune
-# (its own config.json: UNCONFIRMED; the stack's worker sets max_model_len 8000 below either model's limit).
-_QWEN25_05B = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
-    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
-    "vocab_size": 151936, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "sliding_window": 32768,
-    "use_sliding_window": False, "max_window_layers": 21, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
-    "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151645,
-}
-_QWEN25_7B = {
-    **_QWEN25_05B, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-    "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "max_window_layers": 28,
-    "tie_word_embeddings": False, "max_position_embeddings": 131072, "sliding_window": 131072,
-    "eos_token_id": 151643,
-}
-_QWEN25_7B_INSTRUCT = {**_QWEN25_7B, "max_position_embeddings": 32768, "sliding_window": 131072,
-                       "eos_token_id": 151645}
-MODEL_CONFIGS = {
-    "Qwen/Qwen2.5-0.5B-Instruct": _QWEN25_05B,
-    "Qwen/Qwen2.5-7B": _QWEN25_7B,
-    "Qwen/Qwen2.5-7B-Instruct": _QWEN25_7B_INSTRUCT,
-    "virtuoussy/Qwen2.5-7B-Instruct-RLVR": _QWEN25_7B_INSTRUCT,
-}
 V100_16GB = {"capability": [7, 0], "device_name": "Tesla V100-SXM2-16GB", "memory_gib": 16}
 
 
@@ -226,6 +205,26 @@ def test_vllm_refuses_todays_dev_and_the_plans_own_rule_agrees_case_by_case(engi
     for name, change in variants.items():
         worker = copy.deepcopy(base)
         worker["strategy_args"]["strategy_config"].update(change)
-        plan_refuses = bool(v0_budget_problems("actor_infer", worker["strategy_args"]["strategy_config"]))
+        strategy_config = worker["strategy_args"]["strategy_config"]
+        plan_refuses = bool(v0_budget_problems("actor_infer", strategy_config))
         assert plan_refuses == (not answers[name]["ok"]), (name, answers[name])
+        # The rule table generated from vLLM 0.8.4's source (what judges the engines that cannot run here) agrees
+        # with vLLM itself. V0 turns chunked prefill on only above 32K tokens (arg_utils.py:1572-1600).
+        max_model_len = strategy_config.get("max_model_len", MODEL_CONFIGS[pipeline["pretrain"]][
+            "max_position_embeddings"])
+        chunked = strategy_config.get("enable_chunked_prefill", max_model_len > 32768)
+        table_refuses = any(v.violated for v in rule_table.verdicts("0.8.4", {
+            "max_model_len": max_model_len, "enable_chunked_prefill": chunked, "chunked_prefill_enabled": chunked,
+            "max_num_batched_tokens": strategy_config.get("max_num_batched_tokens", 8192)}))
+        assert table_refuses == (not answers[name]["ok"]), (name, answers[name])
+
+
+def test_the_rule_table_of_vllm_0_8_4_is_what_the_tool_reads_from_the_installed_vllm(engine_python: Path) -> None:
+    """tools/vllm_scheduler_rules.py on the engine venv's own vLLM gives the committed table's 0.8.4 entry, rule for
+    rule (the other versions' entries were generated the same way from their wheels)."""
+    packages = sorted((engine_python.parent.parent / "lib").glob("python3*/site-packages/vllm"))
+    assert len(packages) == 1, packages
+    package = packages[0]
+    committed = rule_table.load()["0.8.4"]
+    assert {k: v for k, v in committed.items() if k != "used_by"} == scheduler_table(read_sources(package))
 
