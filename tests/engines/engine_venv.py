@@ -2,9 +2,9 @@
 clone, once per requirements file (keyed by its digest), and reused by every later run and every worktree.
 
 An engine venv is large (vLLM 0.8.4 with torch 2.6.0's CUDA wheels: about 8 GB, about 5 minutes to install), so it
-lives under /var/cache/roll-cluster-engines (or $ROLL_CLUSTER_ENGINES_CACHE), never in the repository. A build
-holds a lock, so two test runs never build the same venv at once, and is marked complete only at its end: a build
-cut short is removed and redone by the next run.
+lives under /var/cache/roll-cluster-engines (else ~/.cache/roll-cluster-engines; $ROLL_CLUSTER_ENGINES_CACHE wins),
+never in the repository. A build holds a lock, so two test runs never build the same venv at once, and is marked
+complete only at its end: a build cut short is removed and redone by the next run.
 """
 
 from __future__ import annotations
@@ -17,9 +17,21 @@ import subprocess
 import venv
 from pathlib import Path
 
-CACHE = Path(os.environ.get("ROLL_CLUSTER_ENGINES_CACHE", "/var/cache/roll-cluster-engines"))
-# What a vLLM venv takes on disk (about 8 GB measured, ../shared/reference/engines-own-checks.md), with room.
-NEEDED_FREE_BYTES = 12 << 30
+
+def _cache() -> Path:
+    """$ROLL_CLUSTER_ENGINES_CACHE, else /var/cache/roll-cluster-engines where this user may write there (root, as
+    the real-host tier's /var/cache/roll-cluster-e2e), else the user's cache directory."""
+    if os.environ.get("ROLL_CLUSTER_ENGINES_CACHE"):
+        return Path(os.environ["ROLL_CLUSTER_ENGINES_CACHE"])
+    system = Path("/var/cache/roll-cluster-engines")
+    if os.access(system if system.exists() else system.parent, os.W_OK):
+        return system
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "roll-cluster-engines"
+
+
+CACHE = _cache()
+# What a vLLM venv takes on disk (7.8 GB measured, ../shared/reference/engines-own-checks.md), with room.
+NEEDED_FREE_BYTES = 10 << 30
 PIP_TIMEOUT_S = 45 * 60  # a slow mirror on 2 cores; measured about 5 minutes
 STAMP = ".requirements-sha256"
 
