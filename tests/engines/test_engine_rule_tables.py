@@ -21,7 +21,7 @@ from infra.frameworks import ClusterShape, adapter_for
 ENGINE_OF = {"verl": "0.12.0", "openrlhf": "0.19.1", "ascend": "0.7.3"}
 BUDGET_RULE = "self.max_num_batched_tokens < self.max_model_len"  # the V0 crash of dev and multi (issue 27)
 # MindSpeed-RL 62e9928's example, for what the plan's values do not hold: configs/grpo_qwen25_7b_A3.yaml:95
-# (max_num_seqs); num_scheduler_steps: mindspeed_rl/config_cls/generate_config.py default 1.
+# (max_num_seqs); num_scheduler_steps: mindspeed_rl/config_cls/generate_config.py:74 (default 1).
 MINDSPEED_EXAMPLE = {"generate_config.max_num_seqs": 1024, "generate_config.num_scheduler_steps": 1}
 
 
