@@ -1,8 +1,8 @@
 """vLLM's own configuration checks on the arguments a ROLL vLLM worker hands it, run inside the engine venv
 (tests/engines/requirements-vllm-0.8.4.txt), not in the project's .venv.
 
-Reads a JSON list of cases on stdin; writes one JSON object per case on stdout's last line:
-{"name", "ok", "error" (type: message) or "config" (what vLLM settled on)}.
+Reads a JSON list of cases on stdin; writes on stdout's last line {"vllm": version, "results": [...]}, one result
+per case: {"name", "ok", "error" (type: message) or "config" (what vLLM settled on)}.
 
 What is stood in, and only that: the device. vLLM's CUDA platform class itself (vllm/platforms/cuda.py
 CudaPlatformBase: its check_and_update_config, worker class choice, async output rule) is used with its device
