@@ -274,6 +274,55 @@ def test_roll_checks_before_deploy_name_the_override_key() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("engine", "refused_key"),
+    [
+        ({"max_model_len": None}, "max_model_len"),
+        ({"max_model_len": 16384, "max_num_batched_tokens": 8192}, "max_num_batched_tokens"),
+        ({"max_model_len": 16384}, None),  # the program raises ROLL's 8192 to hold it
+        ({"max_model_len": 16384, "max_num_batched_tokens": 16384}, None),
+        ({"max_model_len": 16384, "enable_chunked_prefill": True}, None),
+    ],
+)
+def test_roll_v0_engine_on_v100_beyond_its_token_budget_is_refused_naming_the_key(
+    engine: dict[str, Any], refused_key: str | None
+) -> None:
+    config = training(
+        framework="roll", roll={"baseConfig": "agentic_demo/agent_val_frozen_lake_single_node_demo.yaml"},
+        overrides={f"actor_infer.strategy_args.strategy_config.{k}": v for k, v in engine.items()},
+    )
+    problems = check_before_deploy(config, container(), shape(1, 1, bf16=False, shared=None, stack="dev"))
+    if refused_key is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1, problems
+        assert problems[0].startswith(
+            f"roll-cluster:training.overrides.actor_infer.strategy_args.strategy_config.{refused_key}: vLLM's V0 engine"
+        ), problems
+        assert "SchedulerConfig._verify_args" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("image", "said"),
+    [
+        (None, "the image ships 0.11.0 (docker/Dockerfile.torch260.vllm:21), mcore_adapter needs >=0.15.0,<0.19.0"),
+        ("roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:nvcr-25.06-py3-torch280-vllm0110",
+         "the image ships 0.13 (docker/Dockerfile.torch280:22"),
+        ("roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:nvcr-25.11-py3-torch2100-mcore0160dev-vllm016dev",
+         "the image's 0.16.0 (docker/Dockerfile.torch2100:21 (core_dev_r0.16.0)) meets mcore_adapter's"),
+    ],
+)
+def test_roll_plan_says_whether_the_images_megatron_core_meets_mcore_adapters_pin(image: str | None,
+                                                                                   said: str) -> None:
+    """ROLL's requirements install ./mcore_adapter (megatron-core >=0.15,<0.19); the default torch260 image, the only
+    one that runs on V100, ships 0.11.0: the plan says the code step replaces it with a prebuilt wheel."""
+    config = training(framework="roll", roll={"baseConfig": "agentic_demo/agent_val_frozen_lake_multi_nodes_demo.yaml"})
+    summary = job_of(config, image=image).summary
+    assert summary["code"]["megatron_core"].startswith(said), summary["code"]["megatron_core"]
+    if image is None:
+        assert "a prebuilt cp310 wheel, torch>=2.6.0, nothing compiled" in summary["code"]["megatron_core"]
+
+
 def test_roll_base_values_that_do_not_fit_name_the_key_and_the_base() -> None:
     fits = training(
         framework="roll", roll={"pipeline": "rlvr", "baseConfig": "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"}

@@ -138,6 +138,10 @@ def test_roll_plans_show_checkpoints_resume_and_the_start_gate_never_rolls_own_r
         vllm = [c for c in config.values() if isinstance(c, dict)
                 and (c.get("strategy_args") or {}).get("strategy_name") == "vllm"]
         assert vllm and all(c["strategy_args"]["strategy_config"]["VLLM_USE_V1"] == 0 for c in vllm)
+        # ... whose max_model_len fits ROLL's token budget (vLLM 0.8.4's V0 scheduler refuses it otherwise)
+        assert all(c["strategy_args"]["strategy_config"]["max_model_len"] <= c["strategy_args"]["strategy_config"].get(
+            "max_num_batched_tokens", 8192) for c in vllm)
+        assert "actor_infer: vLLM V0 max_model_len 4096 within max_num_batched_tokens 8192" in text
     if stack == "dev":  # no shared storage
         assert "(the node's data dir: they DIE WITH THE NODE)" in text
 

@@ -157,6 +157,26 @@ def test_bf16_or_fa2_forced_by_an_override_on_v100_is_an_error_naming_the_key(
     assert errors(SINGLE, roll_render.Cluster("a10", 1, 1, True, None, "/data"), overrides) == []
 
 
+def test_vllms_v0_engine_on_v100_gets_rolls_v0_example_settings_within_its_token_budget() -> None:
+    """ROLL's own V0 example (atropos_gsm8k_grpo_qwen25_0.5b.yaml:44-53): max_model_len = sequence_length,
+    enforce_eager, no prefix caching; vLLM 0.8.4's V0 scheduler refuses max_model_len above
+    max_num_batched_tokens (ROLL's 8192) without chunked prefill (tests/engines asks vLLM itself)."""
+    engine = rendered(SINGLE, DEV).config["actor_infer"]["strategy_args"]["strategy_config"]
+    assert engine["VLLM_USE_V1"] == 0 and engine["enable_prefix_caching"] is False and engine["enforce_eager"] is True
+    assert engine["max_model_len"] == 4096 and "max_num_batched_tokens" not in engine  # ROLL's 8192 holds it
+    long = rendered(SINGLE, DEV, {"sequence_length": 16384}).config["actor_infer"]["strategy_args"]
+    assert long["strategy_config"]["max_model_len"] == 16384
+    assert long["strategy_config"]["max_num_batched_tokens"] == 16384  # raised to hold one whole sequence
+    chunked = rendered(SINGLE, DEV, {"sequence_length": 16384, "actor_infer.strategy_args.strategy_config."
+                                     "enable_chunked_prefill": True}).config["actor_infer"]["strategy_args"]
+    assert "max_num_batched_tokens" not in chunked["strategy_config"]  # chunked prefill: ROLL's budget stays
+    rlvr = rendered(RLVR, V100_X16).config  # the base's own max_model_len (8000) is kept
+    assert rlvr["actor_infer"]["strategy_args"]["strategy_config"]["max_model_len"] == 8000
+    assert "max_num_batched_tokens" not in rlvr["actor_infer"]["strategy_args"]["strategy_config"]
+    bf16 = rendered(SINGLE, roll_render.Cluster("a10", 1, 1, True, None, "/data")).config["actor_infer"]
+    assert "max_model_len" not in bf16["strategy_args"]["strategy_config"]  # V1: chunked prefill is its default
+
+
 # ----------------------------------------------------------------------------------------------- overrides
 def test_overrides_are_merged_last_over_the_hardware_defaults() -> None:
     overrides = {

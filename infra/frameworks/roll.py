@@ -8,11 +8,12 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from infra.config import ContainerConfig, TrainingConfig
-from infra.frameworks import roll_checks, roll_keys, roll_render, roll_sources
+from infra.frameworks import roll_checks, roll_images, roll_keys, roll_render, roll_sources
 from infra.frameworks.base import (
     RESUME_VARIABLE,
     WHERE_FROM_ONLY,
@@ -365,6 +366,7 @@ class RollAdapter:
                 "ref": self.roll.ref,
                 "dir": ROLL_DIR,
                 "requirements_file": self.requirements_file(),
+                "megatron_core": roll_images.megatron_core_note(image_tag(self.container.image)),
                 "environment_setup": self.environment_setup(),
             },
             "pipeline": self.roll.pipeline,
@@ -437,6 +439,8 @@ class RollAdapter:
                     "roll/distributed/strategy/vllm_strategy.py:79-80); got "
                     f"{strategy_config.get('VLLM_USE_V1')!r}"
                 )
+            if strategy == "vllm":
+                found += v0_budget_problems(name, strategy_config)
             if strategy in ("fsdp2_train", "fsdp2_infer"):
                 for dtype in ("param_dtype", "reduce_dtype"):
                     if str(strategy_config.get(dtype, "")).lower() in ("bf16", "bfloat16"):
@@ -446,6 +450,33 @@ class RollAdapter:
                             f"{strategy_config.get(dtype)!r}"
                         )
         return found
+
+
+def v0_budget_problems(name: str, strategy_config: Mapping[str, Any]) -> list[str]:
+    """vLLM 0.8.4's V0 scheduler refuses max_num_batched_tokens below max_model_len unless chunked prefill is on
+    (vllm/config.py SchedulerConfig._verify_args), and turns chunked prefill on by itself only above 32,768 tokens
+    (vllm/engine/arg_utils.py _set_default_args_v0); without max_model_len it takes the model's, which the plan
+    cannot read (32,768 for Qwen2.5)."""
+    prefix = f"training.overrides.{name}.strategy_args.strategy_config"
+    if strategy_config.get("enable_chunked_prefill") is True:
+        return []
+    max_model_len = strategy_config.get("max_model_len")
+    budget = roll_render.v0_token_budget(strategy_config)
+    if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or max_model_len <= 0:
+        return [
+            f"{key(prefix + '.max_model_len')}: vLLM's V0 engine (GPUs without bf16) needs a max_model_len of at "
+            f"most max_num_batched_tokens ({budget}, ROLL vllm_strategy.py:118), or enable_chunked_prefill: true; "
+            "without it vLLM takes the model's (32768 for Qwen2.5) and refuses to start (vllm/config.py "
+            f"SchedulerConfig._verify_args); got {max_model_len!r}"
+        ]
+    if max_model_len > budget:
+        return [
+            f"{key(prefix + '.max_num_batched_tokens')}: vLLM's V0 engine (GPUs without bf16) refuses "
+            f"max_num_batched_tokens below max_model_len ({max_model_len}) without chunked prefill (vllm/config.py "
+            f"SchedulerConfig._verify_args); raise it to at least {max_model_len}, lower max_model_len, or set "
+            f"enable_chunked_prefill: true; got {budget}"
+        ]
+    return []
 
 
 def resume_command(yaml_path: str) -> str:

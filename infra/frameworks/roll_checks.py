@@ -45,6 +45,9 @@ RULES = (
     "rlvr: prompt_length set (roll/pipeline/rlvr/rlvr_config.py:248); async needs async_generation_ratio >= 1 "
     "and generate_opt_level 1 (:222, :242)",
     "GPUs without bf16 (V100, T4): no bf16 dtype or flag, no fa2 attention (FlashAttention-2 needs sm80)",
+    "GPUs without bf16: vLLM's V0 engine (VLLM_USE_V1 0, roll/distributed/strategy/vllm_strategy.py:80) with "
+    "max_model_len set and at most max_num_batched_tokens (ROLL's default 8192, :118), or enable_chunked_prefill "
+    "(vLLM 0.8.4 vllm/config.py SchedulerConfig._verify_args)",
     "every ${...} interpolation names a key of the config (issue #132)",
     "no credential in plain text (api_key, token, password, secret): use the stack's secrets",
     "no environment that needs setup roll-cluster does not do (the openreward package and key, a ROCK sandbox "

@@ -34,6 +34,9 @@ TRAINING_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 # ROLL's ModelArguments.attn_implementation accepts sdpa, fa2 and auto (roll/configs/model_args.py:68 at 8eb27cc);
 # fa2 is FlashAttention-2, which needs compute capability 8.0 (Ampere) or newer.
 FALLBACK_ATTENTION = "sdpa"
+# The max_num_batched_tokens ROLL hands vLLM when the strategy_config has none
+# (roll/distributed/strategy/vllm_strategy.py:118 at 8eb27cc).
+V0_DEFAULT_BATCHED_TOKENS = 8192
 # Absolute paths in ROLL's examples that belong to the sites the examples were written at (Alibaba's CPFS and OSS
 # mounts, one developer's home): 75 values under /data/cpfs_0, 66 under /data/oss_bucket_0 and 3 under
 # /home/ubuntu in examples/**/*.yaml at 8eb27cc (e.g. qwen2.5-7B-rlvr_megatron/rlvr_config_async.yaml:70). The
@@ -433,8 +436,9 @@ def _apply_vllm_v0(config: dict[str, Any], cluster: Cluster, result: Rendered) -
     V1 engine refuses. ROLL 8eb27cc forces V1 unless the worker's strategy_config says otherwise:
     `os.environ["VLLM_USE_V1"] = str(vllm_config.pop("VLLM_USE_V1", 1))` with vllm_config a copy of
     strategy_args.strategy_config (roll/distributed/strategy/vllm_strategy.py:72, 79-80; a system_envs value is
-    overwritten there). Prefix caching off as in ROLL's own V0 example
-    (examples/agentic_demo/atropos_gsm8k_grpo_qwen25_0.5b.yaml:47-53; ROLL turns it on, vllm_strategy.py:116).
+    overwritten there). The rest as in ROLL's own V0 example (examples/agentic_demo/
+    atropos_gsm8k_grpo_qwen25_0.5b.yaml:44-53): prefix caching off (ROLL turns it on, vllm_strategy.py:116),
+    enforce_eager, and a max_model_len within the token budget (_fit_v0_token_budget).
     FSDP2 parameters in fp16 (ROLL's default param_dtype is bf16, fsdp2_strategy.py:1004-1016; reductions in fp32).
     A value the user set is kept (RollAdapter.problems refuses a V1 or bf16 one)."""
     if cluster.bf16:
@@ -456,6 +460,11 @@ def _apply_vllm_v0(config: dict[str, Any], cluster: Cluster, result: Rendered) -
                 strategy_config["enable_prefix_caching"] = False
                 result.applied.append(f"{name}.strategy_args.strategy_config.enable_prefix_caching: false (V0 on "
                                       "sm70/sm75, as ROLL's own V0 example)")
+            if "enforce_eager" not in strategy_config:
+                strategy_config["enforce_eager"] = True
+                result.applied.append(f"{name}.strategy_args.strategy_config.enforce_eager: true (V0 on sm70/sm75, "
+                                      "as ROLL's own V0 example: no CUDA graphs)")
+            _fit_v0_token_budget(name, strategy_config, pipeline_sequence_length(config), result)
         elif strategy in ("fsdp2_train", "fsdp2_infer"):
             strategy_config = strategy_args.get("strategy_config")
             if not isinstance(strategy_config, dict):
@@ -467,6 +476,55 @@ def _apply_vllm_v0(config: dict[str, Any], cluster: Cluster, result: Rendered) -
             if "reduce_dtype" not in strategy_config:
                 strategy_config["reduce_dtype"] = "fp32"
                 result.applied.append(f"{name}.strategy_args.strategy_config.reduce_dtype: fp32")
+
+
+def pipeline_sequence_length(config: Mapping[str, Any]) -> int | None:
+    """The longest sequence (prompt and response) the pipeline generates: ROLL's `sequence_length`, else
+    `prompt_length + response_length` (roll/configs/base_config.py:272-275), and `val_sequence_length` when longer
+    (:279-286). None when the config says neither."""
+    def positive(value: Any) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    train = positive(config.get("sequence_length"))
+    if train is None:
+        prompt, response = positive(config.get("prompt_length")), positive(config.get("response_length"))
+        train = prompt + response if prompt is not None and response is not None else None
+    lengths = [n for n in (train, positive(config.get("val_sequence_length"))) if n is not None]
+    return max(lengths) if lengths else None
+
+
+def v0_token_budget(strategy_config: Mapping[str, Any]) -> int:
+    """The max_num_batched_tokens ROLL hands vLLM: the strategy_config's, else 8192
+    (roll/distributed/strategy/vllm_strategy.py:118)."""
+    value = strategy_config.get("max_num_batched_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) else V0_DEFAULT_BATCHED_TOKENS
+
+
+def _fit_v0_token_budget(name: str, strategy_config: dict[str, Any], sequence_length: int | None,
+                         result: Rendered) -> None:
+    """vLLM 0.8.4's V0 engine turns chunked prefill on by itself only above 32,768 tokens
+    (vllm/engine/arg_utils.py `_set_default_args_v0`); without it the scheduler refuses a max_num_batched_tokens
+    below max_model_len (vllm/config.py `SchedulerConfig._verify_args`). With no max_model_len vLLM takes the
+    model's (32,768 for Qwen2.5-0.5B) against ROLL's 8,192. So, as ROLL's own V0 example does
+    (examples/agentic_demo/atropos_gsm8k_grpo_qwen25_0.5b.yaml:23, 49: max_model_len = sequence_length), the
+    engine gets the pipeline's sequence length, and a budget that holds it."""
+    if "max_model_len" not in strategy_config and sequence_length is not None:
+        strategy_config["max_model_len"] = sequence_length
+        result.applied.append(f"{name}.strategy_args.strategy_config.max_model_len: {sequence_length} (the "
+                              "pipeline's sequence length, as ROLL's own V0 example; vLLM's V0 engine otherwise "
+                              "takes the model's, beyond ROLL's max_num_batched_tokens)")
+    max_model_len = strategy_config.get("max_model_len")
+    if (isinstance(max_model_len, int) and not isinstance(max_model_len, bool)
+            and "max_num_batched_tokens" not in strategy_config and not strategy_config.get("enable_chunked_prefill")
+            and max_model_len > V0_DEFAULT_BATCHED_TOKENS):
+        strategy_config["max_num_batched_tokens"] = max_model_len
+        result.applied.append(f"{name}.strategy_args.strategy_config.max_num_batched_tokens: {max_model_len} "
+                              f"(ROLL's {V0_DEFAULT_BATCHED_TOKENS} is below max_model_len; vLLM's V0 engine "
+                              "without chunked prefill needs at least max_model_len)")
+    if (isinstance(max_model_len, int) and not strategy_config.get("enable_chunked_prefill")
+            and max_model_len <= v0_token_budget(strategy_config)):
+        result.applied.append(f"{name}: vLLM V0 max_model_len {max_model_len} within max_num_batched_tokens "
+                              f"{v0_token_budget(strategy_config)} (chunked prefill off)")
 
 
 def header(base_config: str, ref: str, cluster: Cluster, overrides: Mapping[str, Any], rendered: Rendered) -> str:
