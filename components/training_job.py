@@ -178,6 +178,7 @@ def to_submission(spec: JobSpec, training: TrainingConfig) -> ray_commands.JobSp
         checkpoint_layout=saves.layout if saves is not None and saves.find else "",
         checkpoint_dir=saves.directory if saves is not None and saves.find else "",
         checkpoint_world=saves.world if saves is not None else 0,
+        checkpoint_staging=saves.staging if saves is not None and saves.find else "",
         first_step_pattern=FIRST_STEP_PATTERNS.get(training.framework, ""),
         download_pattern=DOWNLOAD_PATTERN,
         gate_s=training.start_timeout_minutes * 60,

@@ -123,17 +123,19 @@ def test_verl_needs_data_pt_and_a_saved_actor(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("shards", "critic", "found"),
-    [(2, "global_step20", True), (1, "global_step20", False), (2, "global_step10", False), (2, None, True)],
+    [(2, True, True), (1, True, False), (2, False, False), (2, None, True)],
 )
-def test_openrlhf_takes_the_tag_in_latest_when_every_shard_and_the_critic_are_there(
-    tmp_path: Path, shards: int, critic: str | None, found: bool
+def test_openrlhf_takes_a_tag_when_every_shard_and_the_critics_save_are_there(
+    tmp_path: Path, shards: int, critic: bool | None, found: bool
 ) -> None:
     tag = tmp_path / "_actor" / "global_step20"
     tag.mkdir(parents=True)
     (tmp_path / "_actor" / "latest").write_text("global_step20")
+    (tag / "mp_rank_00_model_states.pt").write_text("m")
     for rank in range(shards):
         (tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_text("o")
     if critic is not None:
-        (tmp_path / "_critic").mkdir()
-        (tmp_path / "_critic" / "latest").write_text(critic)
+        (tmp_path / "_critic" / "global_step20").mkdir(parents=True)
+        if critic:
+            (tmp_path / "_critic" / "global_step20" / "mp_rank_00_model_states.pt").write_text("m")
     assert latest("openrlhf", tmp_path, world=2) == (str(tag) if found else "")

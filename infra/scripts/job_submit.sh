@@ -24,11 +24,13 @@
 #                            (Ray may be installing its runtime env) is reported, not failed           60
 #   JOB_SETTLE_S             seconds a RUNNING job is watched for an immediate failure                 10
 #   JOB_POLL_INTERVAL_S      seconds between looks at the job                                          2
-#   JOB_CHECKPOINT_LAYOUT    roll | verl | openrlhf: before submitting, look for the newest complete checkpoint
+#   JOB_CHECKPOINT_LAYOUT    roll | verl | openrlhf | megatron: before submitting, look for the newest complete checkpoint
 #                            of the job (checkpoint_find.sh) and hand its path to the entrypoint's shell as
 #                            ROLL_CLUSTER_RESUME_FROM (and to jobStatus in the job's metadata); empty: no resume  empty
 #   JOB_CHECKPOINT_DIR       the job's checkpoint directory in the container                           with a layout
 #   JOB_CHECKPOINT_WORLD     OpenRLHF: the actor's GPUs, one optimizer shard each (0: not checked)     0
+#   JOB_CHECKPOINT_STAGING   ROLL: its local save folder (output_dir), where a failed copy is left
+#                            behind: a checkpoint with a copy left there is not complete               empty
 #   JOB_FIRST_STEP_PATTERN   ERE of the line the framework prints when a training step is done: the start gate
 #                            waits for it; empty: no gate, the job is watched for JOB_SETTLE_S only   empty
 #   JOB_DOWNLOAD_PATTERN     ERE of a model/data download line: the phase the gate reports             empty
@@ -59,6 +61,7 @@ SUBMITTED_JOBS_DIR=${SUBMITTED_JOBS_DIR:-/var/lib/roll-cluster/jobs}
 JOB_CHECKPOINT_LAYOUT=${JOB_CHECKPOINT_LAYOUT:-}
 JOB_CHECKPOINT_DIR=${JOB_CHECKPOINT_DIR:-}
 JOB_CHECKPOINT_WORLD=${JOB_CHECKPOINT_WORLD:-0}
+JOB_CHECKPOINT_STAGING=${JOB_CHECKPOINT_STAGING:-}
 JOB_FIRST_STEP_PATTERN=${JOB_FIRST_STEP_PATTERN:-}
 JOB_DOWNLOAD_PATTERN=${JOB_DOWNLOAD_PATTERN:-}
 JOB_START_GATE_S=${JOB_START_GATE_S:-3600}
@@ -134,7 +137,8 @@ find_checkpoint() {
   local found
   # shellcheck disable=SC2016 # "$@" expands in the container's shell
   found=$(docker exec "$CONTAINER_NAME" bash -c "$(declare -f latest_checkpoint)"$'\n''latest_checkpoint "$@"' \
-    find "$JOB_CHECKPOINT_LAYOUT" "$JOB_CHECKPOINT_DIR" "$JOB_CHECKPOINT_WORLD" 2>>"$ROLL_STEP_LOG") ||
+    find "$JOB_CHECKPOINT_LAYOUT" "$JOB_CHECKPOINT_DIR" "$JOB_CHECKPOINT_WORLD" "$JOB_CHECKPOINT_STAGING" \
+    2>>"$ROLL_STEP_LOG") ||
     fail "could not look for checkpoints of job $JOB_ID under $JOB_CHECKPOINT_DIR in container $CONTAINER_NAME"
   if [[ -z "$found" ]]; then
     banner "job $JOB_ID starts fresh: no complete $JOB_CHECKPOINT_LAYOUT checkpoint under $JOB_CHECKPOINT_DIR"
