@@ -190,7 +190,7 @@ def test_mindspeed_rl_resumes_from_save_path_at_the_newest_iteration_megatron_fi
 @pytest.mark.parametrize(("every", "interval"), [(None, 10), (7, 7), (0, 1000)])
 def test_mindspeed_rl_saves_every_checkpoint_every_iterations(tmp_path: Path, every: int | None,
                                                               interval: int) -> None:
-    fields = {} if every is None else {"checkpointEvery": every}
+    fields: dict[str, Any] = {} if every is None else {"checkpointEvery": every}
     adapter = msrl(tmp_path, **fields)
     arguments = adapter.arguments(npu_shape())
     # 0, the final step only: grpo_qwen25_7b_A3's train_iters, since MindSpeed-RL saves only at multiples.
