@@ -282,6 +282,11 @@ def start_gate_lines(spec: Any, config: ClusterConfig | None) -> list[str]:
         lines.append(f"  start gate   the job step waits up to {minutes} min (training.startTimeoutMinutes, from the "
                      f"step's start: preparation and the job's model and data downloads included) for the line "
                      f"/{pattern}/; the job dying first fails `pulumi up` with its log tail")
+        stall = config.training.no_progress_minutes
+        lines.append(
+            f"  no progress  a running job that prints nothing for {stall} min before that line is stopped and "
+            "fails `pulumi up` with its log tail (training.noProgressMinutes)" if stall else
+            "  no progress  not watched (training.noProgressMinutes: 0)")
     return lines
 
 

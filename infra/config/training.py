@@ -68,6 +68,17 @@ class TrainingConfig(Section):
         "storage the head's `model` step, which downloads the job's models once before the job "
         "(docs/performance.md, 'Model downloads'), is bounded by the same minutes (60 when 0).",
     )
+    no_progress_minutes: int = Field(
+        20,
+        ge=0,
+        le=24 * 60,
+        description="The start gate also fails a job that makes no progress: once the job runs, if its log gains "
+        "no new output (a line, or a download's progress) for this many minutes before its first training step, "
+        "the job step shows the job's log tail, stops the job (its GPUs are free again, its checkpoints stay) "
+        "and fails `pulumi up` naming this key. A hang before step 1 (a collective that never forms, a stuck "
+        "download) is so caught within these minutes instead of at startTimeoutMinutes. 0: not watched; without "
+        "a start gate (startTimeoutMinutes 0, `custom` jobs) nothing is watched.",
+    )
     model_source: Literal[MODEL_SOURCES] | None = Field(  # type: ignore[valid-type]
         None,
         description="Where models and datasets are downloaded from: `huggingface` (the Hub), `hf-mirror` "

@@ -176,7 +176,8 @@ class JobSpec:
     checkpoint_layout/checkpoint_dir/checkpoint_world/checkpoint_staging: where the step looks for the newest
     complete checkpoint before submitting (checkpoint_find.sh; "" layout: it does not look).
     first_step_pattern: the framework's first-step line (the start gate; "": none); gate_s: the gate's bound from
-    the step's start; download_pattern: download lines, for the phase the gate reports.
+    the step's start; stall_s: the gate stops and fails a running job whose log has not grown for this long (0:
+    not watched); download_pattern: download lines, for the phase the gate reports.
     """
 
     job_id: str
@@ -196,6 +197,7 @@ class JobSpec:
     first_step_pattern: str = ""
     download_pattern: str = ""
     gate_s: int = 3600
+    stall_s: int = 1200
 
     def __post_init__(self) -> None:
         _check_job_id(self.job_id)
@@ -428,6 +430,7 @@ def submit_env(
         "JOB_FIRST_STEP_PATTERN": job.first_step_pattern,
         "JOB_DOWNLOAD_PATTERN": job.download_pattern,
         "JOB_START_GATE_S": str(job.gate_s),
+        "JOB_STALL_S": str(job.stall_s),
         "RAY_EXTRA_ENV_NAMES": _env_names(extra_env_names),
         "JOB_HEAD_IP": _ip(head_ip) if head_ip else "",
     }
