@@ -263,7 +263,8 @@ stop_stalled_job() {
 # JOB_GATE_CLIENT_TIMEOUT_S). A job whose supervisor was lost before it ran (supervisor_lost) sets
 # JOB_LOST_BEFORE_START for the caller, as wait_job_started does.
 wait_first_step() {
-  local state log step phase=pending reported=$SECONDS size=-1 grown_at=''
+  # reported: the first pass prints a progress line at once, then one every JOB_GATE_REPORT_S.
+  local state log step phase=pending reported=$((SECONDS - JOB_GATE_REPORT_S)) size=-1 grown_at=''
   # shellcheck disable=SC2034 # job_client (ray_common.sh) reads it: every Jobs API call of the gate is bounded
   local JOB_CLIENT_TIMEOUT_S=$JOB_GATE_CLIENT_TIMEOUT_S
   while true; do
