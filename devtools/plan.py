@@ -92,6 +92,9 @@ def _hosts_section(run: OfflineRun) -> list[str]:
         lines.append(f"  {host['name']:8} ssh {host['ssh']:28} private {host['private']:16} NIC {host['interface']}")
     shared = steps.NOTES.get("shared_storage")
     lines.append(f"  shared        {shared or 'none: /mnt/shared is not mounted; checkpoints stay on each host'}")
+    # Own hosts: destroy stops the job, Ray and the container, and deletes no file on them (issue 27).
+    where = "the shared storage" if shared else "each host's data dir"
+    lines.append(f"  checkpoints   on {where}: they survive pulumi destroy (nothing on your hosts is deleted)")
     return lines
 
 

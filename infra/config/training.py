@@ -40,7 +40,9 @@ class TrainingConfig(Section):
         "null: the framework's default (true for all; custom: given as `ROLL_CLUSTER_RESUME`). Resuming, the job "
         "step looks, at every submission, for the newest complete checkpoint in that directory and hands its path "
         "to the framework through its own documented input (ROLL: `resume_from_checkpoint: '<path>'`; verl: "
-        "`trainer.resume_mode=resume_path trainer.resume_from_path=<path>`; OpenRLHF: `--ckpt.load_enable`), or "
+        "`trainer.resume_mode=resume_path trainer.resume_from_path=<path>`; OpenRLHF: `--ckpt.load_enable` with "
+        "`latest` pointed at the tag found; MindSpeed-RL: `actor_config.load=<savePath>`, not as a fine-tune, with "
+        "Megatron's tracker pointed at the iteration found), or "
         "starts fresh and says so (docs/frameworks.md, 'Checkpoints and resume'). Without shared storage on "
         "more than one node nothing is resumed (the checkpoints are node-local). Checkpoints are per GPU count "
         "for verl and OpenRLHF (their sharded checkpoints cannot be loaded by another world size), so a resized "
@@ -50,10 +52,11 @@ class TrainingConfig(Section):
         None,
         ge=0,
         description="Training steps between two checkpoints (ROLL `save_steps`, verl `trainer.save_freq`, OpenRLHF "
-        "`--ckpt.save_steps`); the final step is always saved. 0: the final step only. null: the program's "
-        "default (ROLL: the base config's `save_steps` when it is below `max_steps`, else a tenth of `max_steps`; "
-        "verl and OpenRLHF: 10). A value set in `training.overrides` wins. The plan shows the interval and where "
-        "the checkpoints go.",
+        "`--ckpt.save_steps`, MindSpeed-RL `actor_config.save_interval`); the final step is always saved, except by "
+        "MindSpeed-RL, which saves only at multiples of its interval. 0: the final step only (MindSpeed-RL: its "
+        "example's `train_iters` as the interval). null: the program's default (ROLL: the base config's "
+        "`save_steps` when it is below `max_steps`, else a tenth of `max_steps`; verl, OpenRLHF and MindSpeed-RL: "
+        "10). A value set in `training.overrides` wins. The plan shows the interval and where the checkpoints go.",
     )
     start_timeout_minutes: int = Field(
         60,
