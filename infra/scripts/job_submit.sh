@@ -264,7 +264,7 @@ stop_stalled_job() {
 # JOB_LOST_BEFORE_START for the caller, as wait_job_started does.
 wait_first_step() {
   # reported: the first pass prints a progress line at once, then one every JOB_GATE_REPORT_S.
-  local state log step phase=pending reported=$((SECONDS - JOB_GATE_REPORT_S)) size=-1 grown_at=''
+  local state log read_log step phase=pending reported=$((SECONDS - JOB_GATE_REPORT_S)) size=-1 grown_at=''
   # shellcheck disable=SC2034 # job_client (ray_common.sh) reads it: every Jobs API call of the gate is bounded
   local JOB_CLIENT_TIMEOUT_S=$JOB_GATE_CLIENT_TIMEOUT_S
   while true; do
@@ -272,7 +272,8 @@ wait_first_step() {
     case "$state" in
       PENDING | NOT_FOUND) phase=pending ;;
       RUNNING | SUCCEEDED)
-        log=$(job_client logs 2>>"$ROLL_STEP_LOG") || log=''
+        read_log=true
+        log=$(job_client logs 2>>"$ROLL_STEP_LOG") || { log='' read_log=false; }
         step=$(first_step_in "$log")
         if [[ -n "$step" ]]; then
           banner "job $JOB_ID reached training step $step, ${SECONDS}s after this step started"
@@ -286,8 +287,9 @@ wait_first_step() {
         if [[ -n "$JOB_DOWNLOAD_PATTERN" ]] && tail -n 20 <<<"$log" | grep -qE -- "$JOB_DOWNLOAD_PATTERN"; then
           phase=downloading
         fi
-        # Progress is any new output (a download's progress bar included), counted from the first RUNNING look.
-        if ((${#log} != size)); then
+        # Progress is any new output (a download's progress bar included), counted from the first RUNNING look; a
+        # log the Jobs API did not hand over this time is no news either way.
+        if [[ "$read_log" == true ]] && ((${#log} != size)); then
           size=${#log} grown_at=$SECONDS
         fi
         ;;
