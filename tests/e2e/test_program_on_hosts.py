@@ -290,7 +290,7 @@ def test_the_start_gate_stops_a_job_that_prints_nothing_within_the_configured_mi
     assert "has not reached its first training step within" not in failed.output  # not the 30-minute bound
     assert re.search(f"job {job_id}: (pending|starting), [0-9]+s of 1800s", failed.output)  # the gate's progress
     # Stopped, not left holding the GPUs: Ray says so.
-    assert "STOPPED" in network.run_user_command(silent.outputs["jobStatus"]).output
+    assert f"Job '{job_id}' was stopped" in network.run_user_command(silent.outputs["jobStatus"]).output
     network.run(hosts[0], silent.job_stop).check()
 
 
