@@ -165,7 +165,8 @@ def reward_of(spec: JobSpec) -> ray_commands.RewardServer:
 def to_submission(spec: JobSpec, training: TrainingConfig) -> ray_commands.JobSpec:
     """What job_submit.sh needs of the framework's job. The reward server is its own step (it must not be
     restarted when only the job changes). The start gate waits for the framework's first-step line, at most
-    training.startTimeoutMinutes from the step's start (0, or a custom job: no gate)."""
+    training.startTimeoutMinutes from the step's start (0, or a custom job: no gate), and stops a job whose log
+    stays silent for training.noProgressMinutes before that line."""
     saves = spec.checkpoints
     return ray_commands.JobSpec(
         job_id=spec.job_id,
@@ -178,7 +179,9 @@ def to_submission(spec: JobSpec, training: TrainingConfig) -> ray_commands.JobSp
         checkpoint_layout=saves.layout if saves is not None and saves.find else "",
         checkpoint_dir=saves.directory if saves is not None and saves.find else "",
         checkpoint_world=saves.world if saves is not None else 0,
+        checkpoint_staging=saves.staging if saves is not None and saves.find else "",
         first_step_pattern=FIRST_STEP_PATTERNS.get(training.framework, ""),
         download_pattern=DOWNLOAD_PATTERN,
         gate_s=training.start_timeout_minutes * 60,
+        stall_s=training.no_progress_minutes * 60,
     )

@@ -92,6 +92,9 @@ def _hosts_section(run: OfflineRun) -> list[str]:
         lines.append(f"  {host['name']:8} ssh {host['ssh']:28} private {host['private']:16} NIC {host['interface']}")
     shared = steps.NOTES.get("shared_storage")
     lines.append(f"  shared        {shared or 'none: /mnt/shared is not mounted; checkpoints stay on each host'}")
+    # Own hosts: destroy stops the job, Ray and the container, and deletes no file on them (issue 27).
+    where = "the shared storage" if shared else "each host's data dir"
+    lines.append(f"  checkpoints   on {where}: they survive pulumi destroy (nothing on your hosts is deleted)")
     return lines
 
 
@@ -282,6 +285,11 @@ def start_gate_lines(spec: Any, config: ClusterConfig | None) -> list[str]:
         lines.append(f"  start gate   the job step waits up to {minutes} min (training.startTimeoutMinutes, from the "
                      f"step's start: preparation and the job's model and data downloads included) for the line "
                      f"/{pattern}/; the job dying first fails `pulumi up` with its log tail")
+        stall = config.training.no_progress_minutes
+        lines.append(
+            f"  no progress  a running job that prints nothing for {stall} min before that line is stopped and "
+            "fails `pulumi up` with its log tail (training.noProgressMinutes)" if stall else
+            "  no progress  not watched (training.noProgressMinutes: 0)")
     return lines
 
 

@@ -9,6 +9,7 @@ from offline_helpers import INSTANCE, RULE, env_of, run, step_command
 from devtools import plan
 from devtools.offline_cloud import CloudRefusal, OfflineCloud, Registered, _digest
 from infra.config import ConfigError
+from infra.node import steps
 from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
 
@@ -223,10 +224,12 @@ def test_a_changed_nas_recreates_the_container_on_the_new_mount():
     assert result.cloud.options["node-0-container"].delete_before_replace is True
 
 
-def test_the_dev_plan_says_its_checkpoints_die_with_the_instance(capsys):
+def test_the_dev_plan_says_its_checkpoints_survive_destroy_and_die_with_the_instance_only_when_opted_out(capsys):
     assert plan.main(["dev"]) == 0
     text = capsys.readouterr().out
-    assert "checkpoints on the data disk (/data) of each node: they DIE WITH THE INSTANCE" in text
+    assert "checkpoints on the NAS at /mnt/shared: they survive pulumi destroy" in text
+    run("dev", config={"roll-cluster:storage": {"retainOnDestroy": False}})
+    assert "of each node (storage.retainOnDestroy: false): they DIE WITH THE INSTANCE" in steps.NOTES["checkpoints"]
 
 
 # ----------------------------------------------------------------------------------------- 9. strict offline cloud

@@ -8,8 +8,10 @@ import base64
 import pytest
 from offline_helpers import INSTANCE, RULE, custom_resources, env_of, run, step_command
 
+from devtools import plan
 from devtools.offline_cloud import OfflineCloud
 from infra.config import ConfigError
+from infra.node import steps
 from infra.sources.alibaba.placement import PlacementError
 
 
@@ -181,8 +183,34 @@ def test_nas_is_kept_on_destroy_by_default_and_mounted_on_every_node():
     assert not dropped.cloud.options[fs.name].retain_on_delete
 
 
-def test_no_nas_means_no_file_system_and_no_mount():
+def test_a_single_node_stacks_checkpoints_survive_destroy_on_a_kept_nas_by_default(capsys):
+    # Issue 27: dev sets nothing under storage; its checkpoints no longer sit on the data disk destroy deletes.
     result = run("dev")
+    fs = result.cloud.of_type("alicloud:nas/fileSystem:FileSystem")[0]
+    assert result.cloud.options[fs.name].retain_on_delete is True
+    domain = result.cloud.of_type("alicloud:nas/mountTarget:MountTarget")[0].outputs["mountTargetDomain"]
+    assert env_of(step_command(result, "node-0-prepare-host"))["NAS_SERVER"] == domain
+    saves = steps.NOTES["job_spec"].checkpoints
+    assert saves.directory == "/mnt/shared/checkpoints/dev/roll" and saves.shared and saves.find
+    assert result.outputs.get("nasFileSystemId")  # what storage.existingFileSystemId attaches again
+    # The plan says where they survive.
+    assert plan.main(["dev"]) == 0
+    text = capsys.readouterr().out
+    assert "checkpoints on the NAS at /mnt/shared: they survive pulumi destroy (storage.retainOnDestroy" in text
+    assert "to /mnt/shared/checkpoints/dev/roll (shared storage)" in text
+
+
+@pytest.mark.parametrize("storage", [{"retainOnDestroy": False}, {"nas": False}])
+def test_opting_out_keeps_checkpoints_on_the_node_and_the_plan_says_they_die(storage, capsys):
+    result = run("dev", config={"roll-cluster:storage": storage})
+    assert result.cloud.of_type("alicloud:nas/fileSystem:FileSystem") == []
+    why = "storage.retainOnDestroy: false" if "retainOnDestroy" in storage else "storage.nas: false"
+    assert steps.NOTES["checkpoints"].startswith(f"checkpoints on the data disk (/data) of each node ({why}): they "
+                                                 "DIE WITH THE INSTANCE on pulumi destroy")
+
+
+def test_no_nas_means_no_file_system_and_no_mount():
+    result = run("dev", config={"roll-cluster:storage": {"nas": False}})
     assert result.cloud.of_type("alicloud:nas/fileSystem:FileSystem") == []
     assert env_of(step_command(result, "node-0-prepare-host"))["NAS_SERVER"] == ""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import shlex
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,9 +137,14 @@ def test_openrlhf_job_parses_in_openrlhfs_parser_and_passes_its_checks(variant: 
     # Fresh start: no --ckpt.load_enable (with nothing to load, fit() fails on KeyError 'episode'); saves every 10.
     assert args.ckpt.load_enable is False and args.ckpt.save_steps == 10
     if settings.get("resume", True):
-        handed = run_openrlhf_cli("train_ppo_ray.py", module_arguments(
-            entrypoint, "openrlhf.cli.train_ppo_ray", resume_from=args.ckpt.path + "/_actor/global_step20"))
-        assert handed.ckpt.load_enable is True and handed.ckpt.path == args.ckpt.path
+        # The entrypoint points `latest` at the tag handed over: the checkpoint folder is a temporary one here.
+        with tempfile.TemporaryDirectory() as ckpt:
+            (Path(ckpt) / "_actor").mkdir()
+            handed = run_openrlhf_cli("train_ppo_ray.py", module_arguments(
+                entrypoint.replace(args.ckpt.path, ckpt), "openrlhf.cli.train_ppo_ray",
+                resume_from=ckpt + "/_actor/global_step20"))
+            assert handed.ckpt.load_enable is True and handed.ckpt.path == ckpt
+            assert (Path(ckpt) / "_actor" / "latest").read_text() == "global_step20"
     assert args.use_ms is (settings.get("modelSource") == "modelscope")
     if variant == "V100 fp16":
         assert (args.ds.param_dtype, args.ds.attn_implementation) == ("fp16", "sdpa")

@@ -54,7 +54,21 @@ class JobSubmissionClient:
         return SimpleNamespace(message=[j for j in _load()["jobs"] if j["id"] == submission_id][0]["message"])
 
     def get_job_logs(self, submission_id):
-        return [j for j in _load()["jobs"] if j["id"] == submission_id][0]["log"]
+        state = _load()
+        job = [j for j in state["jobs"] if j["id"] == submission_id][0]
+        if "{grows}" in job["log"]:  # a job that prints a new line every time it is looked at
+            job["reads"] = job.get("reads", 0) + 1
+            _save(state)
+            return job["log"].replace("{grows}", "".join("line %d\\n" % n for n in range(job["reads"])))
+        return job["log"]
+
+    def stop_job(self, submission_id):
+        state = _load()
+        for job in state["jobs"]:
+            if job["id"] == submission_id and job["status"] in ("PENDING", "RUNNING"):
+                job["status"] = "STOPPED"
+        state.setdefault("stopped", []).append(submission_id)
+        _save(state)
 
     def delete_job(self, submission_id):
         state = _load()

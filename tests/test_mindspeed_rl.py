@@ -146,6 +146,7 @@ def test_the_job_runs_train_grpo_from_the_code_dir_with_the_cluster_values() -> 
         "++megatron_training.data_path=/data/dataset/deepscaler/data",
         "++actor_config.load=/data/models/Qwen2.5-7B-mcore-tp4",
         "++actor_config.save=/data/mindspeed-rl/ascend/ckpt",
+        "++actor_config.save_interval=10",  # training.checkpointEvery null
     ]
     # Only PYTHONPATH: MindSpeed-RL's own ray.init(runtime_env=...) raises on a variable both set.
     assert job.runtime_env == {"env_vars": {"PYTHONPATH": "/workspace/MindSpeed-RL:${PYTHONPATH}"}}

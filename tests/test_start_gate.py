@@ -5,6 +5,7 @@ Also the finder itself (checkpoint_find.sh) on trees laid out as each framework 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -49,6 +50,27 @@ def test_a_job_still_downloading_at_the_bound_fails_the_step_and_says_so(node: F
     result = gate(node, tmp_path, state, JOB_START_GATE_S="1")
     assert_failed(result, "job roll-dev-1 has not reached its first training step within 1s",
                   "it is downloading and keeps running")
+
+
+def test_a_running_job_that_prints_nothing_is_stopped_and_fails_the_gate(node: FakeNode, tmp_path: Path) -> None:
+    state = jobs_api(node, tmp_path, ("RUNNING", "", "(driver) initializing NCCL\n"))
+    result = gate(node, tmp_path, state, JOB_STALL_S="1", JOB_STOP_WAIT_S="30")
+    assert_failed(result, "job roll-dev-1 made no progress: no new log output for",
+                  "(training.noProgressMinutes: 1s)", "it was stopped", "(driver) initializing NCCL")
+    jobs = json.loads(state.read_text())
+    assert jobs["stopped"] == ["roll-dev-1"] and jobs["jobs"][0]["status"] == "STOPPED"
+
+
+def test_a_job_that_keeps_printing_is_not_stopped_and_the_gate_reports_its_progress(
+    node: FakeNode, tmp_path: Path
+) -> None:
+    state = jobs_api(node, tmp_path, ("RUNNING", "", "loading shards\n{grows}"))
+    result = gate(node, tmp_path, state, JOB_STALL_S="5", JOB_START_GATE_S="2", JOB_GATE_REPORT_S="0")
+    assert_failed(result, "has not reached its first training step within 2s", "keeps running")
+    assert "made no progress" not in result.stdout
+    # The progress line, and how long ago the job printed (each look found a new line).
+    assert re.search(r"job roll-dev-1: starting, [0-9]+s of 2s, last output [01]s ago", result.stdout)
+    assert "stopped" not in json.loads(state.read_text())
 
 
 def test_without_a_first_step_line_the_step_only_watches_the_job_start(node: FakeNode, tmp_path: Path) -> None:
@@ -123,17 +145,19 @@ def test_verl_needs_data_pt_and_a_saved_actor(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("shards", "critic", "found"),
-    [(2, "global_step20", True), (1, "global_step20", False), (2, "global_step10", False), (2, None, True)],
+    [(2, True, True), (1, True, False), (2, False, False), (2, None, True)],
 )
-def test_openrlhf_takes_the_tag_in_latest_when_every_shard_and_the_critic_are_there(
-    tmp_path: Path, shards: int, critic: str | None, found: bool
+def test_openrlhf_takes_a_tag_when_every_shard_and_the_critics_save_are_there(
+    tmp_path: Path, shards: int, critic: bool | None, found: bool
 ) -> None:
     tag = tmp_path / "_actor" / "global_step20"
     tag.mkdir(parents=True)
     (tmp_path / "_actor" / "latest").write_text("global_step20")
+    (tag / "mp_rank_00_model_states.pt").write_text("m")
     for rank in range(shards):
         (tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_text("o")
     if critic is not None:
-        (tmp_path / "_critic").mkdir()
-        (tmp_path / "_critic" / "latest").write_text(critic)
+        (tmp_path / "_critic" / "global_step20").mkdir(parents=True)
+        if critic:
+            (tmp_path / "_critic" / "global_step20" / "mp_rank_00_model_states.pt").write_text("m")
     assert latest("openrlhf", tmp_path, world=2) == (str(tag) if found else "")

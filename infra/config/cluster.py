@@ -279,6 +279,9 @@ class ClusterConfig(Section):
                 if name in storage.model_fields_set:
                     problems.append(((key,), "applies to nodes.source hosts only (with `alibaba` use nas: true): "
                                      "remove it"))
+            if "nas" not in storage.model_fields_set and storage.retain_on_destroy and not problems:
+                # Checkpoints survive `pulumi destroy` by default: on Alibaba they go to a kept NAS (issue 27).
+                storage = storage.model_copy(update={"nas": True})
         if storage.nfs_server is not None and storage.shared_host_path is not None:
             problems.append((("sharedHostPath",), "must not be set together with nfsServer: /mnt/shared is either "
                              "the NFS export or your shared directory; got both"))

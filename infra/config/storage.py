@@ -24,7 +24,11 @@ _TOP_LEVEL = ("/", "/opt", "/home", "/mnt", "/srv", "/var", "/tmp", "/media", "/
 class StorageConfig(Section):
     nas: bool = Field(
         False,
-        description="A NAS file system mounted at /mnt/shared on every node and container (nodes.source `alibaba`).",
+        description="A NAS file system mounted at /mnt/shared on every node and container (nodes.source `alibaba`), "
+        "where the checkpoints go. Not set: true on `alibaba` unless retainOnDestroy is false, so that "
+        "checkpoints survive `pulumi destroy` on every stack, single-node ones included (a pay-as-you-go "
+        "General-purpose NAS kept on destroy; attach it again with existingFileSystemId). false: checkpoints stay "
+        "on each node's data disk and are deleted with it.",
     )
     nfs_server: str | None = Field(
         None,
@@ -38,7 +42,11 @@ class StorageConfig(Section):
         "shared between them (your NFS/Lustre/CephFS mount); bind-mounted at /mnt/shared in every container. Not "
         "checked for being shared: the program only sees each host on its own.",
     )
-    retain_on_destroy: bool = Field(True, description="`pulumi destroy` keeps the NAS file system and its data.")
+    retain_on_destroy: bool = Field(
+        True,
+        description="`pulumi destroy` keeps the NAS file system and its data (the checkpoints). false: it deletes "
+        "them, and a stack that leaves `nas` unset gets no NAS (its checkpoints die with the nodes).",
+    )
     nas_storage_type: Literal["Capacity", "Performance", "Premium"] = Field(
         "Capacity", description="NAS storage class of a standard (General-purpose) NFS file system."
     )

@@ -40,7 +40,9 @@ class TrainingConfig(Section):
         "null: the framework's default (true for all; custom: given as `ROLL_CLUSTER_RESUME`). Resuming, the job "
         "step looks, at every submission, for the newest complete checkpoint in that directory and hands its path "
         "to the framework through its own documented input (ROLL: `resume_from_checkpoint: '<path>'`; verl: "
-        "`trainer.resume_mode=resume_path trainer.resume_from_path=<path>`; OpenRLHF: `--ckpt.load_enable`), or "
+        "`trainer.resume_mode=resume_path trainer.resume_from_path=<path>`; OpenRLHF: `--ckpt.load_enable` with "
+        "`latest` pointed at the tag found; MindSpeed-RL: `actor_config.load=<savePath>`, not as a fine-tune, with "
+        "Megatron's tracker pointed at the iteration found), or "
         "starts fresh and says so (docs/frameworks.md, 'Checkpoints and resume'). Without shared storage on "
         "more than one node nothing is resumed (the checkpoints are node-local). Checkpoints are per GPU count "
         "for verl and OpenRLHF (their sharded checkpoints cannot be loaded by another world size), so a resized "
@@ -50,10 +52,11 @@ class TrainingConfig(Section):
         None,
         ge=0,
         description="Training steps between two checkpoints (ROLL `save_steps`, verl `trainer.save_freq`, OpenRLHF "
-        "`--ckpt.save_steps`); the final step is always saved. 0: the final step only. null: the program's "
-        "default (ROLL: the base config's `save_steps` when it is below `max_steps`, else a tenth of `max_steps`; "
-        "verl and OpenRLHF: 10). A value set in `training.overrides` wins. The plan shows the interval and where "
-        "the checkpoints go.",
+        "`--ckpt.save_steps`, MindSpeed-RL `actor_config.save_interval`); the final step is always saved, except by "
+        "MindSpeed-RL, which saves only at multiples of its interval. 0: the final step only (MindSpeed-RL: its "
+        "example's `train_iters` as the interval). null: the program's default (ROLL: the base config's "
+        "`save_steps` when it is below `max_steps`, else a tenth of `max_steps`; verl, OpenRLHF and MindSpeed-RL: "
+        "10). A value set in `training.overrides` wins. The plan shows the interval and where the checkpoints go.",
     )
     start_timeout_minutes: int = Field(
         60,
@@ -67,6 +70,17 @@ class TrainingConfig(Section):
         "returns once the job runs). `custom` jobs have no known first-step line and are not gated. With shared "
         "storage the head's `model` step, which downloads the job's models once before the job "
         "(docs/performance.md, 'Model downloads'), is bounded by the same minutes (60 when 0).",
+    )
+    no_progress_minutes: int = Field(
+        20,
+        ge=0,
+        le=24 * 60,
+        description="The start gate also fails a job that makes no progress: once the job runs, if its log gains "
+        "no new output (a line, or a download's progress) for this many minutes before its first training step, "
+        "the job step shows the job's log tail, stops the job (its GPUs are free again, its checkpoints stay) "
+        "and fails `pulumi up` naming this key. A hang before step 1 (a collective that never forms, a stuck "
+        "download) is so caught within these minutes instead of at startTimeoutMinutes. 0: not watched; without "
+        "a start gate (startTimeoutMinutes 0, `custom` jobs) nothing is watched.",
     )
     model_source: Literal[MODEL_SOURCES] | None = Field(  # type: ignore[valid-type]
         None,

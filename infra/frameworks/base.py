@@ -135,13 +135,14 @@ class Checkpoints:
     """Where a job saves, how often, and how a resume finds its checkpoint (what the plan shows and the job step
     uses)."""
 
-    layout: str  # roll | verl | openrlhf: the layout latest_checkpoint reads; "" for none
+    layout: str  # roll | verl | openrlhf | megatron: the layout latest_checkpoint reads; "" for none
     directory: str
     every: str  # in words: "every 10 steps and the final step"
     shared: bool  # on the shared storage (else each node's data dir)
     find: bool  # the job step looks for the newest complete checkpoint and hands it over
     resume: str  # how a resume finds its checkpoint, or why nothing is resumed
     world: int = 0  # OpenRLHF: the actor's GPUs (one optimizer shard each); 0: not checked
+    staging: str = ""  # ROLL: its local save folder, where a failed copy is left behind; "": not checked
 
     def lines(self) -> list[str]:
         where = "shared storage" if self.shared else "the node's data dir: they DIE WITH THE NODE"
@@ -149,7 +150,7 @@ class Checkpoints:
 
 
 def checkpoints(layout: str, shape: ClusterShape, directory: str, every: str, resume: bool, handed: str,
-                world: int = 0) -> Checkpoints:
+                world: int = 0, staging: str = "") -> Checkpoints:
     """handed: how the framework is given the path found (its own documented input)."""
     shared = shape.shared_dir is not None
     if not resume:
@@ -162,7 +163,7 @@ def checkpoints(layout: str, shape: ClusterShape, directory: str, every: str, re
     return Checkpoints(
         layout, directory, every, shared, True,
         f"at each submission the job step finds the newest complete checkpoint under {directory} and hands its "
-        f"path to the job as {handed} (${RESUME_VARIABLE}); none found: it starts fresh and says so", world)
+        f"path to the job as {handed} (${RESUME_VARIABLE}); none found: it starts fresh and says so", world, staging)
 
 
 @dataclass(frozen=True)

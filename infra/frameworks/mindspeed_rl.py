@@ -18,21 +18,40 @@ from typing import Any
 from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedPin, MindSpeedRlConfig, TrainingConfig
 from infra.frameworks import mindspeed_rl_checks as checks
 from infra.frameworks.base import (
+    RESUME_VARIABLE,
     WHERE_FROM_ONLY,
+    Checkpoints,
     ClusterShape,
     CodeSpec,
     JobSpec,
     bare_key,
+    checkpoints,
     flatten,
     github_archive_url,
     image_facts,
     job_id,
     key,
     merged_overrides,
+    resume_of,
 )
-from infra.frameworks.mindspeed_rl_checks import CHECKS, DATA, EXAMPLES, LOAD, NUM_NPUS, SAVE, TOKENIZER, Value, whole
+from infra.frameworks.mindspeed_rl_checks import (
+    CHECKS,
+    DATA,
+    EXAMPLES,
+    INTEGRATED,
+    LOAD,
+    NUM_NPUS,
+    RESUME_KEYS,
+    SAVE,
+    SAVE_INTERVAL,
+    TOKENIZER,
+    TRAIN_ITERS,
+    Value,
+    whole,
+)
 from infra.frameworks.verl import hydra_value
 
+DEFAULT_SAVE_INTERVAL = 10  # training.checkpointEvery null, as verl's and OpenRLHF's
 ENTRY_SCRIPT = "cli/train_grpo.py"  # MindSpeed-RL@62e9928:cli/train_grpo.py:544 (@hydra.main, configs/)
 SOURCES_DIR_NAME = "mindspeed-rl-sources"  # beside code_dir: the three checkouts whose packages are copied in
 PLACED_PACKAGES = ("mindspeed", "megatron", "mindspeed_llm")
@@ -131,23 +150,102 @@ class MindSpeedRlAdapter:
             return None
         return EXAMPLES.get(self.msrl.example_config)
 
+    def resume(self) -> bool:
+        return resume_of(self.training, default=True)
+
+    def save_dir(self, shape: ClusterShape) -> str:
+        """training.mindspeedRl.savePath, else the job's own folder: one per stack when resuming (a changed
+        configuration resumes there), one per configuration when starting fresh (training.resume: false)."""
+        if self.msrl.save_path:
+            return self.msrl.save_path
+        leaf = "ckpt" if self.resume() else f"ckpt-{self.job_id(shape)}"
+        return posixpath.join(shape.output_root(self.name), leaf)
+
+    def save_interval(self) -> int | None:
+        """training.checkpointEvery as actor_config.save_interval. MindSpeed-RL saves only at multiples of it
+        (grpo_trainer_hybrid.py:191-192), so 0 (the final step only) is train_iters when known; None: unknown."""
+        every = self.training.checkpoint_every
+        if every is None:
+            return DEFAULT_SAVE_INTERVAL
+        if every > 0:
+            return every
+        iters = (self.example_values() or {}).get(TRAIN_ITERS)
+        user = flatten(self.training.overrides)
+        iters = next((user[name] for name in (f"++{TRAIN_ITERS}", f"+{TRAIN_ITERS}", TRAIN_ITERS,
+                                               "++actor_config.train_iters", "actor_config.train_iters")
+                      if name in user), iters)
+        return iters if isinstance(iters, int) and iters > 0 else None
+
     def cluster_overrides(self, shape: ClusterShape) -> dict[str, Any]:
         """What the cluster and training.mindspeedRl decide. `++` (Hydra's add-or-override) so that an example
         without one of these keys still takes it."""
-        save = self.msrl.save_path or posixpath.join(shape.output_root(self.name), "ckpt")
-        return {
+        overrides: dict[str, Any] = {
             f"++{NUM_NPUS}": shape.total_gpus,
             f"++{TOKENIZER}": self.msrl.tokenizer_path,
             f"++{DATA}": self.msrl.data_path,
             f"++{LOAD}": self.msrl.load_path,
-            f"++{SAVE}": save,
+            f"++{SAVE}": self.save_dir(shape),
         }
+        interval = self.save_interval()
+        if interval is not None:
+            overrides[f"++{SAVE_INTERVAL}"] = interval
+        return overrides
 
     def effective_overrides(self, shape: ClusterShape) -> dict[str, Any]:
         return merged_overrides(self.cluster_overrides(shape), self.training.overrides)
 
     def arguments(self, shape: ClusterShape) -> list[str]:
-        return [f"{name}={hydra_value(value)}" for name, value in self.effective_overrides(shape).items()]
+        overrides = self.effective_overrides(shape)
+        if self.checkpoints(shape).find:
+            # The entrypoint adds actor_config.load itself: the base weights, or the checkpoint folder (resume).
+            overrides.pop(f"++{LOAD}", None)
+        return [f"{name}={hydra_value(value)}" for name, value in overrides.items()]
+
+    def user_loads(self) -> bool:
+        """training.overrides sets how the actor loads: the program then leaves checkpoint loading to it."""
+        return any(bare_key(name) in RESUME_KEYS for name in flatten(self.training.overrides))
+
+    def checkpoints(self, shape: ClusterShape) -> Checkpoints:
+        interval = self.save_interval()
+        every = (f"every {interval} iterations (actor_config.save_interval; MindSpeed-RL saves only at its "
+                 "multiples)") if interval is not None else "as actor_config.save_interval says"
+        directory = self.save_dir(shape)
+        if self.user_loads():
+            return Checkpoints("", directory, every, shape.shared_dir is not None, False,
+                               f"as training.overrides says ({', '.join(RESUME_KEYS)})")
+        return checkpoints(
+            "megatron", shape, directory, every, self.resume(),
+            "`actor_config.load=<savePath>` with finetune, no_load_optim and no_load_rng false, the iteration "
+            "written into latest_checkpointed_iteration.txt (the reference keeps loadPath's weights: "
+            "rl_config.integrated_mode_config.ref_model_load_path; complete: iter_N/mp_rank_* up to the "
+            "iteration Megatron's tracker names)",
+        )
+
+    def resume_command(self, shape: ClusterShape) -> str:
+        """The entrypoint's first part when a resume is possible: sets the Hydra arguments the command ends with.
+        Fresh: actor_config.load is the base weights (loadPath). Resuming from `<save>/iter_<N>` (the job step
+        found it; a path of [A-Za-z0-9._/-], checked there): Megatron loads the iteration its tracker file names
+        (Megatron-LM core_r0.8.0 megatron/training/checkpointing.py:541-566), so the tracker is pointed at N;
+        the actor loads with its optimizer and RNG states (not as a fine-tune, which would restart at
+        iteration 0: integrated_worker.py:169-190 restores the caller's args), and the integrated worker's
+        reference keeps loading the base weights (integrated_worker.py:89-93; docs/features/
+        integrated_worker.md at the pinned ref)."""
+        var = RESUME_VARIABLE
+        save = self.save_dir(shape)
+        fresh = shlex.quote(f"++{LOAD}={hydra_value(self.msrl.load_path)}")
+        resumed = [f"++{LOAD}={hydra_value(save)}", "++actor_config.finetune=false",
+                   "++actor_config.no_load_optim=false", "++actor_config.no_load_rng=false"]
+        if self.values(shape).get(INTEGRATED, Value(False, "")).value is True:
+            resumed.append(f"++rl_config.integrated_mode_config.ref_model_load_path="
+                           f"{hydra_value(self.msrl.load_path)}")
+        tracker = shlex.quote(posixpath.join(save, "latest_checkpointed_iteration.txt"))
+        return (
+            f'if [ -n "${{{var}:-}}" ]; then iteration=${{{var}##*/iter_}}; '
+            f'printf %d "$((10#$iteration))" >{tracker} || '
+            f'{{ echo "roll-cluster: could not write "{tracker} >&2; exit 2; }}; '
+            f'echo "roll-cluster: MindSpeed-RL resumes from ${{{var}}}"; '
+            f'set -- {" ".join(shlex.quote(argument) for argument in resumed)}; else set -- {fresh}; fi; '
+        )
 
     def values(self, shape: ClusterShape) -> dict[str, Value]:
         """Every known value by its Hydra key, with where it comes from (the user's keys win)."""
@@ -173,11 +271,15 @@ class MindSpeedRlAdapter:
         arguments = " ".join(shlex.quote(argument) for argument in self.arguments(shape))
         # The driver runs from MindSpeed-RL's root, as upstream's launch script does; RAY_OVERRIDE_JOB_RUNTIME_ENV
         # lets the driver's runtime env win should a later MindSpeed-RL ever set PYTHONPATH itself.
-        return (
+        command = (
             f"cd {code_dir} && export HYDRA_FULL_ERROR=1 RAY_OVERRIDE_JOB_RUNTIME_ENV=1 "
             f'PYTHONPATH={code_dir}"${{PYTHONPATH:+:$PYTHONPATH}}" && '
             f"python3 {ENTRY_SCRIPT} --config-name {shlex.quote(self.msrl.example_config)} {arguments}"
         )
+        if not self.checkpoints(shape).find:
+            return command
+        return f'{self.resume_command(shape)}{command} "$@"'
+
 
     def pre_submit_check(self) -> str:
         """On the head, in the container, before submission: the placed code and the example are there (an image
@@ -235,16 +337,19 @@ class MindSpeedRlAdapter:
             **{pin: pin_fields for pin in ("mindspeed", "megatron", "mindspeed_llm")},
         }
 
-    def job(self, shape: ClusterShape) -> JobSpec:
-        entrypoint = self.entrypoint(shape)
-        check = self.pre_submit_check()
+    def job_id(self, shape: ClusterShape) -> str:
         configuration = {
             "mindspeed_rl": self.msrl.model_dump(mode="json", exclude=self.where_from_only()),
             "overrides": self.training.overrides,
             **image_facts(self.container),
         }
+        return job_id(self.name, shape, configuration)
+
+    def job(self, shape: ClusterShape) -> JobSpec:
+        entrypoint = self.entrypoint(shape)
+        check = self.pre_submit_check()
         return JobSpec(
-            job_id=job_id(self.name, shape, configuration),
+            job_id=self.job_id(shape),
             workdir=self.msrl.code_dir,
             entrypoint=entrypoint,
             runtime_env=self.runtime_env(),
@@ -253,6 +358,7 @@ class MindSpeedRlAdapter:
             pre_submit_check=check,
             reward_server=None,
             summary=self.summary(shape, entrypoint, check),
+            checkpoints=self.checkpoints(shape),
         )
 
     def summary(self, shape: ClusterShape, entrypoint: str, check: str) -> dict[str, Any]:

@@ -20,6 +20,15 @@ TOKENIZER = "megatron_training.tokenizer_name_or_path"
 DATA = "megatron_training.data_path"
 LOAD = "actor_config.load"
 SAVE = "actor_config.save"
+# MindSpeed-RL's trainer saves when iteration % actor_config.save_interval == 0 (mindspeed_rl/trainer/
+# grpo_trainer_hybrid.py:191-192; cli/train_grpo.py:183 passes actor_config.save_interval, actor_config being
+# megatron_training updated by actor_config, :199); there is no save at the last iteration otherwise.
+SAVE_INTERVAL = "actor_config.save_interval"
+TRAIN_ITERS = "megatron_training.train_iters"
+INTEGRATED = "rl_config.use_integrated_worker"
+# What resuming sets (MegatronConfig fields, mindspeed_rl/config_cls/megatron_config.py:294-318): the user setting
+# one of them in training.overrides takes the checkpoint loading over.
+RESUME_KEYS = (LOAD, "actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
 PATH_KEYS = {TOKENIZER: "tokenizerPath", DATA: "dataPath", LOAD: "loadPath", SAVE: "savePath"}
 
 INFER_TP = "generate_config.infer_tensor_parallel_size"
@@ -45,6 +54,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "actor_config.micro_batch_size": 1,
         "megatron_training.global_batch_size": 32,
         "megatron_training.seq_length": 2048,
+        "megatron_training.save_interval": 200,
+        TRAIN_ITERS: 1000,
         "rl_config.n_samples_per_prompt": 8,
         "rl_config.use_integrated_worker": True,
         "rl_config.verifier_function": ["base_acc"],
@@ -64,6 +75,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "actor_config.micro_batch_size": 1,
         "megatron_training.global_batch_size": 32,
         "megatron_training.seq_length": 2048,
+        "megatron_training.save_interval": 100,
+        TRAIN_ITERS: 100,
         "rl_config.n_samples_per_prompt": 8,
         "rl_config.use_integrated_worker": True,
         "rl_config.verifier_function": ["base_acc"],

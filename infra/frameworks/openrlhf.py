@@ -253,8 +253,9 @@ class OpenRlhfAdapter:
         world = int(flags["actor.num_nodes"]) * int(flags["actor.num_gpus_per_node"]) if zero != 0 else 0
         saves = checkpoints(
             "openrlhf", shape, directory, every, self.resume(),
-            "`--ckpt.load_enable` with `--ckpt.path` (DeepSpeed loads the tag in _actor/latest; complete: one "
-            "*optim_states.pt per actor GPU there, and _critic/latest naming the same tag)", world=world,
+            "`--ckpt.load_enable` with `--ckpt.path`, its tag written into _actor/latest and _critic/latest, "
+            "which DeepSpeed loads (complete: the tag's model states and one *optim_states.pt per actor GPU, and "
+            "the critic's model states of the same tag)", world=world,
         )
         if "ckpt.load_enable" in flags:
             return Checkpoints("", directory, every, saves.shared, False,
@@ -278,10 +279,8 @@ class OpenRlhfAdapter:
         entrypoint = " ".join(["python3", "-m", module, *map(_shell_word, arguments)])
         saves = self.checkpoints(shape)
         if saves.find:
-            entrypoint = (f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then '
-                          f'echo "roll-cluster: OpenRLHF resumes from ${{{RESUME_VARIABLE}}}"; '
-                          'set -- --ckpt.load_enable; else set --; fi; '
-                          f'exec {entrypoint} "$@"')
+            entrypoint = f'{resume_command(saves.directory)} exec {entrypoint} "$@"'
+
         reward = self.reward_server(shape)
         download = shape.download_env()
         runtime_env = {"env_vars": download} if download else None
@@ -530,3 +529,21 @@ class OpenRlhfAdapter:
                 demand += reward
                 parts.append(f"reward model {reward}")
         return demand, parts
+
+
+def resume_command(directory: str) -> str:
+    """The entrypoint's first part when a resume is possible: sets the arguments the command ends with. With the
+    tag the job step found (`<directory>/_actor/global_step<N>`, a path of [A-Za-z0-9._/-] only, checked there),
+    it points `_actor/latest` and `_critic/latest` at that tag, since OpenRLHF passes DeepSpeed no tag and
+    DeepSpeed loads the one `latest` names (trainer/ray/ppo_actor.py:546-550, ppo_critic.py:220-223;
+    deepspeed/runtime/engine.py:3430-3435), which may be a newer, incomplete save; then adds --ckpt.load_enable."""
+    var = RESUME_VARIABLE
+    root = shlex.quote(directory)
+    return (
+        f'if [ -n "${{{var}:-}}" ]; then tag=${{{var}##*/}}; '
+        f'{{ printf %s "$tag" >{root}/_actor/latest && '
+        f'{{ [ ! -d {root}/_critic ] || printf %s "$tag" >{root}/_critic/latest; }}; }} || '
+        f'{{ echo "roll-cluster: could not point _actor/latest under "{root}" at $tag" >&2; exit 2; }}; '
+        f'echo "roll-cluster: OpenRLHF resumes from tag $tag (${{{var}}})"; '
+        'set -- --ckpt.load_enable; else set --; fi;'
+    )

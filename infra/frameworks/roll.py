@@ -349,11 +349,21 @@ class RollAdapter:
             every = every_steps(0 if save_steps >= max_steps else save_steps) + f" of {max_steps} (save_steps)"
         else:
             every = "as ROLL's save_steps says, and the final step"
-        directory = str((config.get("checkpoint_config") or {}).get("output_dir") or self.checkpoint_dir(shape))
+        saving = config.get("checkpoint_config") or {}
+        directory = str(saving.get("output_dir") or self.checkpoint_dir(shape))
+        # ROLL saves into output_dir/<worker>/checkpoint-N, copies that to the directory above and deletes it
+        # only when the copy succeeded (roll/utils/checkpoint_manager.py:101-115, which logs a failed copy and goes
+        # on): a copy left there marks the step incomplete. keep_local_file (FSDP2's, fsdp2_strategy.py:574) keeps
+        # every local copy: nothing can be told from them then.
+        output = config.get("output_dir")
+        staging = str(output) if isinstance(output, str) and output.startswith("/") and \
+            not saving.get("keep_local_file") else ""
+        verified = f", and no copy of step N left under {staging}/*/ (a copy ROLL failed)" if staging else ""
         return checkpoints(
             "roll", shape, directory, every, self.resume(),
             "`resume_from_checkpoint: '<path>'` (written into the shipped YAML by the entrypoint; complete: "
-            "<run>/checkpoint-N/pipeline/worker_state_pipeline.json, ROLL's async_upload off)",
+            f"<run>/checkpoint-N/pipeline/worker_state_pipeline.json, ROLL's async_upload off{verified})",
+            staging=staging,
         )
 
     def summary(self, shape: ClusterShape, built: Built, paths: dict[str, str], entrypoint: str) -> dict[str, Any]:

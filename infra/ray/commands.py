@@ -173,10 +173,11 @@ class JobSpec:
     reward_server: started (or kept) by the submit step before the job; None for none.
     start_timeout_s: how long the step waits for the job to leave PENDING; settle_s: how long a RUNNING job is
     watched for an immediate failure (both without a start gate).
-    checkpoint_layout/checkpoint_dir/checkpoint_world: where the step looks for the newest complete checkpoint
-    before submitting (checkpoint_find.sh; "" layout: it does not look).
+    checkpoint_layout/checkpoint_dir/checkpoint_world/checkpoint_staging: where the step looks for the newest
+    complete checkpoint before submitting (checkpoint_find.sh; "" layout: it does not look).
     first_step_pattern: the framework's first-step line (the start gate; "": none); gate_s: the gate's bound from
-    the step's start; download_pattern: download lines, for the phase the gate reports.
+    the step's start; stall_s: the gate stops and fails a running job whose log has not grown for this long (0:
+    not watched); download_pattern: download lines, for the phase the gate reports.
     """
 
     job_id: str
@@ -192,9 +193,11 @@ class JobSpec:
     checkpoint_layout: str = ""
     checkpoint_dir: str = ""
     checkpoint_world: int = 0
+    checkpoint_staging: str = ""
     first_step_pattern: str = ""
     download_pattern: str = ""
     gate_s: int = 3600
+    stall_s: int = 1200
 
     def __post_init__(self) -> None:
         _check_job_id(self.job_id)
@@ -204,10 +207,12 @@ class JobSpec:
             raise ValueError("the job's entrypoint is empty")
         for path in self.files:
             _check_file_path(path)
-        if self.checkpoint_layout not in ("", "roll", "verl", "openrlhf"):
+        if self.checkpoint_layout not in ("", "roll", "verl", "openrlhf", "megatron"):
             raise ValueError(f"unknown checkpoint layout {self.checkpoint_layout!r}")
         if self.checkpoint_layout and not self.checkpoint_dir.startswith("/"):
             raise ValueError(f"the checkpoint directory must be an absolute path, not {self.checkpoint_dir!r}")
+        if self.checkpoint_staging and not self.checkpoint_staging.startswith("/"):
+            raise ValueError(f"the staging directory must be an absolute path, not {self.checkpoint_staging!r}")
 
 
 def _check_container_name(name: str) -> None:
@@ -421,9 +426,11 @@ def submit_env(
         "JOB_CHECKPOINT_LAYOUT": job.checkpoint_layout,
         "JOB_CHECKPOINT_DIR": job.checkpoint_dir,
         "JOB_CHECKPOINT_WORLD": str(job.checkpoint_world),
+        "JOB_CHECKPOINT_STAGING": job.checkpoint_staging,
         "JOB_FIRST_STEP_PATTERN": job.first_step_pattern,
         "JOB_DOWNLOAD_PATTERN": job.download_pattern,
         "JOB_START_GATE_S": str(job.gate_s),
+        "JOB_STALL_S": str(job.stall_s),
         "RAY_EXTRA_ENV_NAMES": _env_names(extra_env_names),
         "JOB_HEAD_IP": _ip(head_ip) if head_ip else "",
     }

@@ -2,13 +2,14 @@
 # The newest complete checkpoint of a job, by the framework's own layout. Defines functions only: the job step
 # (job_submit.sh) ships latest_checkpoint into the head's container (`declare -f`) and runs it there, where the
 # checkpoint directory is. Upstream layouts at the pinned refs (ROLL 8eb27cc, verl v0.7.0, OpenRLHF v0.10.2 with
-# DeepSpeed v0.18.9); ../shared/reference/frameworks-at-runtime.md.
+# DeepSpeed v0.18.9, MindSpeed-RL 62e9928 with Megatron-LM core_r0.8.0); ../shared/reference/frameworks-at-runtime.md.
 
-# latest_checkpoint LAYOUT DIR [WORLD]: prints the newest complete checkpoint under DIR, or nothing (also when DIR
-# does not exist). WORLD: OpenRLHF's actor GPU count, one ZeRO optimizer shard each (0: not checked, ZeRO 0).
+# latest_checkpoint LAYOUT DIR [WORLD] [STAGING]: prints the newest complete checkpoint under DIR, or nothing (also
+# when DIR does not exist). WORLD: OpenRLHF's actor GPU count, one ZeRO optimizer shard each (0: not checked, ZeRO
+# 0). STAGING: ROLL's local save folder (its output_dir), where a copy that failed is left behind ("": not checked).
 latest_checkpoint() {
-  local layout=$1 dir=${2%/} world=${3:-0} best='' best_key='' c n key tag
-  local -a shards
+  local layout=$1 dir=${2%/} world=${3:-0} staging=${4:-} best='' best_key='' c n key tag tracker
+  local -a shards left
   [[ -d $dir ]] || return 0
   case $layout in
     roll)
@@ -16,10 +17,18 @@ latest_checkpoint() {
       # (roll/configs/base_config.py:303-307) and uploads each role's checkpoint-N there
       # (roll/utils/upload_utils.py:28-33); with async_upload false the driver uploads
       # pipeline/worker_state_pipeline.json after every worker's upload returned (roll/pipeline/base_pipeline.py:
-      # 113-131), so that file marks a complete checkpoint. Newest launch first, then the highest step.
+      # 113-131). That marker alone is not proof: CheckpointManager.upload swallows a failed copy
+      # (roll/utils/checkpoint_manager.py:101-115) and deletes the local copy only after copytree succeeded. So a
+      # checkpoint counts as complete only when its marker is there AND no local copy of that step is left under
+      # STAGING/<worker or pipeline>/checkpoint-N (on the shared storage, or the one node's data dir, so the head
+      # sees every worker's). Newest launch first, then the highest step.
       for c in "$dir"/*/checkpoint-*; do
         [[ ${c%/checkpoint-*} =~ /[0-9]{8}-[0-9]{6}$ && ${c##*/checkpoint-} =~ ^[0-9]+$ ]] || continue
         [[ -s $c/pipeline/worker_state_pipeline.json ]] || continue
+        if [[ -n $staging ]]; then
+          left=("${staging%/}"/*/"${c##*/}")
+          [[ ! -e ${left[0]} ]] || continue
+        fi
         key=${c%/checkpoint-*}
         key="${key##*/} $(printf '%012d' "$((10#${c##*/checkpoint-}))")"
         if [[ $key > $best_key ]]; then best_key=$key best=$c; fi
@@ -37,21 +46,44 @@ latest_checkpoint() {
       done
       ;;
     openrlhf)
-      # <dir>/_actor/latest names the tag DeepSpeed loads when OpenRLHF passes none (trainer/ray/ppo_actor.py:
-      # 546-550, deepspeed/runtime/engine.py:3430-3435); rank 0 writes it after its own shards only
-      # (engine.py:3831-3838), hence the shard count. The critic must name the same tag.
-      [[ -s $dir/_actor/latest ]] || return 0
-      tag=$(<"$dir/_actor/latest")
-      [[ $tag =~ ^(best_)?global_step[0-9]+$ && -d $dir/_actor/$tag ]] || return 0
-      if ((world > 0)); then
-        shards=("$dir/_actor/$tag"/*optim_states.pt)
-        [[ -e ${shards[0]} ]] || return 0
-        ((${#shards[@]} == world)) || return 0
-      fi
-      if [[ -d $dir/_critic ]]; then
-        [[ -s $dir/_critic/latest && $(<"$dir/_critic/latest") == "$tag" ]] || return 0
-      fi
-      best=$dir/_actor/$tag
+      # <dir>/_actor/global_step<N>/: one DeepSpeed tag per save (openrlhf/trainer/ppo_trainer.py:394); rank 0
+      # writes _actor/latest after its own shards only (deepspeed/runtime/engine.py:3831-3838), so `latest` can
+      # name a tag other ranks are still writing. Every tag is judged by its files: mp_rank_00_model_states.pt
+      # and, with ZeRO, WORLD optimizer shards; with a critic, _critic/<same tag> saved too. The highest step
+      # wins; the entrypoint then points both `latest` files at it (DeepSpeed loads the tag `latest` names:
+      # deepspeed/runtime/engine.py:3430-3435, OpenRLHF passes none: trainer/ray/ppo_actor.py:546-550).
+      for c in "$dir"/_actor/global_step*; do
+        tag=${c##*/}
+        [[ $tag =~ ^global_step[0-9]+$ ]] || continue
+        compgen -G "$c/*model_states.pt" >/dev/null || continue
+        if ((world > 0)); then
+          shards=("$c"/*optim_states.pt)
+          [[ -e ${shards[0]} ]] || continue
+          ((${#shards[@]} == world)) || continue
+        fi
+        if [[ -d $dir/_critic ]]; then
+          compgen -G "$dir/_critic/$tag/*model_states.pt" >/dev/null || continue
+        fi
+        key=$(printf '%012d' "$((10#${tag#global_step}))")
+        if [[ $key > $best_key ]]; then best_key=$key best=$c; fi
+      done
+      ;;
+    megatron)
+      # MindSpeed-RL's actor saves Megatron checkpoints: <dir>/iter_<7 digits>/mp_rank_*/ per model-parallel
+      # rank, and rank 0 writes <dir>/latest_checkpointed_iteration.txt once every rank saved (Megatron-LM
+      # core_r0.8.0 megatron/training/checkpointing.py save_checkpoint: barrier, then the tracker). A folder newer
+      # than the tracker's iteration is a save that did not finish; the highest one up to it wins.
+      [[ -s $dir/latest_checkpointed_iteration.txt ]] || return 0
+      tracker=$(<"$dir/latest_checkpointed_iteration.txt")
+      [[ $tracker =~ ^[0-9]+$ ]] || return 0
+      for c in "$dir"/iter_*; do
+        n=${c##*/iter_}
+        [[ $n =~ ^[0-9]{7}$ ]] || continue
+        ((10#$n <= 10#$tracker)) || continue
+        compgen -G "$c/mp_rank_*" >/dev/null || continue
+        key=$(printf '%012d' "$((10#$n))")
+        if [[ $key > $best_key ]]; then best_key=$key best=$c; fi
+      done
       ;;
     *) return 2 ;;
   esac

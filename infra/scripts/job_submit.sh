@@ -24,18 +24,27 @@
 #                            (Ray may be installing its runtime env) is reported, not failed           60
 #   JOB_SETTLE_S             seconds a RUNNING job is watched for an immediate failure                 10
 #   JOB_POLL_INTERVAL_S      seconds between looks at the job                                          2
-#   JOB_CHECKPOINT_LAYOUT    roll | verl | openrlhf: before submitting, look for the newest complete checkpoint
+#   JOB_CHECKPOINT_LAYOUT    roll | verl | openrlhf | megatron: before submitting, look for the newest complete checkpoint
 #                            of the job (checkpoint_find.sh) and hand its path to the entrypoint's shell as
 #                            ROLL_CLUSTER_RESUME_FROM (and to jobStatus in the job's metadata); empty: no resume  empty
 #   JOB_CHECKPOINT_DIR       the job's checkpoint directory in the container                           with a layout
 #   JOB_CHECKPOINT_WORLD     OpenRLHF: the actor's GPUs, one optimizer shard each (0: not checked)     0
+#   JOB_CHECKPOINT_STAGING   ROLL: its local save folder (output_dir), where a failed copy is left
+#                            behind: a checkpoint with a copy left there is not complete               empty
 #   JOB_FIRST_STEP_PATTERN   ERE of the line the framework prints when a training step is done: the start gate
 #                            waits for it; empty: no gate, the job is watched for JOB_SETTLE_S only   empty
 #   JOB_DOWNLOAD_PATTERN     ERE of a model/data download line: the phase the gate reports             empty
 #   JOB_START_GATE_S         the gate's bound, counted from the start of this step (preparation and the
 #                            job's downloads included): past it the step fails, the job keeps running 3600
+#   JOB_STALL_S              the gate also fails a RUNNING job whose log has not grown for this many
+#                            seconds (a hang before the first step): it stops the job and shows its log
+#                            tail; 0: not watched                                                       1200
+#   JOB_STOP_WAIT_S          bound on waiting for such a job to reach a final state once stopped       120
 #   JOB_GATE_POLL_S          seconds between the gate's looks at the job's state and log               5
-#   JOB_GATE_REPORT_S        seconds between the gate's progress lines (they keep pulumi's output alive) 60
+#   JOB_GATE_REPORT_S        seconds between the gate's progress lines (they keep pulumi's output alive;
+#                            at most 60: one a minute whatever the poll or a slow Jobs API answer)     60
+#   JOB_GATE_CLIENT_TIMEOUT_S bound on each of the gate's Jobs API calls, so that a progress line
+#                            still comes every minute                                                  45
 #   JOB_SUBMIT_ATTEMPTS      submissions of a job that fails before its entrypoint ran because Ray placed
 #                            its supervisor on a node that had just died (see supervisor_lost)          3
 #   JOB_RESUBMIT_DELAY_S     pause before such a resubmission                                          5
@@ -59,13 +68,19 @@ SUBMITTED_JOBS_DIR=${SUBMITTED_JOBS_DIR:-/var/lib/roll-cluster/jobs}
 JOB_CHECKPOINT_LAYOUT=${JOB_CHECKPOINT_LAYOUT:-}
 JOB_CHECKPOINT_DIR=${JOB_CHECKPOINT_DIR:-}
 JOB_CHECKPOINT_WORLD=${JOB_CHECKPOINT_WORLD:-0}
+JOB_CHECKPOINT_STAGING=${JOB_CHECKPOINT_STAGING:-}
 JOB_FIRST_STEP_PATTERN=${JOB_FIRST_STEP_PATTERN:-}
 JOB_DOWNLOAD_PATTERN=${JOB_DOWNLOAD_PATTERN:-}
 JOB_START_GATE_S=${JOB_START_GATE_S:-3600}
 JOB_GATE_POLL_S=${JOB_GATE_POLL_S:-5}
 JOB_GATE_REPORT_S=${JOB_GATE_REPORT_S:-60}
+JOB_STALL_S=${JOB_STALL_S:-1200}
+JOB_STOP_WAIT_S=${JOB_STOP_WAIT_S:-120}
+JOB_GATE_CLIENT_TIMEOUT_S=${JOB_GATE_CLIENT_TIMEOUT_S:-45}
 require_int DASHBOARD_PORT JOB_API_TIMEOUT_S JOB_START_TIMEOUT_S JOB_SETTLE_S JOB_POLL_INTERVAL_S \
-  JOB_SUBMIT_ATTEMPTS JOB_RESUBMIT_DELAY_S JOB_CHECKPOINT_WORLD JOB_START_GATE_S JOB_GATE_POLL_S JOB_GATE_REPORT_S
+  JOB_SUBMIT_ATTEMPTS JOB_RESUBMIT_DELAY_S JOB_CHECKPOINT_WORLD JOB_START_GATE_S JOB_GATE_POLL_S JOB_GATE_REPORT_S \
+  JOB_STALL_S JOB_STOP_WAIT_S JOB_GATE_CLIENT_TIMEOUT_S
+((JOB_GATE_REPORT_S <= 60)) || JOB_GATE_REPORT_S=60
 [[ -z "$JOB_CHECKPOINT_LAYOUT" || "$JOB_CHECKPOINT_DIR" == /* ]] ||
   fail "JOB_CHECKPOINT_DIR must be an absolute path with JOB_CHECKPOINT_LAYOUT $JOB_CHECKPOINT_LAYOUT: $JOB_CHECKPOINT_DIR"
 JOB_RESUME_FROM=''
@@ -134,7 +149,8 @@ find_checkpoint() {
   local found
   # shellcheck disable=SC2016 # "$@" expands in the container's shell
   found=$(docker exec "$CONTAINER_NAME" bash -c "$(declare -f latest_checkpoint)"$'\n''latest_checkpoint "$@"' \
-    find "$JOB_CHECKPOINT_LAYOUT" "$JOB_CHECKPOINT_DIR" "$JOB_CHECKPOINT_WORLD" 2>>"$ROLL_STEP_LOG") ||
+    find "$JOB_CHECKPOINT_LAYOUT" "$JOB_CHECKPOINT_DIR" "$JOB_CHECKPOINT_WORLD" "$JOB_CHECKPOINT_STAGING" \
+    2>>"$ROLL_STEP_LOG") ||
     fail "could not look for checkpoints of job $JOB_ID under $JOB_CHECKPOINT_DIR in container $CONTAINER_NAME"
   if [[ -z "$found" ]]; then
     banner "job $JOB_ID starts fresh: no complete $JOB_CHECKPOINT_LAYOUT checkpoint under $JOB_CHECKPOINT_DIR"
@@ -224,18 +240,40 @@ first_step_in() {
   grep -oE -- "$JOB_FIRST_STEP_PATTERN" <<<"$1" | tail -n 1 | grep -oE '[0-9]+' | head -n 1 || true
 }
 
+job_is_final() {
+  case "$(job_state)" in SUCCEEDED | FAILED | STOPPED | NOT_FOUND) return 0 ;; esac
+  return 1
+}
+
+# stop_stalled_job WHY: the gate gave up on a job that makes no progress: its log tail for fail, then Ray stops it
+# (its GPUs are free again; its checkpoints stay), at most JOB_STOP_WAIT_S.
+stop_stalled_job() {
+  job_log_tail
+  banner "job $JOB_ID $1: stopping it"
+  logged job_client stop || fail "job $JOB_ID $1, and asking Ray to stop it failed (jobStop stops it)"
+  POLL_WHAT="job $JOB_ID to stop" poll_until "$JOB_STOP_WAIT_S" 2 job_is_final ||
+    fail "job $JOB_ID $1, and it is still $(job_state || true) ${JOB_STOP_WAIT_S}s after Ray was asked to stop it"
+}
+
 # wait_first_step: the start gate. Returns once the job printed its framework's first-step line (or SUCCEEDED);
-# fails, with the job's log tail, when the job FAILED or STOPPED first, or when JOB_START_GATE_S passed since this
-# step started (the job keeps running then). A job whose supervisor was lost before it ran (supervisor_lost) sets
+# fails, with the job's log tail, when the job FAILED or STOPPED first, when a RUNNING job's log has not grown for
+# JOB_STALL_S (the job is stopped then), or when JOB_START_GATE_S passed since this step started (the job keeps
+# running then: it may still be downloading). One loop: every pass reads the state and the log once, and a
+# progress line comes at least every JOB_GATE_REPORT_S (<= 60 s: each Jobs API call is bounded by
+# JOB_GATE_CLIENT_TIMEOUT_S). A job whose supervisor was lost before it ran (supervisor_lost) sets
 # JOB_LOST_BEFORE_START for the caller, as wait_job_started does.
 wait_first_step() {
-  local state log step phase=pending reported=$SECONDS
+  # reported: the first pass prints a progress line at once, then one every JOB_GATE_REPORT_S.
+  local state log read_log step phase=pending reported=$((SECONDS - JOB_GATE_REPORT_S)) size=-1 grown_at=''
+  # shellcheck disable=SC2034 # job_client (ray_common.sh) reads it: every Jobs API call of the gate is bounded
+  local JOB_CLIENT_TIMEOUT_S=$JOB_GATE_CLIENT_TIMEOUT_S
   while true; do
     state=$(job_state) || fail "could not read the state of job $JOB_ID"
     case "$state" in
       PENDING | NOT_FOUND) phase=pending ;;
       RUNNING | SUCCEEDED)
-        log=$(job_client logs 2>>"$ROLL_STEP_LOG") || log=''
+        read_log=true
+        log=$(job_client logs 2>>"$ROLL_STEP_LOG") || { log='' read_log=false; }
         step=$(first_step_in "$log")
         if [[ -n "$step" ]]; then
           banner "job $JOB_ID reached training step $step, ${SECONDS}s after this step started"
@@ -249,6 +287,11 @@ wait_first_step() {
         if [[ -n "$JOB_DOWNLOAD_PATTERN" ]] && tail -n 20 <<<"$log" | grep -qE -- "$JOB_DOWNLOAD_PATTERN"; then
           phase=downloading
         fi
+        # Progress is any new output (a download's progress bar included), counted from the first RUNNING look; a
+        # log the Jobs API did not hand over this time is no news either way.
+        if [[ "$read_log" == true ]] && ((${#log} != size)); then
+          size=${#log} grown_at=$SECONDS
+        fi
         ;;
       FAILED | STOPPED)
         if lost_before_start "$state"; then return 0; fi
@@ -257,13 +300,19 @@ wait_first_step() {
         ;;
       *) fail "job $JOB_ID is in a state this step does not know: $state" ;;
     esac
+    if [[ -n "$grown_at" ]] && ((JOB_STALL_S > 0 && SECONDS - grown_at >= JOB_STALL_S)); then
+      stop_stalled_job "has printed nothing for $((SECONDS - grown_at))s before its first training step"
+      fail "job $JOB_ID made no progress: no new log output for $((SECONDS - grown_at))s (training.noProgressMinutes:\
+ ${JOB_STALL_S}s) while $phase, before its first training step; it was stopped, the end of its log is\
+ above. Fix the cause, delete the job (ray job delete $JOB_ID in container $CONTAINER_NAME) and run again"
+    fi
     if ((SECONDS >= JOB_START_GATE_S)); then
       job_log_tail
       fail "job $JOB_ID has not reached its first training step within ${JOB_START_GATE_S}s of this step\
  (training.startTimeoutMinutes): it is $phase and keeps running (jobStatus, jobLogs; jobStop stops it)"
     fi
     if ((SECONDS - reported >= JOB_GATE_REPORT_S)); then
-      banner "job $JOB_ID: $phase, ${SECONDS}s of ${JOB_START_GATE_S}s"
+      banner "job $JOB_ID: $phase, ${SECONDS}s of ${JOB_START_GATE_S}s${grown_at:+, last output $((SECONDS - grown_at))s ago}"
       reported=$SECONDS
     fi
     sleep "$JOB_GATE_POLL_S"

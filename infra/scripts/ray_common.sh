@@ -147,6 +147,7 @@ no_ray_process() {
 #   logs     prints the job's log
 #   message  prints the job's status message (why it failed)
 #   delete   deletes a job that has ended, so that its id can be submitted again
+#   stop     asks Ray to stop the job (it returns at once; the state turns STOPPED)
 # `ray job submit -- CMD` joins CMD with Windows quoting (subprocess.list2cmdline) and hands the result to
 # /bin/sh, which expands `$`, backquotes and backslashes in it; submitting the entrypoint string through the
 # client keeps it exactly as the user wrote it.
@@ -166,6 +167,8 @@ elif action == "message":
     print(client.get_job_info(job_id).message or "")
 elif action == "delete":
     client.delete_job(job_id)
+elif action == "stop":
+    client.stop_job(job_id)
 elif action == "submit":
     runtime_env = json.loads(os.environ.get("JOB_RUNTIME_ENV_JSON") or "{}")
     command = "exec bash -c " + shlex.quote(os.environ["JOB_ENTRYPOINT"])

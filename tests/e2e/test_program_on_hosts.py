@@ -11,6 +11,7 @@ the running cluster instead of training: there is no ROLL, torch or GPU here).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -169,8 +170,9 @@ def test_the_roll_yaml_built_before_deployment_is_submitted_through_the_programs
 
 
 # ROLL's launcher, stood in for the start gate and the resume (issue 18): by the YAML's exp_name it dies before its
-# first step as ROLL did with `resume_from_checkpoint: true`, or it prints ROLL's first-step line after saving a
-# complete checkpoint the way ROLL lays it out (<output_dir>/<launch timestamp>/checkpoint-N/pipeline/...).
+# first step as ROLL did with `resume_from_checkpoint: true`, hangs silently before it (issue 27: a collective that
+# never forms), or it prints ROLL's first-step line after saving a complete checkpoint the way ROLL lays it out
+# (<output_dir>/<launch timestamp>/checkpoint-N/pipeline/...).
 ROLL_TRAINING_LAUNCHER = """
 import argparse, datetime, os, sys, time
 import yaml
@@ -184,6 +186,9 @@ resume = config["resume_from_checkpoint"]
 print("stand-in ROLL resume_from_checkpoint:", resume, flush=True)
 if config["exp_name"] == "dies":
     sys.exit("FileNotFoundError: [Errno 2] No such file or directory: stand-in start-up crash")
+if config["exp_name"] == "silent":
+    print("stand-in ROLL: waiting for a collective that never forms", flush=True)
+    time.sleep(3600)
 step = int(resume.rsplit("-", 1)[1]) + 1 if isinstance(resume, str) else 0
 launch = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 time.sleep(1.1)  # a later launch gets a later timestamp, as a real one (minutes long) does
@@ -253,6 +258,40 @@ def test_the_start_gate_fails_a_dying_job_passes_a_training_one_and_a_rerun_resu
     assert f"stand-in ROLL resume_from_checkpoint: {checkpoint}" in logs  # the YAML ROLL read named it
     network.run(hosts[0], second.job_stop).check()
     network.run(hosts[0], f"rm -rf {GATE_CHECKPOINTS}").check()
+
+
+def test_the_start_gate_stops_a_job_that_prints_nothing_within_the_configured_minutes(network, cluster):
+    hosts, commands = cluster
+    network.run(hosts[0], commands.head).check()
+    for result in network.run_parallel(list(zip(hosts[1:], commands.workers, strict=True))):
+        result.check()
+    network.run(hosts[0], commands.ready).check()
+    launcher = hosts[0].private_path("/workspace/ROLL/examples/start_agentic_pipeline.py")
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text(ROLL_TRAINING_LAUNCHER)
+    silent = render_cluster(
+        [h.ip for h in hosts], str(network.client_key), ports=(8100, 8101, 8102),
+        ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
+        training={
+            "framework": "roll",
+            "roll": {"baseConfig": "agentic_demo/agent_val_frozen_lake_multi_nodes_demo.yaml"},
+            # 1 minute of silence, far inside the 30-minute gate: only the no-progress rule can end the step.
+            "startTimeoutMinutes": 30, "noProgressMinutes": 1,
+            "overrides": {"rollout_batch_size": 48, "exp_name": "silent"},
+        },
+    )
+    assert silent.submit is not None and silent.job_stop is not None
+    job_id = silent.outputs["jobId"]
+    failed = network.run(hosts[0], silent.submit)
+    assert failed.returncode != 0  # the job step fails, so does `pulumi up`
+    assert f"job {job_id} made no progress: no new log output for" in failed.output
+    assert "(training.noProgressMinutes: 60s)" in failed.output and "it was stopped" in failed.output
+    assert "waiting for a collective that never forms" in failed.output  # the job's log tail
+    assert "has not reached its first training step within" not in failed.output  # not the 30-minute bound
+    assert re.search(f"job {job_id}: (pending|starting), [0-9]+s of 1800s", failed.output)  # the gate's progress
+    # Stopped, not left holding the GPUs: Ray says so.
+    assert f"Job '{job_id}' was stopped" in network.run_user_command(silent.outputs["jobStatus"]).output
+    network.run(hosts[0], silent.job_stop).check()
 
 
 def test_destroy_commands_stop_the_job_and_ray(network, cluster):

@@ -41,9 +41,16 @@ class AlibabaSource:
 def checkpoint_note(config: ClusterConfig) -> str:
     """Where checkpoints live and whether they outlive the instances: the plan states it plainly."""
     if config.storage.nas:
-        kept = "kept on pulumi destroy" if config.storage.retain_on_destroy or config.storage.existing_file_system_id \
-            else "DELETED on pulumi destroy (storage.retainOnDestroy: false)"
+        if config.storage.existing_file_system_id:
+            kept = f"they survive pulumi destroy (the attached file system {config.storage.existing_file_system_id} " \
+                "is never deleted by this stack)"
+        elif config.storage.retain_on_destroy:
+            kept = "they survive pulumi destroy (storage.retainOnDestroy; the nasFileSystemId output, given as\n" \
+                "  storage.existingFileSystemId, attaches them to the next deployment)"
+        else:
+            kept = "DELETED on pulumi destroy (storage.retainOnDestroy: false)"
         return f"checkpoints on the NAS at /mnt/shared: {kept}"
     where = "the data disk (/data)" if config.nodes.data_disk_gb else "the system disk"
-    return (f"checkpoints on {where} of each node: they DIE WITH THE INSTANCE on pulumi destroy or a\n"
-            "  replacement of the node; to keep them: storage.nas: true")
+    why = "storage.retainOnDestroy: false" if not config.storage.retain_on_destroy else "storage.nas: false"
+    return (f"checkpoints on {where} of each node ({why}): they DIE WITH THE INSTANCE on pulumi destroy or a\n"
+            "  replacement of the node; to keep them: leave storage.nas and storage.retainOnDestroy unset")
