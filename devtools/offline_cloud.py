@@ -592,7 +592,52 @@ def stack_config(stack: str) -> dict[str, Any]:
         mark = getattr(error, "problem_mark", None)
         where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path.name
         raise ConfigError([f"{where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
-    return dict(data.get("config") or {})
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path.name}: must be a mapping with a `config:` section (as `pulumi config set` writes "
+                           f"it); got {_yaml_kind(data)}"])
+    config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError([f"{path.name}: config: must be a mapping of `namespace:key: value` lines (e.g. "
+                           f"`roll-cluster:nodes:`); got {_yaml_kind(config)}"])
+    return dict(config)
+
+
+def _yaml_kind(value: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+        type(value), type(value).__name__)
+
+
+SECRET_PLACEHOLDER = "[secret: set, not decrypted by the offline plan]"
+
+
+def secure_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The stack file's `secure:` values (what `pulumi config set --secret` writes: `key: {secure: <ciphertext>}`,
+    also inside a section set with --path) replaced by a placeholder, and the keys that hold one: the offline plan
+    cannot decrypt them and never needs to. Pulumi holds such a key as a secret as a whole (the runtime's secret
+    keys are top-level keys)."""
+
+    def replace(value: Any) -> tuple[Any, bool]:
+        if isinstance(value, Mapping):
+            if set(value) == {"secure"} and isinstance(value["secure"], str):
+                return SECRET_PLACEHOLDER, True
+            found = False
+            replaced = {}
+            for key, item in value.items():
+                replaced[key], held = replace(item)
+                found = found or held
+            return replaced, found
+        if isinstance(value, list):
+            items = [replace(item) for item in value]
+            return [item for item, _ in items], any(held for _, held in items)
+        return value, False
+
+    plain: dict[str, Any] = {}
+    secret: list[str] = []
+    for key, value in values.items():
+        plain[key], held = replace(value)
+        if held:
+            secret.append(key)
+    return plain, secret
 
 
 def shipped_stacks() -> list[str]:
@@ -639,6 +684,7 @@ def run_program(
     for key, value in (config or {}).items():
         values[key] = deep_merge(values[key], value) if isinstance(value, Mapping) and key in values else value
     values.update(replace_config or {})
+    values, secure_keys = secure_values(values)
     values.update(secrets or {})
     flat = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in values.items()}
 
@@ -649,7 +695,7 @@ def run_program(
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_mocks(cloud, project="roll-cluster", stack=stack, preview=cloud.preview,
                              organization=organization)
-    pulumi.runtime.set_all_config(flat, list((secrets or {}).keys()))
+    pulumi.runtime.set_all_config(flat, sorted({*secure_keys, *(secrets or {})}))
     cloud.options.clear()
 
     def capture_options(args: pulumi.ResourceTransformationArgs) -> None:
