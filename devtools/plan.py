@@ -407,7 +407,7 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     lines.append("  Resumed after an economical-mode stop (nodes.paused removed), each step:")
     for step, what in schedule.RESUMED_STEPS.items():
         lines.append(f"    {step:16} {what}")
-    lines.append("  Constants (sources: [n] = ../shared/reference/performance-frontier.md section 8):")
+    lines.append("  Constants (sources: [n] = docs/performance-sources.md):")
     for key, constant in schedule.CONSTANTS.items():
         lines.append(f"    {key:24} {constant.value:>8g} {constant.unit:7} {constant.source}")
     lines.append(f"    {'measured steps':24} {'':>8} {'s':7} measured: bench/steps_bench.py (node steps on a baked "
