@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
@@ -271,3 +272,23 @@ def json_text(value: str) -> str:
     import json
 
     return json.dumps(value)
+
+
+def test_pulumi_up_opens_with_the_same_summary_from_the_live_placement() -> None:
+    from offline_helpers import run as run_stack
+
+    from infra import summary
+
+    result = run_stack("multi")
+    config = steps.NOTES["config"]
+    text = summary.for_update(config, "multi", "ecs.gn6v-c8g1.4xlarge", "cn-hangzhou-i", 2, "NVIDIA V100",
+                              result.outputs["cost"])
+    lines = text.splitlines()
+    assert len(lines) <= 50 and lines[0].startswith("roll-cluster: stack multi")
+    assert "placement     2 nodes x ecs.gn6v-c8g1.4xlarge (2 x NVIDIA V100 each) in cn-hangzhou-i" in text
+    for cost in ("running", "paused", "after destroy", "autostop"):
+        assert any(line[14:].startswith(cost) for line in lines), cost
+    assert "SSH (tcp 22) from 203.0.113.0/24 only" in text
+    # The program logs it (pulumi.log.info) once the placement is known; the offline plan prints its own.
+    main = (Path(__file__).resolve().parent.parent / "__main__.py").read_text()
+    assert "pulumi.log.info(summary.for_update(" in main
