@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
@@ -45,8 +44,8 @@ from devtools.alibaba_shapes import (
     power_state,
 )
 from devtools.mock_secrets import is_secret, reveal, unwrap
+from devtools.stack_file import secure_values, shipped_stacks, stack_config
 from infra import runmode
-from infra.config import ConfigError
 from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
 
@@ -580,70 +579,6 @@ def _digest(text: str, length: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the runner
-def stack_config(stack: str) -> dict[str, Any]:
-    """The `config:` block of Pulumi.<stack>.yaml."""
-    path = PROJECT_DIR / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"no stack file {path.name}; shipped: {', '.join(shipped_stacks())}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        # The file and line, not a traceback (the Pulumi CLI reports its own parse error the same way).
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path.name
-        raise ConfigError([f"{where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
-    if not isinstance(data, dict):
-        raise ConfigError([f"{path.name}: must be a mapping with a `config:` section (as `pulumi config set` writes "
-                           f"it); got {_yaml_kind(data)}"])
-    config = data.get("config") or {}
-    if not isinstance(config, dict):
-        raise ConfigError([f"{path.name}: config: must be a mapping of `namespace:key: value` lines (e.g. "
-                           f"`roll-cluster:nodes:`); got {_yaml_kind(config)}"])
-    return dict(config)
-
-
-def _yaml_kind(value: Any) -> str:
-    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
-        type(value), type(value).__name__)
-
-
-SECRET_PLACEHOLDER = "[secret: set, not decrypted by the offline plan]"
-
-
-def secure_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The stack file's `secure:` values (what `pulumi config set --secret` writes: `key: {secure: <ciphertext>}`,
-    also inside a section set with --path) replaced by a placeholder, and the keys that hold one: the offline plan
-    cannot decrypt them and never needs to. Pulumi holds such a key as a secret as a whole (the runtime's secret
-    keys are top-level keys)."""
-
-    def replace(value: Any) -> tuple[Any, bool]:
-        if isinstance(value, Mapping):
-            if set(value) == {"secure"} and isinstance(value["secure"], str):
-                return SECRET_PLACEHOLDER, True
-            found = False
-            replaced = {}
-            for key, item in value.items():
-                replaced[key], held = replace(item)
-                found = found or held
-            return replaced, found
-        if isinstance(value, list):
-            items = [replace(item) for item in value]
-            return [item for item, _ in items], any(held for _, held in items)
-        return value, False
-
-    plain: dict[str, Any] = {}
-    secret: list[str] = []
-    for key, value in values.items():
-        plain[key], held = replace(value)
-        if held:
-            secret.append(key)
-    return plain, secret
-
-
-def shipped_stacks() -> list[str]:
-    return sorted(p.name.split(".")[1] for p in PROJECT_DIR.glob("Pulumi.*.yaml"))
-
-
 def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():
@@ -767,5 +702,7 @@ __all__: Sequence[str] = [
     "is_secret",
     "reveal",
     "run_program",
+    "shipped_stacks",
+    "stack_config",
     "unwrap",
 ]
