@@ -31,7 +31,7 @@ import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
-from devtools import alibaba_shapes, engine_model, provider_rules
+from devtools import alibaba_shapes, engine_model, provider_rules, stack_file
 from devtools.alibaba_refusals import AlibabaRefused as AlibabaRefused
 from devtools.alibaba_refusals import _refuse_like_alibaba
 from devtools.alibaba_shapes import (
@@ -44,7 +44,7 @@ from devtools.alibaba_shapes import (
     power_state,
 )
 from devtools.mock_secrets import is_secret, reveal, unwrap
-from devtools.stack_file import secure_values, shipped_stacks, stack_config
+from devtools.stack_file import secure_values
 from infra import runmode
 from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
@@ -579,6 +579,15 @@ def _digest(text: str, length: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the runner
+def stack_config(stack: str) -> dict[str, Any]:
+    """The `config:` block of Pulumi.<stack>.yaml (devtools/stack_file.py)."""
+    return stack_file.stack_config(PROJECT_DIR, stack)
+
+
+def shipped_stacks() -> list[str]:
+    return stack_file.shipped_stacks(PROJECT_DIR)
+
+
 def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():
@@ -702,7 +711,5 @@ __all__: Sequence[str] = [
     "is_secret",
     "reveal",
     "run_program",
-    "shipped_stacks",
-    "stack_config",
     "unwrap",
 ]

@@ -5,19 +5,19 @@ secrets without decrypting them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from infra.config import ConfigError
-from infra.layout import PROJECT_DIR
 
 
-def stack_config(stack: str) -> dict[str, Any]:
-    """The `config:` block of Pulumi.<stack>.yaml."""
-    path = PROJECT_DIR / f"Pulumi.{stack}.yaml"
+def stack_config(project: Path, stack: str) -> dict[str, Any]:
+    """The `config:` block of Pulumi.<stack>.yaml in the project directory."""
+    path = project / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"no stack file {path.name}; shipped: {', '.join(shipped_stacks())}")
+        raise FileNotFoundError(f"no stack file {path.name}; shipped: {', '.join(shipped_stacks(project))}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
@@ -35,8 +35,8 @@ def stack_config(stack: str) -> dict[str, Any]:
     return dict(config)
 
 
-def shipped_stacks() -> list[str]:
-    return sorted(p.name.split(".")[1] for p in PROJECT_DIR.glob("Pulumi.*.yaml"))
+def shipped_stacks(project: Path) -> list[str]:
+    return sorted(p.name.split(".")[1] for p in project.glob("Pulumi.*.yaml"))
 
 
 def yaml_kind(value: Any) -> str:

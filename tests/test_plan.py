@@ -230,10 +230,10 @@ def test_dev_py_plan_with_a_secure_value_succeeds_in_at_most_50_lines():
 )
 def test_a_malformed_stack_file_is_an_error_naming_the_file_without_a_traceback(document, message, tmp_path,
                                                                                  monkeypatch, capsys):
-    from devtools import stack_file
+    from devtools import offline_cloud
 
     (tmp_path / "Pulumi.broken.yaml").write_text(document)
-    monkeypatch.setattr(stack_file, "PROJECT_DIR", tmp_path)
+    monkeypatch.setattr(offline_cloud, "PROJECT_DIR", tmp_path)
     assert plan.main(["broken", "--no-registry"]) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
