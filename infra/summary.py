@@ -90,7 +90,7 @@ def placement(config: ClusterConfig, machine_type: str, location: str, per_node:
 def job(config: ClusterConfig, job_id: str | None) -> str:
     start = "submitted by `pulumi up`" if config.training.auto_start else "prepared, not submitted (autoStart false)"
     named = f" {job_id}" if job_id else ""
-    return f"{config.training.framework}{named}: {start}"
+    return f"{config.training.framework} job{named}: {start}"
 
 
 def cost(figures: Mapping[str, Any] | None, bootstrap_minutes: float | None, basis: str) -> list[str]:
