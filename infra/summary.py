@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.config import ClusterConfig
+from infra.cost import RATE_SOURCE
 from infra.layout import SHARED_MOUNT
 
 MAX_LINES = 50
@@ -94,9 +95,14 @@ def job(config: ClusterConfig, job_id: str | None) -> str:
 
 
 def cost(figures: Mapping[str, Any] | None, bootstrap_minutes: float | None, basis: str) -> list[str]:
-    """The four costs (before the job runs, running, paused, after destroy) and when autostop fires."""
+    """The four costs (before the job runs, running, paused, after destroy) and when autostop fires. The disk, NAS
+    and traffic rates are estimates (infra/cost.py, RATE_SOURCE): said once, not on every line."""
     if not isinstance(figures, Mapping):
         return ["not reported (own hosts: the program rents nothing)"]
+
+    def short(text: object) -> str:
+        return str(text).replace(f" ({RATE_SOURCE})", "")
+
     currency = figures["currency"]
     running, paused = figures["running"], figures["paused"]
     rate = float(running["perHour"])
@@ -104,11 +110,11 @@ def cost(figures: Mapping[str, Any] | None, bootstrap_minutes: float | None, bas
     if bootstrap_minutes is not None:
         lines.append(f"{'before the job runs':20}{bootstrap_minutes / 60.0 * rate:.2f} {currency} "
                      f"({bootstrap_minutes:.0f} min modelled at the running rate)")
-    lines.append(f"{'running':20}{rate:.2f} {currency}/h (instances {running['instances']['perHour']:.2f} + "
-                 f"disks {running['disks']['perHour']:.2f}; public traffic out extra); {basis}")
+    lines.append(f"{'running':20}{rate:.2f} {currency}/h (instances {running['instances']['perHour']:.2f}, {basis}; "
+                 f"disks {running['disks']['perHour']:.2f}, estimated; public traffic out extra)")
     lines.append(f"{'paused':20}{float(paused['perHour']):.2f} {paused['currency']}/h "
-                 f"(keeps billing {paused['keepsBilling']})")
-    lines.append(f"{'after destroy':20}" + "; ".join(str(item) for item in figures["afterDestroy"]))
+                 f"(keeps billing {short(paused['keepsBilling'])})")
+    lines.append(f"{'after destroy':20}" + "; ".join(short(item) for item in figures["afterDestroy"]))
     lines.append(f"{'autostop':20}{figures['autostop']}")
     return lines
 
@@ -155,7 +161,7 @@ def for_update(config: ClusterConfig, stack: str, machine_type: str, location: s
                 "with the modelled times)",
         placement=[placement(config, machine_type, location, per_node, model)],
         job=[job(config, None)],
-        cost=cost(figures, None, "list prices (the `cost` output names each source)"),
+        cost=cost(figures, None, "the region's list price or the catalog's (the `cost` output says which)"),
         exposure=exposure(config),
         changes=["`pulumi preview` (or the update's own display) lists each resource; steps that find their work "
                  "done return at once"],
