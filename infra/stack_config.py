@@ -30,7 +30,7 @@ def namespace_problems(keys: list[str]) -> list[str]:
         namespace, _, name = key.rpartition(":")
         if namespace in KNOWN_NAMESPACES:
             continue
-        close = difflib.get_close_matches(namespace, KNOWN_NAMESPACES, n=1, cutoff=0.6)
+        close = [PROJECT] if not namespace else difflib.get_close_matches(namespace, KNOWN_NAMESPACES, n=1, cutoff=0.6)
         hint = f"did you mean `{close[0]}:{name}`? " if close else ""
         problems.append(f"{key}: unknown namespace `{namespace or '(none)'}`: nothing reads this key; {hint}"
                         f"the namespaces read are {', '.join(KNOWN_NAMESPACES)}")

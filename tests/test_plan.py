@@ -243,6 +243,8 @@ def test_an_unknown_namespace_is_refused_with_the_nearest_one(capsys):
     assert plan.main(["dev", "--config", 'rollcluster:nodes={"count": 2}']) == 1
     err = capsys.readouterr().err
     assert "rollcluster:nodes: unknown namespace `rollcluster`" in err and "did you mean `roll-cluster:nodes`" in err
+    assert plan.main(["dev", "--config", 'nodes={"count": 2}']) == 1  # no namespace at all
+    assert "nodes: unknown namespace `(none)`" in capsys.readouterr().err
 
 
 def test_a_zone_typo_names_the_nearest_zone_not_stock(capsys):
