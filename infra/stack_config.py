@@ -27,7 +27,7 @@ def namespace_problems(keys: list[str]) -> list[str]:
     """Config keys under a namespace nothing reads, each with the nearest known namespace."""
     problems = []
     for key in sorted(keys):
-        namespace, _, name = key.rpartition(":")
+        namespace, _, name = key.partition(":") if ":" in key else ("", "", key)
         if namespace in KNOWN_NAMESPACES:
             continue
         close = [PROJECT] if not namespace else difflib.get_close_matches(namespace, KNOWN_NAMESPACES, n=1, cutoff=0.6)
