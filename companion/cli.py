@@ -116,11 +116,18 @@ def _deployed(ctx: Context) -> None:
                              "`pulumi up` deploys it")
 
 
+# How the command outputs read while the instances are stopped (infra/outputs.py, PAUSED): no address to reach.
+PAUSED_PREFIX = "the cluster is stopped"
+
+
 def _output(ctx: Context, name: str, why: str = "") -> str:
     _deployed(ctx)
     if name not in ctx.outputs:
         raise CompanionError(f"the stack has no `{name}` output{why}; run `pulumi up` first")
-    return str(ctx.outputs[name])
+    value = str(ctx.outputs[name])
+    if value.startswith(PAUSED_PREFIX):
+        raise CompanionError(f"{value}; `python3 -m companion resume` starts it")
+    return value
 
 
 # ------------------------------------------------------------------------------------------------ SSH
@@ -254,7 +261,7 @@ def stack_state(outputs: Mapping[str, Any]) -> tuple[str, str]:
     if not outputs:
         return "never deployed (or destroyed)", "-"
     figures = outputs.get("cost")
-    paused = str(outputs.get("sshHead", "")).startswith("the cluster is stopped")
+    paused = str(outputs.get("sshHead", "")).startswith(PAUSED_PREFIX)
     if not isinstance(figures, dict):
         return ("paused" if paused else "deployed"), "- (own hosts)"
     rate = figures["paused" if paused else "running"]["perHour"]

@@ -283,3 +283,18 @@ def test_every_command_has_a_description_and_the_help_is_whole(shell_env: dict[s
         assert own.returncode == 0, command
         text = own.stdout.split("\n\n", 2)
         assert len(text) >= 2 and text[1].strip() and not text[1].startswith(("options", "positional")), command
+
+
+def test_a_paused_cluster_is_said_so_instead_of_running_the_outputs_text(shell_env: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    from infra.outputs import PAUSED
+
+    paused = {**OUTPUTS, **{name: PAUSED for name in ("sshHead", "dashboardTunnel", "jobStatus", "jobLogs", "jobStop")}}
+    (tmp_path / "outputs.json").write_text(json.dumps(paused))
+    for command in ("status", "logs", "ssh", "dashboard", "stop"):
+        result = _bash(f"python3 -m companion {command}", shell_env)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "the cluster is stopped" in result.stderr and "companion resume" in result.stderr
+        assert "not found" not in result.stderr + result.stdout
+    listed = _bash("python3 -m companion list", shell_env)
+    assert "paused" in next(line for line in listed.stdout.splitlines() if line.startswith("multi*"))
