@@ -14,7 +14,7 @@ from components.autostop import Autostop, spot_notices
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
-from infra import outputs, parallelism, pause, runmode, stack_config
+from infra import outputs, parallelism, pause, runmode, stack_config, summary
 from infra.frameworks import adapter_for
 from infra.node import accelerators, steps
 from infra.sources import source_for
@@ -34,6 +34,10 @@ if not runmode.offline():  # the offline plan prints the same line with its own 
 
 pause.freeze_while_paused(config)  # nodes.paused: nothing that needs a running node changes
 cluster = node_source.provision(source)
+if not runmode.offline():  # the update opens with the plan's summary (the offline plan prints its own)
+    pulumi.log.info(summary.for_update(config, stack, facts.machine_type, facts.location,
+                                       facts.accelerators_per_node, facts.accelerator_model,
+                                       cluster.outputs.get("cost")))
 known = known_hosts.register(stack, cluster.machines)
 ray_nodes: list[RayNode] = []
 for machine in cluster.machines:

@@ -2,7 +2,7 @@
 """Developer entry point; needs only Python 3.11+. Creates .venv from the requirements files on first use
 (and again when they change), then runs the command inside it.
 
-    python3 dev.py plan dev     # the offline plan of a stack (no cloud, no credentials, no Pulumi CLI)
+    python3 dev.py plan dev     # the offline plan of a stack: an alias of `python3 -m companion plan dev`
     python3 dev.py test         # the whole suite: ruff, mypy, shellcheck and pytest (incl. the real-host tier)
     python3 dev.py bench        # benchmarks whose figures go into docs/performance.md
     python3 dev.py docs         # regenerate the configuration reference, docs/configuration.md
@@ -80,7 +80,7 @@ def main(args: list[str]) -> int:
     ensure_venv(full=command in ("test", "bench"))
     py = str(PYTHON)
     if command == "plan":
-        return run(py, "-m", "devtools.plan", *(rest or ["dev"]))
+        return run(py, "-m", "companion", "plan", *(rest or ["dev"]))
     if command == "test":
         for step in ([py, "-m", "ruff", "check", "."], [py, "-m", "mypy", "."]):
             if run(*step) != 0:

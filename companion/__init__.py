@@ -1,3 +1,3 @@
-"""roll-cluster's command-line companion: what users do every day, as commands instead of `pulumi stack output X
-| sh`. It reads the stack's outputs through Pulumi's Automation API and runs the commands they hold; the program
-never imports it. `python3 -m companion --help`."""
+"""roll-cluster's command-line tool for users: the offline plan and the daily commands (status, logs, ssh, dashboard,
+stop, resubmit, pause, resume, cost, list, down). It runs the Pulumi CLI and the commands the stack's outputs hold;
+the program never imports it. `python3 -m companion --help`."""

@@ -1,4 +1,5 @@
-"""python3 -m companion COMMAND [--stack NAME]: status, logs, ssh, dashboard, stop, resubmit, pause, resume, cost.
+"""python3 -m companion COMMAND [--stack NAME]: plan, list, status, logs, ssh, dashboard, stop, resubmit, pause,
+resume, cost, down.
 
 Run it from the project directory (where Pulumi.yaml is). Without the project's virtualenv on the path it starts
 itself again with .venv/bin/python (the environment `pulumi install` creates), which has the Pulumi SDK.

@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
-from devtools import alibaba_shapes, engine_model, provider_rules
+from devtools import alibaba_shapes, engine_model, provider_rules, stack_file
 from devtools.alibaba_refusals import AlibabaRefused as AlibabaRefused
 from devtools.alibaba_refusals import _refuse_like_alibaba
 from devtools.alibaba_shapes import (
@@ -45,8 +44,8 @@ from devtools.alibaba_shapes import (
     power_state,
 )
 from devtools.mock_secrets import is_secret, reveal, unwrap
+from devtools.stack_file import secure_values
 from infra import runmode
-from infra.config import ConfigError
 from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
 
@@ -581,22 +580,12 @@ def _digest(text: str, length: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ the runner
 def stack_config(stack: str) -> dict[str, Any]:
-    """The `config:` block of Pulumi.<stack>.yaml."""
-    path = PROJECT_DIR / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"no stack file {path.name}; shipped: {', '.join(shipped_stacks())}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        # The file and line, not a traceback (the Pulumi CLI reports its own parse error the same way).
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path.name
-        raise ConfigError([f"{where}: not valid YAML: {getattr(error, 'problem', None) or error}"]) from None
-    return dict(data.get("config") or {})
+    """The `config:` block of Pulumi.<stack>.yaml (devtools/stack_file.py)."""
+    return stack_file.stack_config(PROJECT_DIR, stack)
 
 
 def shipped_stacks() -> list[str]:
-    return sorted(p.name.split(".")[1] for p in PROJECT_DIR.glob("Pulumi.*.yaml"))
+    return stack_file.shipped_stacks(PROJECT_DIR)
 
 
 def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -639,6 +628,7 @@ def run_program(
     for key, value in (config or {}).items():
         values[key] = deep_merge(values[key], value) if isinstance(value, Mapping) and key in values else value
     values.update(replace_config or {})
+    values, secure_keys = secure_values(values)
     values.update(secrets or {})
     flat = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in values.items()}
 
@@ -649,7 +639,7 @@ def run_program(
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_mocks(cloud, project="roll-cluster", stack=stack, preview=cloud.preview,
                              organization=organization)
-    pulumi.runtime.set_all_config(flat, list((secrets or {}).keys()))
+    pulumi.runtime.set_all_config(flat, sorted({*secure_keys, *(secrets or {})}))
     cloud.options.clear()
 
     def capture_options(args: pulumi.ResourceTransformationArgs) -> None:

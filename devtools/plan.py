@@ -1,8 +1,9 @@
 """The offline plan: run the real program for a stack under the offline cloud and print what `pulumi up` would
-build: placement, network and rules, nodes, each node's steps with their scripts, the Ray cluster, the job with
-its generated configuration, the stack outputs and the hourly price.
+build. By default a summary of at most 50 lines (infra/summary.py: placement, the four costs, exposure, the time
+to the first training step, warnings, what changes); with --full everything: network and rules, nodes, each node's
+steps with their scripts, the Ray cluster, the job with its generated configuration, the stack outputs.
 
-    python -m devtools.plan dev [--nodes N] [--no-registry]
+    python3 -m companion plan dev [--full] [--nodes N] [--no-registry]   (also: python3 dev.py plan dev)
 
 No credentials, no Pulumi CLI: see devtools/offline_cloud.py for what the offline cloud answers. The one request
 the plan makes: the training image's manifest from its registry, for the image's size (devtools/registry.py;
@@ -14,7 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from devtools import registry, schedule
@@ -28,7 +30,7 @@ from devtools.offline_cloud import (
     stack_config,
     unwrap,
 )
-from infra import image_path, model_cache, parallelism
+from infra import image_path, model_cache, parallelism, summary
 from infra.config import ClusterConfig, ConfigError
 from infra.frameworks.base import FIRST_STEP_PATTERNS
 from infra.node import remote, steps
@@ -405,7 +407,7 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     lines.append("  Resumed after an economical-mode stop (nodes.paused removed), each step:")
     for step, what in schedule.RESUMED_STEPS.items():
         lines.append(f"    {step:16} {what}")
-    lines.append("  Constants (sources: [n] = ../shared/reference/performance-frontier.md section 8):")
+    lines.append("  Constants (sources: [n] = docs/performance-sources.md):")
     for key, constant in schedule.CONSTANTS.items():
         lines.append(f"    {key:24} {constant.value:>8g} {constant.unit:7} {constant.source}")
     lines.append(f"    {'measured steps':24} {'':>8} {'s':7} measured: bench/steps_bench.py (node steps on a baked "
@@ -440,6 +442,138 @@ def backend_lines(config: ClusterConfig, slots: int, image_gb: float | None) -> 
             f"{alone:.0f} alone. Boot from a baked image (nodes.image) or pause and resume the cluster "
             "(nodes.paused) instead of pulling on every new node; docs/performance.md, 'P2P image distribution: "
             "why not yet'"]
+
+
+# ------------------------------------------------------------------------------------------------ the summary
+@dataclass(frozen=True)
+class PlanContext:
+    """What the summary's sources read: the offline run, the stack's configuration, the image's size, the slots."""
+
+    run: OfflineRun
+    config: ClusterConfig
+    lookup: registry.Lookup | None
+    slots: int
+    slots_how: str
+
+
+def config_warnings(ctx: PlanContext) -> list[str]:
+    """What `pulumi up` refuses that the offline plan runs on (placeholders, the local key checks)."""
+    return [f"refused by `pulumi up`: {warning}" for warning in steps.NOTES.get("config_warnings") or []]
+
+
+def on_request_warning(ctx: PlanContext) -> list[str]:
+    request = catalog.on_request(str(ctx.run.outputs.get("instanceType") or ""))
+    return [f"{ctx.run.outputs.get('instanceType')} is sold only on request: {request} before `pulumi up`, or "
+            "the account gets no instance whatever the stock"] if request else []
+
+
+def image_warnings(ctx: PlanContext) -> list[str]:
+    if steps.NOTES.get("source") == "hosts" or ctx.config.nodes.image is not None:
+        return []
+    return image_path.warnings(ctx.config, manifest_gb(ctx.config, ctx.lookup))
+
+
+def parallelism_warnings(ctx: PlanContext) -> list[str]:
+    warning = parallelism.warning(ctx.config.nodes.count, ctx.slots, ctx.slots_how)
+    return [warning] if warning else []
+
+
+def backend_warnings(ctx: PlanContext) -> list[str]:
+    if steps.NOTES.get("source") == "hosts":
+        return []
+    return [line.removeprefix("  WARNING  ") for line in
+            backend_lines(ctx.config, ctx.slots, manifest_gb(ctx.config, ctx.lookup))]
+
+
+def unchecked_notes(ctx: PlanContext) -> list[str]:
+    """What the offline plan cannot check (quotas, ...): infra/sources/alibaba/unchecked.py."""
+    return [str(note) for note in steps.NOTES.get("unchecked") or []]
+
+
+# The summary's warnings and the plan-only notes, in order: add a function here (PlanContext -> lines) for a new
+# kind; notes that follow from the configuration alone belong in infra/summary.py, NOTE_SOURCES (`pulumi up` too).
+WARNING_SOURCES: list[Callable[[PlanContext], list[str]]] = [
+    config_warnings, on_request_warning, image_warnings, parallelism_warnings, backend_warnings,
+]
+PLAN_NOTE_SOURCES: list[Callable[[PlanContext], list[str]]] = [unchecked_notes]
+
+FRIENDLY_TYPES = {
+    "alicloud:vpc/network:Network": "VPC", "alicloud:vpc/switch:Switch": "vSwitch",
+    "alicloud:ecs/securityGroup:SecurityGroup": "security group", RULE: "security group rule",
+    "alicloud:ecs/instance:Instance": "ECS instance", "alicloud:ecs/keyPair:KeyPair": "key pair",
+    "alicloud:nas/fileSystem:FileSystem": "NAS file system", "alicloud:nas/mountTarget:MountTarget": "NAS mount target",
+    "alicloud:nas/accessGroup:AccessGroup": "NAS access group", "alicloud:nas/accessRule:AccessRule": "NAS access rule",
+}
+
+
+def changes(run: OfflineRun) -> list[str]:
+    """What `pulumi up` changes: offline the stack is new, so everything is created."""
+    counts: dict[str, int] = {}
+    for r in run.cloud.resources:
+        if not r.type.startswith(("command:", "docker:", "pulumi:", "roll-cluster:")):
+            name = FRIENDLY_TYPES.get(r.type, r.type.rsplit(":", 1)[-1])
+            counts[name] = counts.get(name, 0) + 1
+    created = ", ".join(f"{count} {name}{'s' if count > 1 else ''}" for name, count in counts.items()) \
+        or "no cloud resource"
+    head = [record.step for record in run.steps if record.node == "node-0"]
+    span = f" ({head[0]} ... {head[-1]})" if head else ""
+    return [f"a new stack: creates {created}; then {len(head)} steps on the head{span} and as many on each node, "
+            "each idempotent",
+            "an existing stack: `pulumi preview` lists what changes; what each later change does: --full"]
+
+
+def time_line(ctx: PlanContext) -> list[str]:
+    if steps.NOTES.get("source") == "hosts":
+        return ["not modelled for own hosts (their disks and network are unknown to the plan)"]
+    image_gb = manifest_gb(ctx.config, ctx.lookup)
+    path = schedule.configured_path(ctx.config)
+    count = ctx.config.nodes.count
+    here = schedule.first_step(ctx.config, ctx.run.steps, path, count, ctx.slots, schedule.NO_OPTIONS, image_gb)
+    longest = max(here.critical_path, key=here.step_minutes)
+    def total(other: schedule.Path) -> float:
+        return schedule.first_step(ctx.config, ctx.run.steps, other, count, ctx.slots, schedule.NO_OPTIONS,
+                                   image_gb).total
+
+    others = ", ".join(f"{PATH_SHORT[other]} {total(other):.0f} min" for other in schedule.PATHS if other != path)
+    return [f"{here.total:.0f} min to the first training step, modelled ({PATH_SHORT[path]}; longest step "
+            f"{longest} {here.step_minutes(longest):.0f} min); {others}"]
+
+
+PATH_SHORT: dict[schedule.Path, str] = {
+    "new": "image and model as configured",
+    "in-region": "image in the region's registry",
+    "warm": "from a baked image",
+}
+
+
+def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
+    """The default plan: at most 50 lines (infra/summary.py)."""
+    config = steps.NOTES.get("config")
+    out = offline_labels(run.outputs)
+    slots, how = (parallel, "--parallel given to the plan") if parallel else schedule.default_parallel()
+    heading = f"roll-cluster plan: stack {run.stack} (offline: no cloud contacted; --full for everything)"
+    if not isinstance(config, ClusterConfig):
+        return heading + "\n"
+    ctx = PlanContext(run, config, lookup, slots, how)
+    spec = steps.NOTES.get("job_spec")
+    on_hosts = steps.NOTES.get("source") == "hosts"
+    per_node = int(out.get("gpus") or 0) // max(1, config.nodes.count)
+    minutes = None if on_hosts else bootstrap_minutes(run, lookup)
+    result = summary.Summary(
+        heading=heading,
+        placement=[summary.placement(config, str(out.get("instanceType")), str(out.get("zone")), per_node,
+                                     str(out.get("gpuModel")))],
+        job=[summary.job(config, getattr(spec, "job_id", None))],
+        cost=summary.cost(out.get("cost"), minutes, "the offline catalog's estimate"),
+        exposure=summary.exposure(config),
+        time=time_line(ctx),
+        changes=changes(run),
+        warnings=[line for source in WARNING_SOURCES for line in source(ctx)],
+        notes=[*summary.notes(config), *(line for source in PLAN_NOTE_SOURCES for line in source(ctx))],
+        next=["`pulumi up` (it opens with this summary); the whole plan: `python3 -m companion plan "
+              f"{run.stack} --full`"],
+    )
+    return "\n".join(summary.render(result)) + "\n"
 
 
 def offline_cloud_for(stack: str) -> OfflineCloud:
@@ -505,9 +639,16 @@ def cloud_rule_cidr(run: OfflineRun) -> str:
     return str(rules[0].inputs.get("sourceCidrIp")) if rules else "none"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.plan", description=__doc__.splitlines()[0])
+DESCRIPTION = ("What `pulumi up` would build, offline (no cloud, no credentials, no Pulumi CLI): placement, the "
+               "costs, exposure, the time to the first training step, warnings and what changes; --full for "
+               "everything.")
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python3 -m devtools.plan") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("stack", nargs="?", default="dev", help=f"one of: {', '.join(shipped_stacks())}")
+    parser.add_argument("--full", action="store_true", help="everything, not only the summary: network, nodes, "
+                        "each node's steps, the container, Ray, the job's generated configuration, the outputs")
     parser.add_argument("--nodes", type=int, help="override nodes.count")
     parser.add_argument("--parallel", type=int, help="Pulumi's parallelism to model (default: PULUMI_PARALLEL, else "
                         "4 x this machine's CPU count, as `pulumi up`)")
@@ -541,7 +682,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
     lookup = image_lookup(steps.NOTES.get("config"), asked=not args.no_registry)
-    sys.stdout.write(render(run, args.parallel, lookup))
+    sys.stdout.write(render(run, args.parallel, lookup) if args.full else render_summary(run, args.parallel, lookup))
     return 0
 
 

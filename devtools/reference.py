@@ -1,7 +1,7 @@
 """The configuration reference (docs/configuration.md), generated from the models of infra/config/.
 
-    python -m devtools.reference                                 # print the reference (Markdown)
-    python -m devtools.reference --write docs/configuration.md   # replace the text between its marker lines
+    .venv/bin/python -m devtools.reference                                 # print the reference (Markdown)
+    .venv/bin/python -m devtools.reference --write docs/configuration.md   # replace the text between its markers
 
 The reference has one table per `roll-cluster:<section>` object (key, type, default, description), a table for
 `alicloud:region` and one for the secrets. Keys are camelCase as the user writes them, nested keys dotted within
@@ -31,7 +31,7 @@ from infra.config import PROJECT, SECRETS, SECTIONS, ClusterConfig
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
 TARGET = "docs/configuration.md"  # where `python3 dev.py docs` writes the reference
-COMMAND = f"python -m devtools.reference --write {TARGET}"
+COMMAND = f".venv/bin/python -m devtools.reference --write {TARGET}"  # as written, from the project directory
 
 # Secrets are not part of the models (they never pass through them), so their documentation lives here.
 SECRET_DESCRIPTIONS: dict[str, str] = {
@@ -217,7 +217,7 @@ def with_section(text: str, section: str, path: str = TARGET) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.reference", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=".venv/bin/python -m devtools.reference", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--write", metavar="FILE", help=f"replace the text between `{START_MARKER}` and `{END_MARKER}` in FILE"
     )

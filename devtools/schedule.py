@@ -29,8 +29,7 @@ it, so a rate above the disk's throughput / that factor is capped (a 200 GiB ESS
 `OPTIONS` applies the modelled techniques of the performance notes (maintained base image with the driver, tuned
 pulls on an AutoPL data disk with burst, P2P above a node count, requirements in the image, snapshot prefetch);
 most are modelled, not implemented (docs/performance.md says which). Every constant is in `CONSTANTS`, with its
-source or labelled ASSUMPTION; the sources' [n] tags are those of ../shared/reference/performance-frontier.md,
-section 8.
+source or labelled ASSUMPTION; the sources' [n] tags are listed in docs/performance-sources.md.
 
 `minutes_to_first_step(config, records)` is the figure for the stack as configured (path, node count, parallelism).
 `image_gb` (profile_for, first_step, minutes_to_first_step): the image's compressed size the plan read from the
@@ -59,7 +58,7 @@ NODE_COUNTS: tuple[int, ...] = (2, 16, 64, 256)
 class Constant:
     value: float
     unit: str
-    source: str  # "[n] ..." (performance-frontier.md section 8), "measured: ...", or "ASSUMPTION: ..."
+    source: str  # "[n] ..." (docs/performance-sources.md), "measured: ...", or "ASSUMPTION: ..."
 
 
 CONSTANTS: Mapping[str, Constant] = {

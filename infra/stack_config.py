@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 import pulumi
@@ -16,6 +17,24 @@ from infra.node import remote, steps
 
 # The provider's own credentials: in plain config Pulumi stores and shows them in clear text.
 PROVIDER_SECRETS = ("alicloud:accessKey", "alicloud:secretKey", "alicloud:securityToken")
+# The namespaces whose keys anything reads: the program's, its providers' (alicloud, docker, command) and Pulumi's
+# own (pulumi:tags, pulumi:disable-default-providers). A key under any other namespace is read by nothing, so a
+# misspelt project name (`rollcluster:nodes`) would be silently ignored.
+KNOWN_NAMESPACES = (PROJECT, "alicloud", "docker", "command", "pulumi")
+
+
+def namespace_problems(keys: list[str]) -> list[str]:
+    """Config keys under a namespace nothing reads, each with the nearest known namespace."""
+    problems = []
+    for key in sorted(keys):
+        namespace, _, name = key.partition(":") if ":" in key else ("", "", key)
+        if namespace in KNOWN_NAMESPACES:
+            continue
+        close = [PROJECT] if not namespace else difflib.get_close_matches(namespace, KNOWN_NAMESPACES, n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}:{name}`? " if close else ""
+        problems.append(f"{key}: unknown namespace `{namespace or '(none)'}`: nothing reads this key; {hint}"
+                        f"the namespaces read are {', '.join(KNOWN_NAMESPACES)}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -33,7 +52,7 @@ def _project_keys() -> list[str]:
 def load() -> tuple[ClusterConfig, StackSecrets]:
     keys = _project_keys()
     raw = {key: runtime_config.get_config(f"{PROJECT}:{key}") for key in keys}
-    problems: list[str] = []
+    problems = namespace_problems(sorted(set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())))
     for key in SECRETS:
         if key in keys and not runtime_config.is_config_secret(f"{PROJECT}:{key}"):
             problems.append(

@@ -149,7 +149,7 @@ def test_every_shipped_stack_reports_a_price_with_currency_and_what_it_covers(st
     price = result.outputs["hourlyPrice"]
     assert price["amount"] > 0 and price["currency"] == "CNY" and price["per"] == "hour"
     assert "instances only" in price["includes"] and "disks, NAS, public traffic" in price["excludes"]
-    assert plan.main([stack]) == 0
+    assert plan.main(["--full", stack]) == 0
     text = capsys.readouterr().out
     assert f"{price['amount']:.2f} CNY per hour: instances only" in text
     assert "not included: disks, NAS, public traffic" in text
@@ -225,7 +225,7 @@ def test_a_changed_nas_recreates_the_container_on_the_new_mount():
 
 
 def test_the_dev_plan_says_its_checkpoints_survive_destroy_and_die_with_the_instance_only_when_opted_out(capsys):
-    assert plan.main(["dev"]) == 0
+    assert plan.main(["--full", "dev"]) == 0
     text = capsys.readouterr().out
     assert "checkpoints on the NAS at /mnt/shared: they survive pulumi destroy" in text
     run("dev", config={"roll-cluster:storage": {"retainOnDestroy": False}})
@@ -323,7 +323,7 @@ def test_the_plan_of_a_stack_that_attaches_a_kept_file_system(monkeypatch, capsy
 
     monkeypatch.setattr(devtools.offline_cloud, "stack_config", attaching)
     monkeypatch.setattr(plan, "stack_config", attaching)
-    assert plan.main(["multi"]) == 0
+    assert plan.main(["--full", "multi"]) == 0
     text = capsys.readouterr().out
     assert "NAS 31a8e4b0c2 (existing, attached: never created or deleted here)" in text
     assert "nasFileSystemId  31a8e4b0c2" in text

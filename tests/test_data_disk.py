@@ -118,7 +118,7 @@ def test_a_changed_data_disk_class_replaces_every_node(before: dict[str, Any], a
 
 
 def test_the_plan_says_a_changed_data_disk_class_replaces_every_node(capsys: Any) -> None:
-    assert plan.main(["multi"]) == 0
+    assert plan.main(["--full", "multi"]) == 0
     section = capsys.readouterr().out.split("== What a later change or a reboot does", 1)[1].splitlines()
     for key in ("nodes.dataDiskCategory", "nodes.dataDiskPerformanceLevel", "nodes.dataDiskBursting"):
         line = next(i for i, row in enumerate(section) if key in row)
@@ -146,7 +146,7 @@ def test_the_cost_prices_the_data_disks_class_and_names_the_burst_as_an_extra() 
 
 def test_the_plans_cost_shows_the_disk_classes_and_the_burst(capsys: Any) -> None:
     nodes = '{"dataDiskGb": 200, "dataDiskCategory": "cloud_auto"}'
-    assert plan.main(["multi", "--config", f"roll-cluster:nodes={nodes}"]) == 0
+    assert plan.main(["--full", "multi", "--config", f"roll-cluster:nodes={nodes}"]) == 0
     cost = capsys.readouterr().out.split("== Cost", 1)[1].split("\n== ", 1)[0]
     assert "(system ESSD PL1 400 GB, data ESSD AutoPL with burst 400 GB (1 CNY per GB and month))" in cost
     assert "+ AutoPL performance burst billed per use" in cost
@@ -193,7 +193,7 @@ def test_the_tuned_pull_on_a_small_disk_takes_longer_and_the_stock_pull_does_not
 
 
 def test_the_plan_prints_figures_for_built_paths_only(capsys: Any) -> None:
-    assert plan.main(["multi", "--parallel", "64"]) == 0
+    assert plan.main(["--full", "multi", "--parallel", "64"]) == 0
     text = capsys.readouterr().out
     timing = text.split("== Time to the first training step", 1)[1].split("\n== ", 1)[0]
     # No row credits P2P, a maintained base image, tuned pulls or snapshot prefetch: none is built.

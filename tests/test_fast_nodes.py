@@ -304,7 +304,7 @@ def test_minutes_to_first_step_follows_the_configured_path_count_and_parallelism
 
 
 def test_the_plan_prints_each_path_at_four_node_counts_with_critical_paths_and_constants(capsys) -> None:
-    assert plan.main(["multi", "--parallel", "8"]) == 0
+    assert plan.main(["--full", "multi", "--parallel", "8"]) == 0
     text = capsys.readouterr().out
     assert "== Time to the first training step" in text
     header = next(line for line in text.splitlines() if "minutes to the first step at N nodes" in line)
@@ -334,12 +334,12 @@ def test_the_plan_prints_each_path_at_four_node_counts_with_critical_paths_and_c
 
 def test_the_plan_warns_when_pulumis_parallelism_would_serialise_the_node_bootstraps(capsys) -> None:
     fits = ["--config", 'roll-cluster:training={"overrides": {"rollout_batch_size": 128}}']
-    assert plan.main(["multi", "--nodes", "64", "--parallel", "32", *fits]) == 0
+    assert plan.main(["--full", "multi", "--nodes", "64", "--parallel", "32", *fits]) == 0
     text = capsys.readouterr().out
     assert ("WARNING  64 nodes with 32 Pulumi slots (--parallel given to the plan): each node's bootstrap holds a "
             "slot, so the nodes bootstrap in 2 waves") in text
     assert "`pulumi up --parallel 80`" in text
-    assert plan.main(["multi", "--nodes", "64", "--parallel", "80", *fits]) == 0
+    assert plan.main(["--full", "multi", "--nodes", "64", "--parallel", "80", *fits]) == 0
     assert "Pulumi slots" not in capsys.readouterr().out
 
 
@@ -349,15 +349,15 @@ def test_the_plan_warns_when_the_nodes_pulling_at_once_are_bound_by_the_registry
     vpc_image = "registry-vpc.cn-hangzhou.aliyuncs.com/me/pytorch:nvcr-24.05-py3-torch260-vllm084"
     fits = ["--config", 'roll-cluster:training={"overrides": {"rollout_batch_size": 128}}',
             "--config", f'roll-cluster:container={{"image": "{vpc_image}"}}']
-    assert plan.main(["multi", "--nodes", "64", "--parallel", "80", "--no-registry", *fits]) == 0
+    assert plan.main(["--full", "multi", "--nodes", "64", "--parallel", "80", "--no-registry", *fits]) == 0
     text = capsys.readouterr().out
     assert ("WARNING  64 nodes pulling the image at once share the registry's backend (10 Gbit/s modelled, the "
             "region's OSS cap): 21 min "
             "per node instead of 12 alone") in text
     # With 16 Pulumi slots only 16 pull at once: the backend is not the bound, the slots are (their own warning).
-    assert plan.main(["multi", "--nodes", "64", "--parallel", "16", "--no-registry", *fits]) == 0
+    assert plan.main(["--full", "multi", "--nodes", "64", "--parallel", "16", "--no-registry", *fits]) == 0
     assert "pulling the image at once" not in capsys.readouterr().out
-    assert plan.main(["multi", "--nodes", "16", "--parallel", "80", "--no-registry", *fits]) == 0
+    assert plan.main(["--full", "multi", "--nodes", "16", "--parallel", "80", "--no-registry", *fits]) == 0
     assert "pulling the image at once" not in capsys.readouterr().out
 
 

@@ -142,7 +142,8 @@ def test_the_hosts_stack_creates_no_cloud_resource_and_reaches_each_host_as_conf
     gpu_ready = unwrap(result.cloud.named("node-0-gpu-ready").inputs["environment"])
     assert gpu_ready["GPU_DRIVER"] == "preinstalled" and gpu_ready["COUNT_KEY"].endswith("acceleratorsPerNode")
     assert result.outputs["sshHead"] == (
-        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o UserKnownHostsFile=~/.ssh/roll-cluster/hosts.known_hosts "
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 "
+        "-o UserKnownHostsFile=~/.ssh/roll-cluster/hosts.known_hosts "
         "-o StrictHostKeyChecking=accept-new -p 2222 -- ops@gpu-0.example.com"
     )
     assert "-p 2222 -- ops@gpu-0.example.com" in result.outputs["jobLogs"]

@@ -134,7 +134,7 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Registry]:
 def plan_text(capsys: pytest.CaptureFixture[str], image: str, *args: str, container: dict[str, Any] | None = None,
               ) -> str:
     value = json.dumps({"image": image, **(container or {})})
-    assert plan.main(["multi", "--config", f"roll-cluster:container={value}", *args]) == 0
+    assert plan.main(["--full", "multi", "--config", f"roll-cluster:container={value}", *args]) == 0
     return capsys.readouterr().out
 
 

@@ -70,7 +70,7 @@ def test_the_cost_output_has_running_paused_and_after_destroy_with_currency_and_
 
 
 def test_plan_shows_the_whole_cost_and_labels_offline_prices_as_the_catalogs(capsys):
-    assert plan.main(["large"]) == 0
+    assert plan.main(["--full", "large"]) == 0
     text = capsys.readouterr().out
     assert "live pay-as-you-go" not in text
     assert "the offline catalog's estimate" in text
@@ -83,7 +83,7 @@ def test_plan_shows_the_whole_cost_and_labels_offline_prices_as_the_catalogs(cap
 
 def test_plan_says_when_autostop_fires(capsys):
     auto = '{"autostop": {"afterJobMinutes": 30, "idleMinutes": 60}}'
-    assert plan.main(["large", "--config", f"roll-cluster:nodes={auto}"]) == 0
+    assert plan.main(["--full", "large", "--config", f"roll-cluster:nodes={auto}"]) == 0
     text = capsys.readouterr().out
     assert "30 min after the job ended" in text and "after 60 min with no job and idle GPUs" in text
 

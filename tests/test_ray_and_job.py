@@ -247,7 +247,8 @@ def test_every_shipped_stack_exports_the_contracts_outputs(stack):
                 "hourlyPrice", "jobId", "jobStatus", "jobLogs"):
         assert out.get(key) not in (None, ""), key
     assert out["sshHead"].startswith(
-        f"ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o UserKnownHostsFile=~/.ssh/roll-cluster/{stack}.known_hosts "
+        f"ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 "
+        f"-o UserKnownHostsFile=~/.ssh/roll-cluster/{stack}.known_hosts "
         "-o StrictHostKeyChecking=yes -- root@"
     )
 

@@ -79,10 +79,10 @@ def test_npus_are_announced_as_the_custom_resource_mindspeed_rl_reads_with_jemal
 
 def test_user_commands_reach_a_host_by_name_with_its_own_user_and_port() -> None:
     assert rc.ssh_command("gpu-1.example.com", "~/.ssh/k", user="ubuntu", port=2222) == (
-        "ssh -i ~/k -o IdentitiesOnly=yes -p 2222 -- ubuntu@gpu-1.example.com".replace("~/k", "~/.ssh/k")
+        "ssh -i ~/.ssh/k -o IdentitiesOnly=yes -o ConnectTimeout=10 -p 2222 -- ubuntu@gpu-1.example.com"
     )
     status = rc.job_status_command("10.0.0.10", "/k", "roll", "job-1", 8265, user="ops", port=22)
-    assert status.startswith("ssh -i /k -o IdentitiesOnly=yes -- ops@10.0.0.10 ")
+    assert status.startswith("ssh -i /k -o IdentitiesOnly=yes -o ConnectTimeout=10 -- ops@10.0.0.10 ")
     with pytest.raises(ValueError):
         rc.ssh_command("bad host;rm", "/k")
 
@@ -194,18 +194,21 @@ def test_invalid_values_are_refused_before_anything_runs(make: Callable[[], obje
 def test_user_commands_carry_the_custom_ports() -> None:
     key = "~/.ssh/id_ed25519"
     assert rc.ray_address("10.0.0.10", 8100) == "10.0.0.10:8100"
-    assert rc.ssh_command("47.1.2.3", key) == "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -- root@47.1.2.3"
+    assert rc.ssh_command("47.1.2.3", key) == (
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 -- root@47.1.2.3"
+    )
     assert rc.dashboard_url("47.1.2.3", 8101) == "http://47.1.2.3:8101"
     assert rc.dashboard_tunnel_command("47.1.2.3", key, 8101) == (
-        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -N -L 8101:127.0.0.1:8101 -- root@47.1.2.3"
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 -N -L 8101:127.0.0.1:8101 -- root@47.1.2.3"
     )
     status = rc.job_status_command("47.1.2.3", key, "roll", "job-1", 8101)
     assert status.startswith(
-        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -- root@47.1.2.3 'docker exec roll bash -c "
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 "
+        "-- root@47.1.2.3 'docker exec roll bash -c "
     )
     assert "job-status job-1 http://127.0.0.1:8101 " in status
     assert rc.job_logs_command("47.1.2.3", key, "roll", "job-1", 8101) == (
-        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -- root@47.1.2.3 "
+        "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 -- root@47.1.2.3 "
         "'docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101'"
     )
 
@@ -229,6 +232,8 @@ def test_user_commands_reach_ssh_as_intended_through_a_real_shell(tmp_path: Path
         "/home/someone/.ssh/id_ed25519",
         "-o",
         "IdentitiesOnly=yes",
+        "-o",
+        "ConnectTimeout=10",
         "-o",
         "UserKnownHostsFile=/home/someone/.ssh/roll-cluster/dev.known_hosts",  # bash (or else ssh) expands ~
         "-o",

@@ -13,10 +13,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 DOCS = REPO / "docs"
-MAX_WORDS = 3000
-# The order the README's sections keep: what it is, quick start, deploying, daily operation, troubleshooting, docs.
-SECTIONS = ["Contents", "What it is", "Quick start", "Deploy for real", "Daily operation", "Troubleshooting",
-            "Documentation"]
+MAX_WORDS = 1500
+# The ten-minute guide's order: what it is, set-up, the plan, `pulumi up`, watch, pause, destroy, then the docs.
+# Daily operation and troubleshooting live in docs/operations.md and docs/troubleshooting.md.
+SECTIONS = ["Contents", "What it is", "Set up", "The plan", "Deploy", "Watch", "Pause", "Destroy", "Documentation"]
 # Services that answer with the caller's public address: over IPv6 they answer with an IPv6 address, which
 # access.adminCidrs refuses, so every call must ask for IPv4.
 IP_SERVICES = ("ifconfig.me", "ifconfig.co", "icanhazip.com", "ipinfo.io", "api.ipify.org", "ipecho.net",
@@ -109,7 +109,7 @@ def table_of_contents(text: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------ the README
 def test_the_readme_is_under_the_word_limit() -> None:
     words = len(README.read_text(encoding="utf-8").split())
-    assert words < MAX_WORDS, f"README.md has {words} words; keep it under {MAX_WORDS} and move depth to docs/"
+    assert words <= MAX_WORDS, f"README.md has {words} words; keep it at most {MAX_WORDS} and move depth to docs/"
 
 
 def test_the_readme_sections_come_in_the_reader_s_order() -> None:
@@ -137,10 +137,18 @@ def test_the_slug_rules_are_github_s() -> None:
     assert anchors("## A\n\n## A\n") == {"a", "a-1"}
 
 
-def test_the_quick_start_is_the_offline_plan_and_the_tests() -> None:
+def test_the_plan_section_shows_the_plan_and_its_full_form() -> None:
     text = README.read_text(encoding="utf-8")
-    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    assert "python3 dev.py plan dev" in quick and "python3 dev.py test" in quick
+    section = text.split("## The plan", 1)[1].split("\n## ", 1)[0]
+    assert "python3 -m companion plan dev" in section and "python3 -m companion plan dev --full" in section
+    assert "python3 dev.py plan dev" in section  # the alias other docs and issues name
+
+
+def test_troubleshooting_and_daily_operation_have_their_own_files() -> None:
+    readme = README.read_text(encoding="utf-8")
+    assert "docs/troubleshooting.md" in links(readme) and "docs/operations.md" in links(readme)
+    assert "## Daily operation" in (DOCS / "operations.md").read_text(encoding="utf-8")
+    assert "| symptom | cause | what to do |" in (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
 
 
 def test_the_readme_links_the_configuration_reference() -> None:
@@ -224,3 +232,98 @@ def test_the_command_checks_can_fail(tmp_path: Path) -> None:
     test_stack_select_creates_the_stack(doc)
     test_every_curl_of_an_ip_service_asks_for_ipv4(doc)
     test_command_outputs_are_never_run_through_a_bare_substitution(doc)
+
+
+# ----------------------------------------------------------------------- nothing points outside the repository
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_reference_points_outside_the_repository(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert "../shared" not in text, f"{path.name} cites a file outside the repository"
+    outside = []
+    for target in links(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, flags=re.IGNORECASE):
+            continue
+        linked = (path.parent / unquote(target.partition("#")[0])).resolve()
+        if REPO.resolve() not in (linked, *linked.parents):
+            outside.append(target)
+    assert outside == [], f"{path.name}: links outside the repository"
+
+
+def test_the_full_plan_cites_nothing_outside_the_repository(capsys: pytest.CaptureFixture[str]) -> None:
+    from devtools import plan
+
+    assert plan.main(["multi", "--full", "--no-registry"]) == 0
+    assert "../shared" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------- every command that can run offline runs, as written
+# What a command in a code block needs when it cannot run here; a new command must fit one of these, or run.
+NEEDS = {
+    "pulumi ": "the Pulumi CLI and a cloud account",
+    "python3 -m companion ": "the Pulumi CLI and a deployed stack (tests/test_companion.py runs them on a stand-in)",
+    "python3 dev.py test": "the whole suite (CI runs it)",
+    "python3 dev.py bench": "the benchmarks",
+    "docker ": "a node's Docker", "skopeo ": "two registries", "ssh": "a node", "curl ": "the network",
+    "git ": "the network", "aliyun ": "an Alibaba account", "eval ": "a deployed stack",
+    "python3 tools/render_roll_examples.py": "a ROLL checkout",
+}
+OFFLINE = re.compile(r"^(python3 -m companion plan\b|python3 -m companion( [a-z]+)? --help$"
+                     r"|python3 dev\.py (plan|docs)\b|\.venv/bin/python -m devtools\.(reference|plan)\b)")
+
+
+def _block_commands(text: str) -> list[str]:
+    """The command lines of ```bash blocks: continuations joined, trailing comments dropped."""
+    commands, fenced, pending = [], False, ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = line.strip() in ("```bash", "```sh") if not fenced else False
+            continue
+        if not fenced:
+            continue
+        line = pending + line.split("  #", 1)[0].strip()
+        if line.endswith("\\"):
+            pending = line[:-1].rstrip() + " "
+            continue
+        pending = ""
+        if line and not line.startswith("#"):
+            commands.append(line)
+    return commands
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(file, command) of every command in README.md and docs/: code blocks, and the prose's code spans that are
+    offline commands."""
+    found: list[tuple[str, str]] = []
+    for path in markdown_files():
+        text = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(REPO))
+        found += [(name, c) for c in _block_commands(text)]
+        spans = {span for line in _prose(text).splitlines() for span in re.findall(r"`([^`]+)`", line)}
+        found += [(name, s) for s in sorted(spans) if OFFLINE.match(s)]
+    return list(dict.fromkeys(found))
+
+
+def offline_commands() -> list[tuple[str, str]]:
+    return [(f, c) for f, c in documented_commands() if OFFLINE.match(c) and "<" not in c]
+
+
+def test_every_documented_command_runs_offline_or_says_what_it_needs() -> None:
+    unknown = [(f, c) for f, c in documented_commands()
+               if not OFFLINE.match(c) and not any(c.startswith(prefix) for prefix in NEEDS)]
+    assert unknown == [], "commands that neither run offline nor name what they need (NEEDS)"
+    assert len(offline_commands()) >= 5
+
+
+@pytest.mark.parametrize(("doc", "command"), offline_commands(), ids=lambda v: str(v)[:60])
+def test_every_offline_command_runs_as_written(doc: str, command: str) -> None:
+    import subprocess
+
+    generated = DOCS / "configuration.md"
+    before = generated.read_bytes()
+    env = {**__import__("os").environ, "ROLL_CLUSTER_NO_REGISTRY": "1"}  # no registry look-up from the tests
+    done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, f"{doc}: `{command}`\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    assert "Traceback" not in done.stdout + done.stderr
+    # A regeneration command leaves the (up-to-date) reference as it is: the docs describe what is.
+    assert generated.read_bytes() == before, f"{doc}: `{command}` changed docs/configuration.md"

@@ -146,7 +146,7 @@ def test_a_rotated_secret_reruns_ray_the_gate_and_the_job_and_the_gate_learns_it
 
 
 def test_the_plan_says_which_changes_restart_ray_or_the_job_and_what_a_reboot_does(capsys: Any) -> None:
-    assert plan.main(["multi"]) == 0
+    assert plan.main(["--full", "multi"]) == 0
     text = capsys.readouterr().out
     assert "== What a later change or a reboot does" in text
     assert "ray.objectStoreMemoryGb" in text and "Ray restarts on every node" in text

@@ -309,7 +309,7 @@ def test_preview_refuses_the_placeholder_key_and_documentation_range(
 
 
 def test_the_offline_plan_of_dev_warns_and_still_works(capsys: pytest.CaptureFixture[str]) -> None:
-    assert plan.main(["dev"]) == 0
+    assert plan.main(["--full", "dev"]) == 0
     out = capsys.readouterr().out
     assert "WARNING roll-cluster:access.sshPublicKey" in out and "placeholder" in out
     assert "WARNING roll-cluster:access.adminCidrs[0]: 203.0.113.0/24" in out
@@ -320,7 +320,7 @@ def test_a_real_preview_refuses_the_ascend_stacks_placeholder_image_and_the_plan
 ) -> None:
     # The shipped ascend stack names an image you build (no public image has MindSpeed-RL's runtime): until you
     # push yours, a real preview stops on it, naming container.image, instead of failing at the pull on every host.
-    assert plan.main(["ascend"]) == 0
+    assert plan.main(["--full", "ascend"]) == 0
     out = capsys.readouterr().out
     assert "WARNING roll-cluster:container.image: registry.example.com/me/mindspeed-rl-runtime" in out
 
@@ -352,13 +352,13 @@ def test_a_yaml_error_names_the_stack_file_and_line(
 ) -> None:
     (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  roll-cluster:nodes: {count: 1\n")
     monkeypatch.setattr(offline_cloud, "PROJECT_DIR", tmp_path)
-    assert plan.main(["bad"]) == 1
+    assert plan.main(["--full", "bad"]) == 1
     err = capsys.readouterr().err
     assert "Pulumi.bad.yaml:3:" in err and "not valid YAML" in err and "Traceback" not in err
 
 
 def test_the_plan_names_a_family_sold_on_request(capsys: pytest.CaptureFixture[str]) -> None:
-    assert plan.main(["large"]) == 0
+    assert plan.main(["--full", "large"]) == 0
     assert "sells only on request: contact Alibaba Cloud sales" in capsys.readouterr().out
 
 

@@ -7,6 +7,7 @@ parallelism, critical path); it is kept alongside the resources because Pulumi's
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +63,28 @@ def login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_
     """How every SSH client logs in (infra/node/ssh_access.py); raises ConfigError before any resource.
     Offline runs (plan, tests) never read a key or ask an agent."""
     if runmode.offline():
+        local_key_warnings(private_key_path, public_key)
         return ssh_access.LoginKey(private_key=OFFLINE_PRIVATE_KEY, identity_file=private_key_path, via_agent=False)
     return ssh_access.login_key(
         private_key_path, public_key, Path(known_hosts.agent_public_key_path(stack)).expanduser()
     )
+
+
+def local_key_warnings(private_key_path: str, public_key: str | None) -> None:
+    """The offline plan runs `pulumi up`'s local key checks on this machine (missing key file, a passphrase without
+    ssh-agent, a public key of another pair, a stale agent socket) and lists what they would refuse among the
+    warnings; the key itself is neither kept nor used. The shipped placeholder public key has its own warning, so
+    the pair is then checked against the key file's own .pub."""
+    from infra.config import ConfigError
+    from infra.config.first_time import PLACEHOLDER_KEY_BLOB
+
+    if public_key is not None and PLACEHOLDER_KEY_BLOB in public_key:
+        public_key = None
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            ssh_access.login_key(private_key_path, public_key, Path(scratch) / "agent.pub")
+        except ConfigError as error:
+            NOTES.setdefault("config_warnings", []).extend(error.problems)
 
 
 def private_key(login: ssh_access.LoginKey) -> pulumi.Output[str] | None:

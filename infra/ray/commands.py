@@ -490,13 +490,17 @@ def ray_address(head_private_ip: str, gcs_port: int) -> str:
     return f"{_ip(head_private_ip)}:{gcs_port}"
 
 
+SSH_CONNECT_TIMEOUT_S = 10
+
+
 def _ssh(key_path: str, known_hosts: str | None, pinned: bool = True) -> str:
     """`ssh` with the login key only (IdentitiesOnly: other agent keys are not offered) and, given the stack's
     known-hosts file (infra/node/known_hosts.py), the node's host key verified: strictly where the program knows
     it (`pinned`: a key it generated), else recorded on first use in that file, never in ~/.ssh/known_hosts (your
     own hosts, whose keys the program cannot know). No BatchMode: these are commands a person runs, where a
-    passphrase prompt is fine."""
-    words = f"ssh -i {_key_argument(key_path)} -o IdentitiesOnly=yes"
+    passphrase prompt is fine. ConnectTimeout: an unreachable node (stopped, or your address no longer among
+    access.adminCidrs) fails within seconds instead of after the system's TCP timeout of minutes."""
+    words = f"ssh -i {_key_argument(key_path)} -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT_S}"
     if known_hosts is not None:
         checking = "yes" if pinned else "accept-new"
         words += f" -o UserKnownHostsFile={_key_argument(known_hosts)} -o StrictHostKeyChecking={checking}"

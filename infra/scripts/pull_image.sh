@@ -8,6 +8,8 @@
 #   REGISTRY_USERNAME ['']           log in to the image's registry first (private registry, e.g. your ACR copy)
 #   REGISTRY_PASSWORD ['']           required with REGISTRY_USERNAME
 #   PULL_TIMEOUT_S [3600]            bound for one pull attempt (a stalled pull is retried)
+#   PULL_PROGRESS_S [30]             a progress line (time so far, layers done) this often while a pull runs:
+#                                    a 25 GB image over a public IP takes half an hour, which is otherwise silent
 #   CHECK_IMAGE_ARCH [0]             1: fail unless the image is built for this host's CPU (an amd64 image on an
 #                                    arm64 Ascend server would only fail later, with `exec format error`). Docker
 #                                    pulls the host's own platform of a multi-platform image by itself.
@@ -16,11 +18,13 @@
 : "${REGISTRY_USERNAME:=}"
 : "${REGISTRY_PASSWORD:=}"
 : "${PULL_TIMEOUT_S:=3600}"
+: "${PULL_PROGRESS_S:=30}"
 : "${CHECK_IMAGE_ARCH:=0}"
 
 check_settings() {
   require_env IMAGE
-  require_int PULL_TIMEOUT_S
+  require_int PULL_TIMEOUT_S PULL_PROGRESS_S
+  ((PULL_PROGRESS_S > 0)) || fail "PULL_PROGRESS_S must be at least 1, got $PULL_PROGRESS_S"
   if [[ -n "$REGISTRY_USERNAME" && -z "$REGISTRY_PASSWORD" ]]; then
     fail "REGISTRY_USERNAME is set but REGISTRY_PASSWORD is empty"
   fi
@@ -51,6 +55,44 @@ registry_login_once() {
     | docker login --username "$REGISTRY_USERNAME" --password-stdin -- "$REGISTRY_HOST" >>"$ROLL_STEP_LOG" 2>&1
 }
 
+# layers_done FILE: "D of T layers done" from docker pull's output so far. Without a terminal the Docker CLI prints
+# a line per layer and state ("<12-hex id>: Pulling fs layer", "...: Pull complete", "...: Already exists"), no bars.
+layers_done() {
+  local total finished
+  total=$({ grep -oE '^[0-9a-f]{12}: ' -- "$1" || true; } | sort -u | wc -l)
+  finished=$({ grep -E '^[0-9a-f]{12}: (Pull complete|Already exists)' -- "$1" || true; } | cut -d: -f1 | sort -u | wc -l)
+  printf '%s of %s layers done' "$finished" "$total"
+}
+
+# pull_once: one pull attempt, bounded by PULL_TIMEOUT_S, with a progress line every PULL_PROGRESS_S on the step's
+# output and in its log; docker's own output goes to the step log.
+pull_once() {
+  local pid status=0 started=$SECONDS next output="$ROLL_STEP_LOG.pull"
+  printf '+ timeout %s docker pull -- %s\n' "$PULL_TIMEOUT_S" "$IMAGE" >>"$ROLL_STEP_LOG"
+  : >"$output"
+  timeout "$PULL_TIMEOUT_S" docker pull -- "$IMAGE" >>"$output" 2>&1 &
+  pid=$!
+  next=$((SECONDS + PULL_PROGRESS_S))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= next)); then
+      pull_progress "$((SECONDS - started))" "$output"
+      next=$((SECONDS + PULL_PROGRESS_S))
+    fi
+    sleep 1
+  done
+  wait "$pid" || status=$?
+  cat -- "$output" >>"$ROLL_STEP_LOG"
+  rm -f -- "$output"
+  return "$status"
+}
+
+pull_progress() {
+  local line
+  line="still pulling $IMAGE: ${1}s so far, $(layers_done "$2") (this attempt ends at ${PULL_TIMEOUT_S}s)"
+  banner "$line"
+  banner "$line" >>"$ROLL_STEP_LOG"
+}
+
 pull_image() {
   local started=$SECONDS
   REGISTRY_HOST=$(registry_host)
@@ -65,9 +107,9 @@ pull_image() {
   fi
   # Nothing after the login needs the password: keep it out of the environment of every later command.
   unset REGISTRY_PASSWORD
-  banner "pulling $IMAGE"
+  banner "pulling $IMAGE (a progress line every ${PULL_PROGRESS_S}s)"
   local status=0
-  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" log_cmd timeout "$PULL_TIMEOUT_S" docker pull -- "$IMAGE" || status=$?
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" pull_once || status=$?
   if [[ -n "$REGISTRY_USERNAME" ]]; then
     # The credential docker stored in ~/.docker/config.json is not needed once the image is local.
     logged docker logout -- "$REGISTRY_HOST"

@@ -14,7 +14,7 @@
 #   docker info [--format '{{json .Runtimes}}' | '{{.DockerRootDir}}'], docker version --format ...: the "daemon"
 #     reports the runtimes of /etc/docker/daemon.json (the host's own copy, see host_init.sh)
 #   docker pull [--] IMAGE, docker image inspect [--format '{{.Id}}' | '{{.Architecture}}'] [--] IMAGE: images are names
-#     recorded under images/, built for this machine's CPU
+#     recorded under images/, built for this machine's CPU; a pull waits while the file pull-gate exists
 #   docker run ... --restart POLICY: like a container's own filesystem, /var/lib/roll-cluster is private to the
 #       container (a bind mount of <name>.lib in its mount namespace) and survives its restarts; its argv is kept
 #       in <name>.argv for a restart at "boot".
@@ -249,8 +249,24 @@ docker_image() {
   esac
 }
 
+# A pull that lasts until the test says: while $E2E_DOCKER_STATE/pull-gate exists (the test removes it) the pull
+# has one of its two layers done, as docker prints layers without a terminal; bounded, so a test that never opens
+# the gate fails the pull instead of hanging.
+pull_gate() {
+  local gate="$E2E_DOCKER_STATE/pull-gate" waited=0
+  [[ -e "$gate" ]] || return 0
+  printf '%s\n' "0123456789ab: Pulling fs layer" "ba9876543210: Pulling fs layer" "0123456789ab: Pull complete"
+  while [[ -e "$gate" ]]; do
+    ((waited < 3000)) || die "fake docker: pull-gate never removed"
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  printf '%s\n' "ba9876543210: Pull complete"
+}
+
 docker_pull() {
   local image=${*: -1}
+  pull_gate
   mkdir -p "$E2E_DOCKER_STATE/images"
   echo "sha256:$(printf '%s' "$image" | sha256sum | cut -c 1-64)" >"$E2E_DOCKER_STATE/images/${image//\//_}"
   echo "Status: Downloaded newer image for $image"

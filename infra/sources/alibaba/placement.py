@@ -226,6 +226,8 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
             + " Use a type that the region sells "
             "(infra/sources/alibaba/catalog.py lists the known ones). Nothing was created."
         )
+    if nodes.zone != "auto":
+        _refuse_unknown_zone(config)
     spot_hint = "" if nodes.spot else ", or spot instances (nodes.spot: true), whose stock differs"
     raise PlacementError(
         f"no zone of {config.region} has stock for any of roll-cluster:nodes.instanceTypes:\n  - "
@@ -233,6 +235,22 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
         + f"\nTry other GPU types in nodes.instanceTypes, another region (alicloud:region){spot_hint}"
         + (", or nodes.zone: auto" if nodes.zone != "auto" else "")
         + ". Nothing was created."
+    )
+
+
+def _refuse_unknown_zone(config: ClusterConfig) -> None:
+    """A nodes.zone that no type has stock in may be no zone of the region at all (a typo with a zone's shape,
+    `cn-hangzhou-q`): then say so with the nearest zone, not "no stock". get_zones without a filter lists the
+    region's zones (DescribeZones; TF data_source_alicloud_zones.go); asked only on this failing path."""
+    zones = sorted(alicloud.get_zones().ids or [])
+    wanted = config.nodes.zone
+    if not zones or wanted in zones:
+        return
+    # Zone ids differ in their last letter: the nearest is the closest letter (cn-hangzhou-q -> ...-k).
+    nearest = min(zones, key=lambda zone: (abs(ord(zone[-1]) - ord(wanted[-1])), zone))
+    raise PlacementError(
+        f"roll-cluster:nodes.zone: {wanted} is no zone of {config.region}; did you mean {nearest}? The zones of "
+        f"{config.region}: {', '.join(zones)} (or `auto`: a zone with stock). Nothing was created."
     )
 
 
