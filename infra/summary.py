@@ -138,10 +138,11 @@ def exposure(config: ClusterConfig) -> list[str]:
 def checkpoints_note(config: ClusterConfig) -> list[str]:
     """Where the checkpoints go, and whether they survive `pulumi destroy`."""
     if config.storage.shared:
-        kept = ("kept on pulumi destroy" if config.nodes.source == "hosts" or config.storage.retain_on_destroy
+        kept = ("they survive pulumi destroy" if config.nodes.source == "hosts" or config.storage.retain_on_destroy
                 or config.storage.existing_file_system_id else "DELETED with the NAS on pulumi destroy")
         return [f"checkpoints on the shared storage ({SHARED_MOUNT}): {kept}"]
-    return ["checkpoints on each node's data disk: they die with the node (storage.nas: true keeps them)"]
+    return ["checkpoints on each node's disk: they DIE WITH THE NODE on pulumi destroy (leave storage.nas and "
+            "storage.retainOnDestroy unset to keep them on a NAS)"]
 
 
 # Notes both the plan and `pulumi up` show, each a function of the configuration (see the module's docstring).

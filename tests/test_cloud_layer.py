@@ -194,7 +194,9 @@ def test_a_single_node_stacks_checkpoints_survive_destroy_on_a_kept_nas_by_defau
     assert saves.directory == "/mnt/shared/checkpoints/dev/roll" and saves.shared and saves.find
     assert result.outputs.get("nasFileSystemId")  # what storage.existingFileSystemId attaches again
     # The plan says where they survive.
-    assert plan.main(["dev"]) == 0
+    assert plan.main(["dev"]) == 0  # the default, short plan
+    assert "checkpoints on the shared storage (/mnt/shared): they survive pulumi destroy" in capsys.readouterr().out
+    assert plan.main(["--full", "dev"]) == 0
     text = capsys.readouterr().out
     assert "checkpoints on the NAS at /mnt/shared: they survive pulumi destroy (storage.retainOnDestroy" in text
     assert "to /mnt/shared/checkpoints/dev/roll (shared storage)" in text
