@@ -111,32 +111,6 @@ class ClusterConfig(Section):
 
     @field_validator("container")
     @classmethod
-    def _image_for_the_accelerator(cls, container: ContainerConfig, info: ValidationInfo) -> ContainerConfig:
-        # Checked here, not on the host after Docker and the pull: a CUDA image has no CANN or torch_npu (and is
-        # x86_64, where Ascend servers are arm64); a CANN image has no CUDA.
-        nodes: NodesConfig | None = info.data.get("nodes")
-        if nodes is None:
-            return container
-        image = container.image.lower()
-        cuda = image == DEFAULT_ROLL_IMAGE or any(w in image for w in _CUDA_IMAGE_WORDS)
-        cann = any(w in image for w in ("cann", "ascend", "mindspeed", "torch_npu", "torch-npu"))
-        if nodes.accelerator == "ascend" and cuda and not cann:
-            default = " (the default, ROLL's CUDA image)" if container.image == DEFAULT_ROLL_IMAGE else ""
-            raise _problem(
-                f"must be an image for Ascend NPUs (CANN and torch_npu, arm64; docs/ascend.md, \"The image\") with "
-                f"nodes.accelerator ascend, not a CUDA image{default}; got {_shown(container.image)}",
-                "image",
-            )
-        if nodes.accelerator == "nvidia" and cann and not cuda:
-            raise _problem(
-                "must be a CUDA image with nodes.accelerator nvidia, not an Ascend (CANN) image; got "
-                + _shown(container.image),
-                "image",
-            )
-        return container
-
-    @field_validator("container")
-    @classmethod
     def _docker_hub_reachable(cls, container: ContainerConfig, info: ValidationInfo) -> ContainerConfig:
         region = info.data.get("region")
         mainland = region is not None and is_mainland_region(region)
@@ -255,6 +229,11 @@ class ClusterConfig(Section):
                 f"images and settings are built for it); got {_shown(training.framework)}",
                 "framework",
             )
+        container: ContainerConfig | None = info.data.get("container")
+        unfit = _image_for_the_accelerator(container, nodes.accelerator) if container and nodes else None
+        if unfit is not None:
+            # Here rather than under `container`: a framework that does not run on the accelerator is said first.
+            raise _problem(unfit, "..", "container", "image")
         ray: RayConfig | None = info.data.get("ray")
         server = training.openrlhf.reward_server if training.framework == "openrlhf" else None
         if ray is not None and server is not None:
@@ -338,6 +317,23 @@ class ClusterConfig(Section):
     def gpus_per_node(self) -> int:
         """From the catalog; 1 when no candidate type is in it (the live answer at deployment decides)."""
         return self.nodes.gpus_per_node or 1
+
+
+def _image_for_the_accelerator(container: ContainerConfig, accelerator: str) -> str | None:
+    """Why the image cannot run on the accelerator, or None. Checked at plan time, not on the host after Docker and
+    the pull: a CUDA image has no CANN or torch_npu (and is x86_64, where Ascend servers are arm64); a CANN image
+    has no CUDA."""
+    image = container.image.lower()
+    cuda = image == DEFAULT_ROLL_IMAGE or any(w in image for w in _CUDA_IMAGE_WORDS)
+    cann = any(w in image for w in ("cann", "ascend", "mindspeed", "torch_npu", "torch-npu"))
+    if accelerator == "ascend" and cuda and not cann:
+        default = " (the default, ROLL's CUDA image)" if container.image == DEFAULT_ROLL_IMAGE else ""
+        return (f"must be an image for Ascend NPUs (CANN and torch_npu, arm64; docs/ascend.md, \"The image\") with "
+                f"nodes.accelerator ascend, not a CUDA image{default}; got {_shown(container.image)}")
+    if accelerator == "nvidia" and cann and not cuda:
+        return ("must be a CUDA image with nodes.accelerator nvidia, not an Ascend (CANN) image; got "
+                + _shown(container.image))
+    return None
 
 
 # Image names that say CUDA: NVIDIA's NGC images, and the tags of ROLL's, verl's and OpenRLHF's images.

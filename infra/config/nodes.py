@@ -673,7 +673,7 @@ class NodesConfig(Section):
                     f"must lie in {source}: every host reaches the others at its private address; got "
                     f"{_shown(host.private_ip)}",
                 ))
-            elif cidr.version == 4 and cidr.prefixlen <= 30 and address in (cidr.network_address,
+            elif network is None and cidr.version == 4 and address in (cidr.network_address,
                                                                             cidr.broadcast_address):
                 problems.append((
                     ("..", "hosts", index, key),
