@@ -478,8 +478,6 @@ def test_override_keys_and_values_that_would_be_options_are_refused(
     ("openrlhf", {"actor.num_gpus_per_node": 16}, "roll-cluster:training.overrides.actor.num_gpus_per_node",
      "between 1 and 8"),
     ("openrlhf", {"ref.num_nodes": 3}, "roll-cluster:training.overrides.ref.num_nodes", "between 1 and 2"),
-    ("openrlhf", {"vllm.num_engines": 16}, "roll-cluster:training.overrides.vllm.num_engines",
-     "training.openrlhf.vllmNumEngines"),
 ])
 def test_overrides_contradicting_the_cluster_are_refused(
     stack_name: str, overrides: dict[str, Any], key: str, words: str

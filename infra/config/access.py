@@ -6,7 +6,7 @@ import base64
 import binascii
 import contextlib
 import ipaddress
-import posixpath
+import os
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -173,7 +173,7 @@ class AccessConfig(Section):
         if path.startswith("-") or any(ord(c) < 32 or ord(c) == 127 for c in path) or not path.strip():
             raise _problem(f"must be the path of a private key file, such as `~/.ssh/id_ed25519` (not starting "
                            f"with `-`, no control characters); got {_shown(path)}")
-        normal = posixpath.normpath(path)
+        normal = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
         kernel = next((root for root in ("/proc", "/sys", "/dev") if normal == root or normal.startswith(root + "/")),
                       None)
         if kernel is not None:

@@ -343,18 +343,20 @@ _CUDA_IMAGE_WORDS = ("nvcr.io/nvidia", "cuda", "cu12", "cu11", "cu13", "verlai/v
 def _overrides_contradicting_the_cluster(training: TrainingConfig, nodes: int, per_node: int
                                          ) -> list[tuple[KeyPath, str]]:
     """Overrides that would win over the values the program sizes the job with: the node count and the GPUs per
-    node (verl's trainer.nnodes and n_gpus_per_node; OpenRLHF's roles on more nodes or GPUs than there are), and
-    OpenRLHF's vLLM engines, which are settings of their own."""
+    node (verl's trainer.nnodes and n_gpus_per_node; OpenRLHF's roles on more nodes or GPUs than there are)."""
     flat = {bare: (path, value) for path, bare, value in _flat_overrides(training.overrides, ())}
     problems: list[tuple[KeyPath, str]] = []
     cluster = f"the cluster's {nodes} node{'s' if nodes > 1 else ''} x {_gpus(per_node)}"
 
     def number(value: Any) -> int | None:
+        # `pulumi config set --path` stores "2" as text; the frameworks read it as the number.
+        if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+            return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     if training.framework == "verl":
         for name, expected in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", per_node)):
-            if name in flat and flat[name][1] != expected:
+            if name in flat and number(flat[name][1]) != expected:
                 path, value = flat[name]
                 problems.append((path, f"must be left out: the program sets it from {cluster} ({expected}), and "
                                  f"another value would leave GPUs idle or wait forever for GPUs that do not exist; "
@@ -367,12 +369,6 @@ def _overrides_contradicting_the_cluster(training: TrainingConfig, nodes: int, p
                 if name in flat and (value is None or not 1 <= value <= limit):
                     problems.append((flat[name][0], f"must be a whole number between 1 and {limit} ({what} of "
                                      f"{cluster}); got {_shown(flat[name][1])}"))
-        for name, field, own in (("vllm.num_engines", "vllmNumEngines", training.openrlhf.vllm_num_engines),
-                                 ("vllm.tensor_parallel_size", "vllmTensorParallelSize",
-                                  training.openrlhf.vllm_tensor_parallel_size)):
-            if name in flat and flat[name][1] != own:
-                problems.append((flat[name][0], f"contradicts training.openrlhf.{field} ({own}), which the program "
-                                 f"sizes and checks the job with: set that instead; got {_shown(flat[name][1])}"))
     return [(("overrides", *path), message) for path, message in problems]
 
 

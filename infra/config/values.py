@@ -60,7 +60,9 @@ _CREDENTIAL_PARAM = re.compile(
 def _no_credentials(url: str, what: str) -> None:
     try:
         parts = urlsplit(url)
-        has_user = parts.username is not None or parts.password is not None
+        # ssh://git@host/x.git names the login, which is no credential (the key is); a password would be one.
+        login = parts.scheme == "ssh" and parts.password is None and SSH_USER.fullmatch(parts.username or "")
+        has_user = (parts.username is not None or parts.password is not None) and not login
         query = parse_qsl(parts.query, keep_blank_values=True) + parse_qsl(parts.fragment, keep_blank_values=True)
     except ValueError:
         has_user, query = "@" in url, []
@@ -250,7 +252,9 @@ def canonical_host(address: str) -> str:
 # ------------------------------------------------------------------------------------------- credentials
 # Keys and values known to carry tokens. The message names the secret to use instead.
 _CREDENTIAL_KEY = re.compile(
-    r"(?:^|_)(?:api_?key|token|password|passwd|pwd|secret|access_key|secret_key|credentials?|auth)$", re.IGNORECASE
+    r"(?:^|_)(?:api_?key|token|password|passwd|pwd|secret|access_key|secret_key|credentials?|auth|"
+    r"(?:wandb|hf|hub|private|auth)_?key)$",
+    re.IGNORECASE,
 )
 # Tokens by their published shapes: Hugging Face, GitHub, GitLab, Alibaba Cloud and AWS access key ids, Docker Hub
 # personal access tokens, OpenAI-style keys, Slack, Google API keys, npm and PyPI tokens, JWTs and private keys.
@@ -437,8 +441,10 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 # verl data.train_batch_size and ppo_mini_batch_size, OpenRLHF rollout.batch_size), and epochs.
 _POSITIVE = re.compile(
     r"(?:batch_size|batch_size_per_gpu|n_samples_per_prompt|num_return_sequences_in_group|total_epochs|max_epochs"
-    r"|num_episodes|rollout\.n)$"
+    r"|num_episodes|num_train_epochs|ppo_epochs|max_steps|total_training_steps|rollout\.n)$"
 )
+# Learning rates: positive, not necessarily whole.
+_RATE = re.compile(r"(?:^|[._])(?:lr|learning_rate)$")
 
 
 def option_like_overrides(overrides: Mapping[str, Any], on_command_line: bool,
@@ -481,12 +487,15 @@ def non_positive_sizes(overrides: Mapping[str, Any], path: tuple[str, ...] = ())
             found += non_positive_sizes(value, here)
             continue
         dotted = ".".join(here).lstrip("+~")
-        if not _POSITIVE.search(dotted) or value is None:
+        whole, rate = _POSITIVE.search(dotted) is not None, _RATE.search(dotted) is not None
+        if not (whole or rate) or value is None:
             continue
         number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
         if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
             number = float(value)
-        if isinstance(value, bool) or (number is not None and (number < 1 or number != int(number))):
+        if whole and (isinstance(value, bool) or (number is not None and (number < 1 or number != int(number)))):
             found.append((here, f"must be a whole number of at least 1 (a size or count the framework divides by); "
                                 f"got {_shown(value)}"))
+        elif rate and (isinstance(value, bool) or (number is not None and number <= 0)):
+            found.append((here, f"must be a number greater than 0 (a learning rate); got {_shown(value)}"))
     return found
