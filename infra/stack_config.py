@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -15,6 +16,7 @@ from infra.frameworks import ClusterShape, adapter_for, check_before_deploy
 from infra.frameworks.base import JobSpec
 from infra.layout import DATA_MOUNT, SHARED_MOUNT
 from infra.node import remote, steps
+from infra.ray.commands import files_archive_b64
 
 # Sections that may not be held as a secret, and why: what they hold becomes resource names, connection hosts and
 # outputs that Pulumi cannot keep secret, and none of it is a credential. `training`, which may carry values
@@ -145,6 +147,11 @@ def command_sizes(job: JobSpec) -> list[str]:
         "the data preparation (training.verl.dataPreparation)": job.prepare,
         "the reward server's command (training.openrlhf.rewardServer.command)":
             job.reward_server.command if job.reward_server is not None else None,
+        "the job's check before submission": job.pre_submit_check,
+        "the job's files (the framework's configuration with training.overrides)":
+            files_archive_b64(job.files) if job.files else None,
+        "the job's runtime environment (training.overrides)":
+            json.dumps(dict(job.runtime_env), sort_keys=True) if job.runtime_env else None,
     }
     return [
         f"{PROJECT}:training: {what} must be at most {limit // 1024} KiB (it reaches the node as one environment "

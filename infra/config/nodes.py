@@ -566,7 +566,9 @@ class NodesConfig(Section):
         if accelerator == "nvidia" and "ASCEND" in words:
             raise _problem(f"names an Ascend NPU, but nodes.accelerator is \"nvidia\": set nodes.accelerator: "
                            f"ascend for Ascend hosts; got {_shown(model)}")
-        if accelerator == "ascend" and any(w in words for w in ("NVIDIA", "TESLA", "GEFORCE", "QUADRO", "RTX")):
+        nvidia = any(w in words for w in ("NVIDIA", "TESLA", "GEFORCE", "QUADRO", "RTX")) \
+            or _NVIDIA_BF16_MODEL.search(words) is not None or _NVIDIA_NO_BF16_MODEL.search(words) is not None
+        if accelerator == "ascend" and nvidia and "ASCEND" not in words:
             raise _problem(f"names an NVIDIA GPU, but nodes.accelerator is \"ascend\": set nodes.accelerator: "
                            f"nvidia for NVIDIA hosts; got {_shown(model)}")
         return model

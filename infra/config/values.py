@@ -288,6 +288,11 @@ _CREDENTIAL_ARGUMENT = (
     ("curl -u user:password", re.compile(r"(?:\s-u\s*|--user[ =])['\"]?[^\s:'\"$]+:(?!\$)[^\s'\"]+")),
     ("a URL with a password", re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]+:(?!\$)[^/\s@'\"]+@")),
     ("an Authorization header", re.compile(r"\b(?:Bearer|Basic|token)\s+(?!\$|\"\$)[A-Za-z0-9._~+/=-]{16,}")),
+    ("an API key header", re.compile(
+        r"\b(?:X-)?(?:API-?Key|Private-Token|Auth-Token|X-Auth-Token|X-Api-Token)\s*:\s*(?!\$|\"\$)[^\s'\"]{8,}",
+        re.IGNORECASE,
+    )),
+    ("a .netrc password", re.compile(r"\bmachine\s+\S+\s+(?:login\s+\S+\s+)?password\s+(?!\$|\"\$)\S")),
 )
 
 
@@ -334,10 +339,13 @@ def credentials_in_command(command: str) -> str | None:
     """Why a shell command given in the config carries a credential, or None."""
     match = _ASSIGNED.search(command) or _FLAG.search(command)
     if match is not None:
-        return f"must not set a credential in the command ({match.group(1)}): use {secret_for(match.group(1))}"
+        # The words around it tell which secret it is (`huggingface-cli login --token hf_...`).
+        around = command[max(0, match.start() - 40):match.end() + 4]
+        return f"must not set a credential in the command ({match.group(1)}): use {secret_for(around)}"
     for what, pattern in _CREDENTIAL_ARGUMENT:
-        if pattern.search(command):
-            return f"must not pass a credential in the command ({what}): use {secret_for(what)}"
+        found = pattern.search(command)
+        if found is not None:
+            return f"must not pass a credential in the command ({what}): use {secret_for(found.group(0)[:60])}"
     token = _TOKEN_VALUE.search(command)
     if token is not None:
         return f"must not hold a token in the command: use {secret_for(token.group(0)[:3])}"
