@@ -430,23 +430,32 @@ def test_a_section_that_cannot_stay_secret_is_refused_as_a_secret(stack_name: st
     assert "roll-cluster:wandbApiKey" in text
 
 
-def test_a_secret_training_section_leaves_no_plain_trace() -> None:
+@pytest.mark.parametrize("stack_name,changes,needle", [
+    ("verl", {"overrides": {"trainer.project_name": "zqx-secret-project"},
+              "verl": {"dataDir": "/mnt/shared/zqx-secret-data"}}, "zqx"),
+    # ROLL's rendered YAML is the job step's trigger, and the job id names the framework.
+    ("dev", {"roll": {"baseConfig": "agentic_demo/agent_val_frozen_lake_single_node_demo.yaml"}},
+     "agent_val_frozen_lake_single_node_demo"),
+    ("ascend", {"mindspeedRl": {"exampleConfig": "grpo_qwen25_7b_A3", "tokenizerPath": "/mnt/shared/zqx/tok",
+                                "dataPath": "/mnt/shared/zqx/data", "loadPath": "/mnt/shared/zqx/load"}}, "zqx"),
+])
+def test_a_secret_training_section_leaves_no_plain_trace(stack_name: str, changes: dict[str, Any], needle: str) -> None:
     # The training section may be secret as a whole: every input and output derived from it is then a secret.
-    training = copy.deepcopy(stack_config("verl")["roll-cluster:training"])
-    training["overrides"]["trainer.project_name"] = "zqx-secret-project"
-    training["verl"] = {"dataDir": "/mnt/shared/zqx-secret-data"}
+    training = copy.deepcopy(stack_config(stack_name)["roll-cluster:training"])
+    for key, value in changes.items():
+        training[key] = {**training.get(key, {}), **value}
     cloud = OfflineCloud()
-    result = run("verl", cloud=cloud, secrets={"roll-cluster:training": json.dumps(training)})
-    leaks = [f"{r.name}{path}" for r in cloud.resources for path, text in _plain_leaves(r.inputs) if "zqx" in text]
+    result = run(stack_name, cloud=cloud, secrets={"roll-cluster:training": json.dumps(training)})
+    leaks = [f"{r.name}{path}" for r in cloud.resources for path, text in _plain_leaves(r.inputs) if needle in text]
     assert leaks == []
     shown = [name for name, value in result.outputs.items()
-             if "zqx" in json.dumps(value, default=str) and name not in result.secret_outputs]
+             if needle in json.dumps(value, default=str) and name not in result.secret_outputs]
     assert shown == []
-    assert "jobConfig" in result.secret_outputs
-    # The same values in plain config are plain (the check above can fail).
-    plain = run("verl", replace_config={"roll-cluster:training": training})
+    assert {"jobConfig", "jobId"} <= result.secret_outputs
+    # The same values in plain config are plain (the checks above can fail).
+    plain = run(stack_name, replace_config={"roll-cluster:training": training})
     assert "jobConfig" not in plain.secret_outputs
-    assert any("zqx" in text for r in plain.cloud.resources for _, text in _plain_leaves(r.inputs))
+    assert any(needle in text for r in plain.cloud.resources for _, text in _plain_leaves(r.inputs))
 
 
 # --------------------------------------------------------------- 9. no value becomes an option of a framework's command
