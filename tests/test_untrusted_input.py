@@ -96,6 +96,13 @@ def test_non_finite_json_is_refused_at_its_key(text: str, key: str) -> None:
     assert "roll-cluster:training: " not in str(caught.value)
 
 
+@pytest.mark.parametrize("value", ["nan", "-inf", "Infinity", ".nan"])
+def test_text_a_framework_reads_as_non_finite_is_refused_at_its_key(value: str) -> None:
+    # Hydra and argparse's float() read `nan` and `inf` as numbers: verl would train with lr NaN.
+    refused("verl", "roll-cluster:training.overrides.actor_rollout_ref.actor.optim.lr",
+            config={"roll-cluster:training": {"overrides": {"actor_rollout_ref.actor.optim.lr": value}}})
+
+
 def test_cidrs_are_stored_canonical() -> None:
     config = parse(stack(access={"adminCidrs": ["198.51.100.0/0.0.0.255", "203.0.113.0/255.255.255.0"]}))
     assert config.access.admin_cidrs == ["198.51.100.0/24", "203.0.113.0/24"]
@@ -487,6 +494,7 @@ def test_override_keys_and_values_that_would_be_options_are_refused(
     ("openrlhf", {"actor.num_gpus_per_node": 16}, "roll-cluster:training.overrides.actor.num_gpus_per_node",
      "between 1 and 8"),
     ("openrlhf", {"ref.num_nodes": 3}, "roll-cluster:training.overrides.ref.num_nodes", "between 1 and 2"),
+    ("multi", {"num_gpus_per_node": 16}, "roll-cluster:training.overrides.num_gpus_per_node", "x 2 GPUs (2)"),
 ])
 def test_overrides_contradicting_the_cluster_are_refused(
     stack_name: str, overrides: dict[str, Any], key: str, words: str

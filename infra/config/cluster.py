@@ -343,7 +343,8 @@ _CUDA_IMAGE_WORDS = ("nvcr.io/nvidia", "cuda", "cu12", "cu11", "cu13", "verlai/v
 def _overrides_contradicting_the_cluster(training: TrainingConfig, nodes: int, per_node: int
                                          ) -> list[tuple[KeyPath, str]]:
     """Overrides that would win over the values the program sizes the job with: the node count and the GPUs per
-    node (verl's trainer.nnodes and n_gpus_per_node; OpenRLHF's roles on more nodes or GPUs than there are)."""
+    node (verl's trainer.nnodes and n_gpus_per_node, ROLL's num_gpus_per_node; OpenRLHF's roles on more nodes or
+    GPUs than there are)."""
     flat = {bare: (path, value) for path, bare, value in _flat_overrides(training.overrides, ())}
     problems: list[tuple[KeyPath, str]] = []
     cluster = f"the cluster's {nodes} node{'s' if nodes > 1 else ''} x {_gpus(per_node)}"
@@ -354,8 +355,10 @@ def _overrides_contradicting_the_cluster(training: TrainingConfig, nodes: int, p
             return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    if training.framework == "verl":
-        for name, expected in (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", per_node)):
+    own = {"verl": (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", per_node)),
+           "roll": (("num_gpus_per_node", per_node),)}.get(training.framework, ())
+    if own:
+        for name, expected in own:
             if name in flat and number(flat[name][1]) != expected:
                 path, value = flat[name]
                 problems.append((path, f"must be left out: the program sets it from {cluster} ({expected}), and "

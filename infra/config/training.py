@@ -109,6 +109,7 @@ class TrainingConfig(Section):
         # verl and MindSpeed-RL hand the overrides to Hydra, OpenRLHF to argparse, each on a command line.
         on_command_line = info.data.get("framework") in ("verl", "openrlhf", "mindspeed-rl")
         found += values.option_like_overrides(overrides, on_command_line)
+        found += values.non_finite_text(overrides)
         if info.data.get("framework") != "mindspeed-rl":  # its adapter checks its sizes with the cluster's
             found += values.non_positive_sizes(overrides)
         if found:

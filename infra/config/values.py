@@ -507,3 +507,24 @@ def non_positive_sizes(overrides: Mapping[str, Any], path: tuple[str, ...] = ())
         elif rate and (isinstance(value, bool) or (number is not None and number <= 0)):
             found.append((here, f"must be a number greater than 0 (a learning rate); got {_shown(value)}"))
     return found
+
+
+_NON_FINITE_TEXT = re.compile(r"[+-]?(?:nan|inf|infinity|\.nan|\.inf)", re.IGNORECASE)
+
+
+def non_finite_text(overrides: Mapping[str, Any], path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """Override text that a framework reads as NaN or infinity (Hydra and argparse's float() parse `nan`, `inf`;
+    YAML `.nan`, `.inf`)."""
+    found: list[tuple[tuple[str, ...], str]] = []
+    for key, value in overrides.items():
+        here = (*path, str(key))
+        if isinstance(value, Mapping):
+            found += non_finite_text(value, here)
+            continue
+        items = value if isinstance(value, list) else [value]
+        bad = next((item for item in items if isinstance(item, str) and _NON_FINITE_TEXT.fullmatch(item.strip())),
+                   None)
+        if bad is not None:
+            found.append((here, f"must be a finite number (the framework reads {_shown(bad)} as NaN or infinity); "
+                                f"got {_shown(bad)}"))
+    return found
