@@ -642,6 +642,10 @@ def run_program(
         values[key] = deep_merge(values[key], value) if isinstance(value, Mapping) and key in values else value
     values.update(replace_config or {})
     values.update(secrets or {})
+    # `secure:` values of the stack file (`pulumi config set --secret`, with --path inside a section) cannot be
+    # decrypted here: a placeholder stands in, and the key is a secret as Pulumi would report it.
+    encrypted = {key for key, value in values.items() if _has_secure(value)}
+    values = {key: _placeholders(value) for key, value in values.items()}
     flat = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in values.items()}
 
     os.environ[runmode.OFFLINE_ENV] = "1"
@@ -651,7 +655,7 @@ def run_program(
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_mocks(cloud, project="roll-cluster", stack=stack, preview=cloud.preview,
                              organization=organization)
-    pulumi.runtime.set_all_config(flat, list((secrets or {}).keys()))
+    pulumi.runtime.set_all_config(flat, sorted({*(secrets or {}).keys(), *encrypted}))
     cloud.options.clear()
 
     def capture_options(args: pulumi.ResourceTransformationArgs) -> None:
@@ -678,6 +682,31 @@ def run_program(
     secret_outputs: set[str] = set()
     outputs = _run_to_completion(program, secret_outputs)
     return OfflineRun(stack, cloud, outputs, list(steps_module.RECORDED), secret_outputs)
+
+
+def _is_secure(value: Any) -> bool:
+    return isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str)
+
+
+def _has_secure(value: Any) -> bool:
+    if _is_secure(value):
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_secure(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_secure(v) for v in value)
+    return False
+
+
+def _placeholders(value: Any) -> Any:
+    """The value with every `{secure: ...}` replaced by runmode.UNDECRYPTED."""
+    if _is_secure(value):
+        return runmode.UNDECRYPTED
+    if isinstance(value, Mapping):
+        return {k: _placeholders(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_placeholders(v) for v in value]
+    return value
 
 
 def _run_to_completion(program: Callable[[], dict[str, Any]], secret_outputs: set[str] | None = None

@@ -93,7 +93,7 @@ def load() -> tuple[ClusterConfig, StackSecrets]:
     if mistakes and not runmode.offline():
         raise ConfigError(mistakes)
     # The offline plan runs the shipped stacks as written: there they are warnings (devtools/plan.py prints them).
-    steps.NOTES["config_warnings"] = mistakes
+    steps.NOTES["config_warnings"] = mistakes + _undecrypted(raw)
     settings = pulumi.Config(PROJECT)
     secrets = StackSecrets(
         wandb_api_key=settings.get_secret("wandbApiKey"),
@@ -106,6 +106,32 @@ def load() -> tuple[ClusterConfig, StackSecrets]:
             f"(pulumi config set --secret {PROJECT}:registryPassword ...); got nothing"
         ])
     return config, secrets
+
+
+def _undecrypted(raw: dict[str, str | None]) -> list[str]:
+    """The secret values the offline plan could not read (runmode.UNDECRYPTED), each named: checked by a preview."""
+    lines: list[str] = []
+
+    def walk(value: object, path: str) -> None:
+        if value == runmode.UNDECRYPTED:
+            lines.append(f"{path}: a secret the offline plan cannot decrypt; the plan used a placeholder, and "
+                         "`pulumi preview` checks the value itself")
+        elif isinstance(value, dict):
+            for key, child in value.items():
+                walk(child, f"{path}.{key}")
+        elif isinstance(value, list):
+            for index, child in enumerate(value):
+                walk(child, f"{path}[{index}]")
+
+    for key, text in raw.items():
+        if text is None:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        walk(value, f"{PROJECT}:{key}")
+    return lines
 
 
 def cluster_shape(config: ClusterConfig, stack: str, gpus_per_node: int, bf16: bool, head_ip: str) -> ClusterShape:

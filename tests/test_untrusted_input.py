@@ -26,7 +26,7 @@ from devtools.offline_cloud import OfflineCloud, stack_config
 from infra import runmode
 from infra.config import ClusterConfig, ConfigError, ContainerConfig, RollConfig, TrainingConfig, parse_cluster_config
 from infra.frameworks import ClusterShape, adapter_for
-from infra.node import ssh_access
+from infra.node import ssh_access, steps
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
 from infra.sources.hosts import probe
@@ -738,3 +738,17 @@ def test_a_real_preview_accepts_ranges_that_merely_contain_a_documentation_range
     text = refused("dev", "roll-cluster:access.adminCidrs[0]", replace={"roll-cluster:access": {
         **config["roll-cluster:access"], "adminCidrs": ["198.51.100.16/28"], "allowWorld": False}})
     assert "documentation range" in text
+
+
+def test_the_offline_plan_names_the_secrets_it_cannot_decrypt() -> None:
+    # A stack file holds `secure:` values (`pulumi config set --secret`, with --path inside a section). Offline they
+    # cannot be decrypted: the keys stay secret, a placeholder stands in, and each is named as not checked.
+    result = run("verl", config={
+        "roll-cluster:wandbApiKey": {"secure": "v1:AAAA"},
+        "roll-cluster:training": {"overrides": {"trainer.project_name": {"secure": "v1:BBBB"}}},
+    })
+    warnings = steps.NOTES["config_warnings"]
+    assert any(w.startswith("roll-cluster:wandbApiKey: a secret the offline plan cannot decrypt") for w in warnings)
+    assert any(w.startswith("roll-cluster:training.overrides.trainer.project_name: a secret") for w in warnings)
+    assert "jobConfig" in result.secret_outputs  # the section is a secret, as Pulumi reports it
+    assert not any("v1:" in text for r in result.cloud.resources for _, text in _plain_leaves(r.inputs))

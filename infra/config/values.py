@@ -292,6 +292,10 @@ _CREDENTIAL_ARGUMENT = (
         r"\b(?:X-)?(?:API-?Key|Private-Token|Auth-Token|X-Auth-Token|X-Api-Token)\s*:\s*(?!\$|\"\$)[^\s'\"]{8,}",
         re.IGNORECASE,
     )),
+    ("smbclient -U user%password", re.compile(r"\s-U\s*['\"]?[^\s%'\"]+%(?!\$)[^\s'\"]+")),
+    ("aws configure set", re.compile(
+        r"\baws\s+configure\s+set\s+(?:\S+\.)?aws_(?:secret_access_key|session_token)\s+(?!\$|\"\$)\S"
+    )),
     ("a .netrc password", re.compile(r"\bmachine\s+\S+\s+(?:login\s+\S+\s+)?password\s+(?!\$|\"\$)\S")),
 )
 
