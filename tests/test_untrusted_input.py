@@ -752,3 +752,12 @@ def test_the_offline_plan_names_the_secrets_it_cannot_decrypt() -> None:
     assert any(w.startswith("roll-cluster:training.overrides.trainer.project_name: a secret") for w in warnings)
     assert "jobConfig" in result.secret_outputs  # the section is a secret, as Pulumi reports it
     assert not any("v1:" in text for r in result.cloud.resources for _, text in _plain_leaves(r.inputs))
+
+
+@pytest.mark.parametrize("entrypoint", [
+    "python3 -m openrlhf.cli.train_ppo_ray --input_key context_messages --max_new_tokens 512 --pad_token '<pad>'",
+    "TOKENIZERS_PARALLELISM=false python3 train.py --tokenizer_path /mnt/shared/tok",
+])
+def test_model_and_data_settings_named_like_credentials_are_not_refused(entrypoint: str) -> None:
+    # Judged by the name's last words: `input_key`, `max_new_tokens`, `pad_token` and TOKENIZERS_* hold no secret.
+    run("dev", config={"roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": entrypoint}}})

@@ -251,11 +251,27 @@ def canonical_host(address: str) -> str:
 
 # ------------------------------------------------------------------------------------------- credentials
 # Keys and values known to carry tokens. The message names the secret to use instead.
-_CREDENTIAL_KEY = re.compile(
-    r"(?:^|_)(?:api_?key|token|password|passwd|pwd|secret|access_key|secret_key|credentials?|auth|"
-    r"(?:wandb|hf|hub|private|auth)_?key)$",
-    re.IGNORECASE,
-)
+# A setting's or flag's name that says it holds a credential, judged by its last words (`hf_token`, `api-key`,
+# `wandb.key`, `password`), not by a substring: `max_new_tokens`, `pad_token`, `input_key` and `tokenizer` are
+# settings of the model or the data.
+_SECRET_WORDS = {"token", "password", "passwd", "pwd", "secret", "credential", "credentials", "apikey", "auth"}
+_KEY_OWNERS = {"api", "access", "secret", "private", "wandb", "hf", "hub", "auth", "license", "openai", "ssh"}
+_TOKENIZER_TOKENS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "special", "start", "end", "stop", "image",
+                     "video", "audio", "think", "answer", "placeholder"}
+
+
+def credential_name(name: str) -> bool:
+    words = [w for w in re.split(r"[._\-]+", name.lower()) if w]
+    if not words:
+        return False
+    last, before = words[-1], (words[-2] if len(words) > 1 else "")
+    if last in ("token", "tokens") and (last == "tokens" or before in _TOKENIZER_TOKENS):
+        return False
+    if last in _SECRET_WORDS or last.endswith(("password", "passwd", "secret", "token", "apikey")):
+        return True  # also one word: PGPASSWORD, GITHUBTOKEN
+    return last == "key" and (len(words) == 1 or before in _KEY_OWNERS)
+
+
 # Tokens by their published shapes: Hugging Face, GitHub, GitLab, Alibaba Cloud and AWS access key ids, Docker Hub
 # personal access tokens, OpenAI-style keys, Slack, Google API keys, npm and PyPI tokens, JWTs and private keys.
 _TOKEN_VALUE = re.compile(
@@ -272,10 +288,8 @@ _ASSIGNED = re.compile(
     r"(?:^|[\s;&|(])(?:export\s+)?([A-Z_]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|_PWD)[A-Z_]*)"
     r"=(?!\$|\"\$|'?$|\s)\S"
 )
-_FLAG = re.compile(
-    r"--([A-Za-z0-9_.-]*(?:key|token|password|passwd|secret|credential)[A-Za-z0-9_.-]*)[ =]\s*(?!\$|\"\$|-)\S",
-    re.IGNORECASE,
-)
+# `--<name> value` or `--<name>=value` (the name is judged by credential_name), unless the value is a variable.
+_FLAG = re.compile(r"--([A-Za-z0-9_.-]+)[ =]\s*(?!\$|\"\$|-)\S")
 # Commands whose arguments carry a credential: `wandb login <key>`, `mysql -p<password>`, `sshpass -p <password>`,
 # `docker login -p <password>`, `curl -u user:password`, a URL with a password, an Authorization header.
 _CREDENTIAL_ARGUMENT = (
@@ -331,7 +345,7 @@ def credentials_in_overrides(overrides: Mapping[str, Any], path: tuple[str, ...]
         # OpenRLHF's `--use_wandb` (and W&B settings elsewhere) take the API key itself as their value.
         wandb_key = "wandb" in dotted.lower() and any(_KEY_WORD.fullmatch(t) for t in texts)
         token = next((t for t in texts if _TOKEN_VALUE.search(t) or credentials_in_command(t)), None)
-        if (last == "key" and "wandb" in dotted.lower()) or _CREDENTIAL_KEY.search(last) or wandb_key \
+        if (last == "key" and "wandb" in dotted.lower()) or credential_name(last) or wandb_key \
                 or token is not None:
             hint = "hf_" if token is not None and token.startswith("hf_") else ""
             found.append((here, f"must not hold a credential in plain config: use {secret_for(dotted + ' ' + hint)}; "
@@ -341,7 +355,8 @@ def credentials_in_overrides(overrides: Mapping[str, Any], path: tuple[str, ...]
 
 def credentials_in_command(command: str) -> str | None:
     """Why a shell command given in the config carries a credential, or None."""
-    match = _ASSIGNED.search(command) or _FLAG.search(command)
+    match = next((found for pattern in (_ASSIGNED, _FLAG) for found in pattern.finditer(command)
+                  if credential_name(found.group(1))), None)
     if match is not None:
         # The words around it tell which secret it is (`huggingface-cli login --token hf_...`).
         around = command[max(0, match.start() - 40):match.end() + 4]
