@@ -521,6 +521,8 @@ def test_negative_numbers_and_the_clusters_own_values_are_still_accepted() -> No
      "roll-cluster:training.roll.repo"),
     ("dev", {"roll-cluster:training": {"roll": {"repo": "git@-oProxyCommand=x:ROLL.git"}}},
      "roll-cluster:training.roll.repo"),
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "ssh://git@github.com:-oProxyCommand=x/ROLL.git"}}},
+     "roll-cluster:training.roll.repo"),
     ("dev", {"roll-cluster:training": {"roll": {"archiveUrl": "http://mirror.example.org/roll.tar.gz"}}},
      "roll-cluster:training.roll.archiveUrl"),
     ("dev", {"roll-cluster:training": {"hfEndpoint": "http://hf-mirror.com"}}, "roll-cluster:training.hfEndpoint"),
@@ -661,6 +663,8 @@ def test_host_shared_paths_in_the_allowed_places_are_accepted(path: str) -> None
     ({"nodes__hostDefaults": {"networkInterface": "br-3f2a9c1d0e4b"}},
      "roll-cluster:nodes.hostDefaults.networkInterface"),
     ({"nodes__acceleratorModel": "Ascend 910B3"}, "roll-cluster:nodes.acceleratorModel"),
+    ({"nodes__acceleratorModel": "Atlas 800T A2"}, "roll-cluster:nodes.acceleratorModel"),
+    ({"nodes__hostDefaults": {"networkInterface": "lo0"}}, "roll-cluster:nodes.hostDefaults.networkInterface"),
 ])
 def test_hosts_and_interfaces_that_cannot_work_are_refused(replace: dict[str, Any], key: str) -> None:
     values = hosts_with(**replace)
@@ -683,6 +687,7 @@ def test_an_nvidia_model_on_ascend_hosts_is_refused() -> None:
      "roll-cluster:storage.existingFileSystemId"),
     ("dev", {"roll-cluster:nodes": {"osImage": ".*"}}, "roll-cluster:nodes.osImage"),
     ("dev", {"roll-cluster:nodes": {"osImage": "x64"}}, "roll-cluster:nodes.osImage"),
+    ("dev", {"roll-cluster:nodes": {"osImage": "^centos_7"}}, "roll-cluster:nodes.osImage"),
 ])
 def test_contradictions_are_refused_not_ignored(stack_name: str, config: dict[str, Any], key: str) -> None:
     refused(stack_name, key, config=config)

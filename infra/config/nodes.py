@@ -19,6 +19,11 @@ _HOST_LOCAL_INTERFACE = re.compile(r"docker[0-9]*|br-[0-9a-f]+|veth[A-Za-z0-9]*|
                                    r"podman[0-9]+|lxcbr[0-9]+|lxdbr[0-9]+")
 # Public image names of other systems (ECS DescribeImages ImageName): an osImage pattern that matches them selects
 # whatever image is newest, not a supported Linux.
+# Names of the supported public images (Alibaba Cloud Linux 3, Ubuntu 22.04): osImage must select one of them.
+_SUPPORTED_OS_IMAGES = (
+    "aliyun_3_x64_20G_alibase_20240819.vhd", "aliyun_3_x64_20G_qboot_alibase_20240819.vhd",
+    "ubuntu_22_04_x64_20G_alibase_20240926.vhd",
+)
 _OTHER_OS_IMAGES = (
     "win2022_21H2_x64_dtc_en-us_40G_alibase_20240117.vhd", "centos_7_9_x64_20G_alibase_20240628.vhd",
     "freebsd_13_2_x64_30G_alibase_20231011.vhd", "",
@@ -62,7 +67,7 @@ def nvidia_model_has_bf16(model: str) -> bool:
 def _check_interface(name: str | None) -> str | None:
     if name is not None and not _INTERFACE.fullmatch(name):
         raise _problem(f"must be a network interface name such as `eth0` or `bond0`; got {_shown(name)}")
-    if name is not None and (name == "lo" or name.startswith("lo:")):
+    if name is not None and re.fullmatch(r"lo[0-9]*(:.*)?", name):
         raise _problem("must be the NIC of the private address, not the loopback interface (NCCL over `lo` never "
                        f"reaches another host); got {_shown(name)}")
     if name is not None and _HOST_LOCAL_INTERFACE.fullmatch(name):
@@ -501,11 +506,14 @@ class NodesConfig(Section):
         except re.error as error:
             raise _problem(f"must be a valid regular expression ({error}); got {_shown(pattern)}") from None
         other = next((name for name in _OTHER_OS_IMAGES if compiled.search(name)), None)
-        if other is not None:
+        supported = any(compiled.search(name) for name in _SUPPORTED_OS_IMAGES)
+        if other is not None or not supported:
+            why = (f"it matches {_shown(other) if other else 'any name'}, so the newest image of any system "
+                   "would boot" if other is not None else
+                   f"it matches none of their names (such as {_SUPPORTED_OS_IMAGES[0]})")
             raise _problem(
                 "must select Alibaba Cloud Linux 3 or Ubuntu 22.04 public images (e.g. `^aliyun_3_x64_20G_alibase_.*` "
-                f"or `^ubuntu_22_04_x64_20G_alibase_.*`): it also matches {_shown(other) if other else 'any name'}, "
-                f"so the newest image of any system would boot; got {_shown(pattern)}"
+                f"or `^ubuntu_22_04_x64_20G_alibase_.*`): {why}; got {_shown(pattern)}"
             )
         return pattern
 
@@ -563,7 +571,7 @@ class NodesConfig(Section):
                            f"spaces and ._()+/-, at most 64 characters); got {_shown(model)}")
         accelerator = info.data.get("accelerator")
         words = model.upper()
-        if accelerator == "nvidia" and "ASCEND" in words:
+        if accelerator == "nvidia" and re.search(r"ASCEND|ATLAS|\b(910[A-C]?[0-9]?|310[PB]?)\b", words):
             raise _problem(f"names an Ascend NPU, but nodes.accelerator is \"nvidia\": set nodes.accelerator: "
                            f"ascend for Ascend hosts; got {_shown(model)}")
         nvidia = any(w in words for w in ("NVIDIA", "TESLA", "GEFORCE", "QUADRO", "RTX")) \

@@ -84,6 +84,10 @@ def _no_credentials(url: str, what: str) -> None:
 def _url_host(parts: SplitResult) -> bool:
     """A host that is a host: an IP address or DNS name, never an option (`ssh://-oProxyCommand=...`)."""
     host = parts.hostname or ""
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number (`:-oProxyCommand=...`)
+    except ValueError:
+        return False
     if not host or host.startswith("-"):
         return False
     try:
