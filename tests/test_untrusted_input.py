@@ -765,3 +765,14 @@ def test_the_offline_plan_names_the_secrets_it_cannot_decrypt() -> None:
 def test_model_and_data_settings_named_like_credentials_are_not_refused(entrypoint: str) -> None:
     # Judged by the name's last words: `input_key`, `max_new_tokens`, `pad_token` and TOKENIZERS_* hold no secret.
     run("dev", config={"roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": entrypoint}}})
+
+
+@pytest.mark.parametrize("config,key", [
+    ({"roll-cluster:training": {"roll": {"baseConfig": "hf_" + "a" * 34 + "/x.yaml"}}},
+     "roll-cluster:training.roll.baseConfig"),
+    ({"roll-cluster:nodes": {"osImage": "^aliyun_3_x64_20G_alibase_.*|ghp_" + "a" * 36}}, "roll-cluster:nodes.osImage"),
+    ({"roll-cluster:training": {"overrides": {"glpat-" + "b" * 20: 1}}}, "roll-cluster:training.overrides"),
+])
+def test_a_known_token_shape_is_refused_in_any_field(config: dict[str, Any], key: str) -> None:
+    text = refused("dev", key, config=config)
+    assert "aaaa" not in text and "bbbb" not in text and "secret" in text

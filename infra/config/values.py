@@ -279,10 +279,10 @@ def credential_name(name: str) -> bool:
 # Tokens by their published shapes: Hugging Face, GitHub, GitLab, Alibaba Cloud and AWS access key ids, Docker Hub
 # personal access tokens, OpenAI-style keys, Slack, Google API keys, npm and PyPI tokens, JWTs and private keys.
 _TOKEN_VALUE = re.compile(
-    r"hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9_]{36,}|github_pat_[A-Za-z0-9_]+|glpat-[A-Za-z0-9_-]{20}"
+    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9_]{36,}|github_pat_[A-Za-z0-9_]+|glpat-[A-Za-z0-9_-]{20}"
     r"|LTAI[A-Za-z0-9]{12,30}|AKIA[0-9A-Z]{16}|dckr_pat_[A-Za-z0-9_-]{20,}|sk-(?:proj-)?[A-Za-z0-9_-]{20,}"
     r"|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}"
-    r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----)"
 )
 # A key as W&B and others hand it out: one long word of letters and digits (W&B's are 40 hex digits, 86 characters
 # for newer ones).
@@ -436,7 +436,13 @@ def text_problems(value: Any, path: tuple[int | str, ...]) -> list[tuple[tuple[i
     if isinstance(value, str):
         hidden = _hidden(value, multiline)
         size = len(value.encode("utf-8", "surrogatepass"))
-        if hidden is not None:
+        token = _TOKEN_VALUE.search(value)
+        if token is not None and names[-1:] != ("sshPublicKey",):
+            # Wherever it is, a known token shape in plain config is stored and shown in clear text.
+            found.append((path, f"must not hold a token in plain config (the stack file and `pulumi config` show it "
+                                f"in clear text): use {secret_for(token.group(0)[:3] + ' ' + '.'.join(names))}; got a "
+                                "value (not shown)"))
+        elif hidden is not None:
             found.append((path, f"must not contain control or invisible characters (NUL, escape, bidi controls "
                                 f"such as U+202E, zero-width spaces: the value would not read as what runs"
                                 f"{'; newlines and tabs are fine here' if multiline else ''}); got {hidden} in "
@@ -450,6 +456,10 @@ def text_problems(value: Any, path: tuple[int | str, ...]) -> list[tuple[tuple[i
     if isinstance(value, dict):
         for key, child in value.items():
             hidden = _hidden(str(key), False)
+            if _TOKEN_VALUE.search(str(key)):
+                found.append((path, f"must not name a key with a token (the stack file shows it in clear text): use "
+                                    f"{secret_for(str(key)[:3])}; got a key (not shown)"))
+                continue
             if hidden is not None:
                 found.append(((*path, str(key)), f"must be a key without control or invisible characters; got "
                                                  f"{hidden} in {_escaped(str(key))}"))
