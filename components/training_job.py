@@ -23,7 +23,7 @@ from infra import model_cache
 from infra.config import ClusterConfig, TrainingConfig
 from infra.frameworks import JobSpec, adapter_for
 from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
-from infra.node import ssh_access
+from infra.node import remote, ssh_access
 from infra.ray import commands as ray_commands
 from infra.stack_config import cluster_shape
 
@@ -48,7 +48,7 @@ class TrainingJobArgs:
 class TrainingJob(pulumi.ComponentResource):
     spec: pulumi.Output[JobSpec]
     job_id: pulumi.Output[str]
-    rendered_config: str | None
+    rendered_config: pulumi.Input[str] | None
     # The job step (None with training.autoStart false): its URN is what `pulumi up --replace` takes to submit the
     # job again after the head's Ray lost it (a reboot of the head).
     submission: pulumi.Resource | None
@@ -61,11 +61,15 @@ class TrainingJob(pulumi.ComponentResource):
         # The ROLL YAML is known before the head exists (it does not depend on its IP), so `pulumi preview` shows
         # it in full as the job step's trigger; a changed configuration replaces the job.
         spec = adapter.job(shape)
-        self.rendered_config = spec.rendered_config
+        # A training section held as a secret keeps everything derived from it secret: the job's id (and the
+        # outputs built from it), its rendered configuration in the triggers, its commands (infra/node/remote.py).
+        keep_secret = remote.SECRET_CONFIG["set"]
+        self.rendered_config = (pulumi.Output.secret(spec.rendered_config) if keep_secret and spec.rendered_config
+                                else spec.rendered_config)
         # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output). Where
         # the job must name the head (OpenRLHF's reward URL) it does so as $ROLL_CLUSTER_HEAD_IP, which the job
         # step below exports to the entrypoint's shell.
-        self.spec = pulumi.Output.from_input(spec)
+        self.spec = pulumi.Output.secret(spec) if keep_secret else pulumi.Output.from_input(spec)
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
         ctx = remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]

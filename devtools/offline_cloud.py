@@ -604,6 +604,8 @@ class OfflineRun:
     cloud: OfflineCloud
     outputs: dict[str, Any]
     steps: list[Any]
+    # The outputs Pulumi would store as secrets (the values above are resolved, their secretness dropped).
+    secret_outputs: set[str] = field(default_factory=set)
 
 
 def run_program(
@@ -663,11 +665,13 @@ def run_program(
         root = pulumi_settings.get_root_resource()
         return dict(getattr(root, "outputs", {}) or {})
 
-    outputs = _run_to_completion(program)
-    return OfflineRun(stack, cloud, outputs, list(steps_module.RECORDED))
+    secret_outputs: set[str] = set()
+    outputs = _run_to_completion(program, secret_outputs)
+    return OfflineRun(stack, cloud, outputs, list(steps_module.RECORDED), secret_outputs)
 
 
-def _run_to_completion(program: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _run_to_completion(program: Callable[[], dict[str, Any]], secret_outputs: set[str] | None = None
+                       ) -> dict[str, Any]:
     result: dict[str, Any] = {}
 
     def body() -> Any:
@@ -676,8 +680,11 @@ def _run_to_completion(program: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         async def resolve() -> None:
             # Each output on its own: a preview knows some (engine_model.UNKNOWN for the others).
             for key, value in outputs.items():
-                known = await pulumi.Output.from_input(value).future(with_unknowns=True)
+                output = pulumi.Output.from_input(value)
+                known = await output.future(with_unknowns=True)
                 result[key] = engine_model.UNKNOWN if isinstance(known, pulumi.output.Unknown) else known
+                if secret_outputs is not None and await output.is_secret():
+                    secret_outputs.add(key)
 
         return pulumi_mocks._sync_await(resolve())  # type: ignore[attr-defined]
 

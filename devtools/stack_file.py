@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from infra import runmode
 from infra.config import ConfigError
 
 
@@ -44,7 +45,7 @@ def yaml_kind(value: Any) -> str:
         type(value), type(value).__name__)
 
 
-SECRET_PLACEHOLDER = "[secret: set, not decrypted by the offline plan]"
+SECRET_PLACEHOLDER = runmode.UNDECRYPTED  # what validation recognises as "set, not read offline"
 
 
 def secure_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -36,6 +36,7 @@ def test_a_host_list_gives_the_count_the_accelerators_and_a_tunnel_only_dashboar
     assert not parse(hosts_stack(acceleratorModel="Tesla V100-SXM2-32GB"), region=None).nodes.has_bf16
     ascend = hosts_stack(accelerator="ascend")
     ascend["training"] = {"framework": "custom", "custom": {"entrypoint": "python3 cli/train_grpo.py"}}
+    ascend["container"] = {"image": "registry.example.com/me/cann-runtime:8.1.rc1-910b"}  # not the CUDA default
     assert parse(ascend, region=None).nodes.has_bf16
 
 
@@ -83,7 +84,7 @@ def test_a_bad_host_list_is_refused_with_the_key_named(
         ({"access": {"adminCidrs": ["203.0.113.0/24"]}}, "access.adminCidrs", ("alibaba only",)),
         ({"access": {"sshPublicKey": ED25519_KEY}}, "access.sshPublicKey", ("authorized_keys",)),
         ({"storage": {"nas": True}}, "storage.nas", ("alibaba only", "nfsServer or sharedHostPath")),
-        ({"storage": {"nfsServer": "10.0.0.5", "sharedHostPath": "/shared"}}, "storage.sharedHostPath",
+        ({"storage": {"nfsServer": "10.0.0.5", "sharedHostPath": "/shared/roll"}}, "storage.sharedHostPath",
          ("not be set together with nfsServer",)),
         ({"storage": {"nfsPath": "/export"}}, "storage.nfsPath", ("needs nfsServer",)),
         ({"storage": {"sharedHostPath": "shared"}}, "storage.sharedHostPath", ("absolute path",)),

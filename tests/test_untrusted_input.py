@@ -26,7 +26,7 @@ from devtools.offline_cloud import OfflineCloud, stack_config
 from infra import runmode
 from infra.config import ClusterConfig, ConfigError, ContainerConfig, RollConfig, TrainingConfig, parse_cluster_config
 from infra.frameworks import ClusterShape, adapter_for
-from infra.node import ssh_access
+from infra.node import ssh_access, steps
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
 from infra.sources.hosts import probe
@@ -84,10 +84,23 @@ def test_strict_layer_refuses_bools_non_finite_numbers_and_aliased_hosts(
     refused(stack_name, key, config=config)
 
 
-def test_non_finite_json_in_a_section_is_refused() -> None:
-    raw = {**as_pulumi(stack()), "training": '{"overrides": {"max_steps": -Infinity}}'}
-    with pytest.raises(ConfigError, match=r"roll-cluster:training: must not hold NaN or Infinity"):
+@pytest.mark.parametrize("text,key", [
+    ('{"overrides": {"max_steps": -Infinity}}', "roll-cluster:training.overrides.max_steps"),
+    ('{"overrides": {"actor_train": {"lr": [1, NaN]}}}', "roll-cluster:training.overrides.actor_train.lr[1]"),
+    ('{"openrlhf": {"vllmNumEngines": Infinity}}', "roll-cluster:training.openrlhf.vllmNumEngines"),
+])
+def test_non_finite_json_is_refused_at_its_key(text: str, key: str) -> None:
+    raw = {**as_pulumi(stack()), "training": text}
+    with pytest.raises(ConfigError, match=re.escape(key) + r": must be a finite number") as caught:
         parse_cluster_config(raw, "cn-hangzhou")
+    assert "roll-cluster:training: " not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "-inf", "Infinity", ".nan"])
+def test_text_a_framework_reads_as_non_finite_is_refused_at_its_key(value: str) -> None:
+    # Hydra and argparse's float() read `nan` and `inf` as numbers: verl would train with lr NaN.
+    refused("verl", "roll-cluster:training.overrides.actor_rollout_ref.actor.optim.lr",
+            config={"roll-cluster:training": {"overrides": {"actor_rollout_ref.actor.optim.lr": value}}})
 
 
 def test_cidrs_are_stored_canonical() -> None:
@@ -389,3 +402,377 @@ def test_a_section_set_as_secret_stays_secret_in_every_command() -> None:
     assert commands and all(is_secret(r.inputs["stdin"]) for r in commands)
     plain = run("verl", cloud=OfflineCloud())
     assert not any(is_secret(r.inputs["create"]) for r in plain.cloud.resources if r.type == "command:remote:Command")
+
+
+# =============================================================================================== round four (issue 28)
+def _plain_leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every string of a resource's inputs that Pulumi would store in plain (secret-wrapped values left out)."""
+    if is_secret(value):
+        return
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _plain_leaves(child, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, child in enumerate(value):
+            yield from _plain_leaves(child, f"{path}[{index}]")
+    elif isinstance(value, str):
+        yield path, value
+
+
+# ---------------------------------------------------------------------------------- 8. secret sections stay secret
+@pytest.mark.parametrize("stack_name,section", [
+    ("hosts", "nodes"), ("dev", "access"), ("dev", "container"), ("dev", "storage"), ("dev", "ray"),
+    ("multi", "storage"),
+])
+def test_a_section_that_cannot_stay_secret_is_refused_as_a_secret(stack_name: str, section: str) -> None:
+    # `pulumi config set --secret --path 'roll-cluster:nodes.hosts[0].address' ...` makes all of `nodes` a secret;
+    # its addresses would reach the docker provider's host and the outputs in plain. Refused, naming the key and
+    # how to set it in plain.
+    value = stack_config(stack_name).get(f"roll-cluster:{section}", {"nas": True} if section == "storage" else {})
+    if section == "container":
+        value = {"image": "registry.cn-hangzhou.aliyuncs.com/me/roll:v1"}
+    text = refused(stack_name, f"roll-cluster:{section}: must not be a secret",
+                   secrets={f"roll-cluster:{section}": json.dumps(value)})
+    assert f"pulumi config rm roll-cluster:{section}" in text
+    assert "roll-cluster:wandbApiKey" in text
+
+
+@pytest.mark.parametrize("stack_name,changes,needle", [
+    ("verl", {"overrides": {"trainer.project_name": "zqx-secret-project"},
+              "verl": {"dataDir": "/mnt/shared/zqx-secret-data"}}, "zqx"),
+    # ROLL's rendered YAML is the job step's trigger, and the job id names the framework.
+    ("dev", {"roll": {"baseConfig": "agentic_demo/agent_val_frozen_lake_single_node_demo.yaml"}},
+     "agent_val_frozen_lake_single_node_demo"),
+    ("ascend", {"mindspeedRl": {"exampleConfig": "grpo_qwen25_7b_A3", "tokenizerPath": "/mnt/shared/zqx/tok",
+                                "dataPath": "/mnt/shared/zqx/data", "loadPath": "/mnt/shared/zqx/load"}}, "zqx"),
+])
+def test_a_secret_training_section_leaves_no_plain_trace(stack_name: str, changes: dict[str, Any], needle: str) -> None:
+    # The training section may be secret as a whole: every input and output derived from it is then a secret.
+    training = copy.deepcopy(stack_config(stack_name)["roll-cluster:training"])
+    for key, value in changes.items():
+        training[key] = {**training.get(key, {}), **value}
+    cloud = OfflineCloud()
+    result = run(stack_name, cloud=cloud, secrets={"roll-cluster:training": json.dumps(training)})
+    leaks = [f"{r.name}{path}" for r in cloud.resources for path, text in _plain_leaves(r.inputs) if needle in text]
+    assert leaks == []
+    shown = [name for name, value in result.outputs.items()
+             if needle in json.dumps(value, default=str) and name not in result.secret_outputs]
+    assert shown == []
+    assert {"jobConfig", "jobId"} <= result.secret_outputs
+    # The same values in plain config are plain (the checks above can fail).
+    plain = run(stack_name, replace_config={"roll-cluster:training": training})
+    assert "jobConfig" not in plain.secret_outputs
+    assert any(needle in text for r in plain.cloud.resources for _, text in _plain_leaves(r.inputs))
+
+
+# --------------------------------------------------------------- 9. no value becomes an option of a framework's command
+VERL_NODES = {"roll-cluster:nodes": {"count": 2, "instanceTypes": ["ecs.gn7i-8x.32xlarge"]}}
+
+
+@pytest.mark.parametrize("stack_name,overrides,key", [
+    ("verl", {"--config-dir": "/tmp/x"}, "roll-cluster:training.overrides.--config-dir"),
+    ("verl", {"trainer": {"-cd": "/tmp/x"}}, "roll-cluster:training.overrides.trainer.-cd"),
+    ("verl", {"trainer.default_local_dir": "--config-dir=/tmp/x"},
+     "roll-cluster:training.overrides.trainer.default_local_dir"),
+    ("verl", {"hydra.searchpath": "[file:///tmp/x]"}, "roll-cluster:training.overrides.hydra.searchpath"),
+    ("verl", {"trainer.logger": ["console", "-x"]}, "roll-cluster:training.overrides.trainer.logger"),
+    ("openrlhf", {"ckpt.path": "--pretrain=/tmp/x"}, "roll-cluster:training.overrides.ckpt.path"),
+    ("openrlhf", {"--pretrain": "/tmp/x"}, "roll-cluster:training.overrides.--pretrain"),
+    ("openrlhf", {"data.prompt_dataset": "-x"}, "roll-cluster:training.overrides.data.prompt_dataset"),
+])
+def test_override_keys_and_values_that_would_be_options_are_refused(
+    stack_name: str, overrides: dict[str, Any], key: str
+) -> None:
+    text = refused(stack_name, key, config={"roll-cluster:training": {"overrides": overrides}})
+    assert "`-`" in text or "Hydra" in text
+
+
+@pytest.mark.parametrize("stack_name,overrides,key,words", [
+    ("verl", {"trainer.nnodes": 4}, "roll-cluster:training.overrides.trainer.nnodes", "2 nodes x 8 GPUs"),
+    ("verl", {"trainer": {"n_gpus_per_node": 16}}, "roll-cluster:training.overrides.trainer.n_gpus_per_node",
+     "(8)"),
+    ("openrlhf", {"actor.num_gpus_per_node": 16}, "roll-cluster:training.overrides.actor.num_gpus_per_node",
+     "between 1 and 8"),
+    ("openrlhf", {"ref.num_nodes": 3}, "roll-cluster:training.overrides.ref.num_nodes", "between 1 and 2"),
+    ("multi", {"num_gpus_per_node": 16}, "roll-cluster:training.overrides.num_gpus_per_node", "x 2 GPUs (2)"),
+])
+def test_overrides_contradicting_the_cluster_are_refused(
+    stack_name: str, overrides: dict[str, Any], key: str, words: str
+) -> None:
+    nodes = {"roll-cluster:nodes": {**stack_config(stack_name)["roll-cluster:nodes"], "count": 2}}
+    text = refused(stack_name, key, config={**nodes, "roll-cluster:training": {"overrides": overrides}})
+    assert words in text
+
+
+def test_negative_numbers_and_the_clusters_own_values_are_still_accepted() -> None:
+    # A negative number is a value, not an option (OpenRLHF's `--ckpt.save_steps -1`); the cluster's own value
+    # may be repeated.
+    run("openrlhf", config={"roll-cluster:training": {"overrides": {"ckpt.max_num": -1}}})
+    run("verl", config={"roll-cluster:training": {"overrides": {"trainer.nnodes": 2, "trainer.n_gpus_per_node": 8}}})
+
+
+# ------------------------------------------------------------------------------------------------------- 10. URLs
+@pytest.mark.parametrize("stack_name,config,key", [
+    ("verl", {"roll-cluster:training": {"verl": {"mirrorRepo": "http://gitee.com/mirrors/verl.git"}}},
+     "roll-cluster:training.verl.mirrorRepo"),
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "git://github.com/alibaba/ROLL.git"}}},
+     "roll-cluster:training.roll.repo"),
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "ssh://-oProxyCommand=touch%20x/ROLL.git"}}},
+     "roll-cluster:training.roll.repo"),
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "git@-oProxyCommand=x:ROLL.git"}}},
+     "roll-cluster:training.roll.repo"),
+    ("dev", {"roll-cluster:training": {"roll": {"repo": "ssh://git@github.com:-oProxyCommand=x/ROLL.git"}}},
+     "roll-cluster:training.roll.repo"),
+    ("dev", {"roll-cluster:training": {"roll": {"archiveUrl": "http://mirror.example.org/roll.tar.gz"}}},
+     "roll-cluster:training.roll.archiveUrl"),
+    ("dev", {"roll-cluster:training": {"hfEndpoint": "http://hf-mirror.com"}}, "roll-cluster:training.hfEndpoint"),
+])
+def test_urls_are_https_or_ssh_to_a_real_host(stack_name: str, config: dict[str, Any], key: str) -> None:
+    refused(stack_name, key, config=config)
+
+
+@pytest.mark.parametrize("url,key", [
+    ("https://oss.example.org/roll.tar.gz?OSSAccessKeyId=x&Expires=1&Signature=abc", "archiveUrl"),
+    ("https://h.example.org/roll.tar.gz?token=abc123", "archiveUrl"),
+    ("https://mirrors.example.org/pypi/simple/?api_key=abc", "pipIndexUrl"),
+    ("https://gitlab.example.org/x/ROLL.git#glpat-aaaaaaaaaaaaaaaaaaaa", "repo"),
+])
+def test_tokens_in_a_urls_query_are_refused_and_not_echoed(url: str, key: str) -> None:
+    text = refused("dev", f"roll-cluster:training.roll.{key}",
+                   config={"roll-cluster:training": {"roll": {key: url}}})
+    assert "abc" not in text and "glpat" not in text
+
+
+# ----------------------------------------------------------------------------------- 11. credentials in plain fields
+KEY40 = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize("stack_name,config,key,secret", [
+    ("dev", {"roll-cluster:container": {"registryUsername": "dckr_pat_" + "A" * 27}},
+     "roll-cluster:container.registryUsername", "registryPassword"),
+    ("dev", {"roll-cluster:container": {"registryUsername": "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"}},
+     "roll-cluster:container.registryUsername", "registryPassword"),
+    ("dev", {"roll-cluster:training": {"framework": "custom", "custom": {
+        "entrypoint": f"wandb login {KEY40} && python3 train.py"}}},
+     "roll-cluster:training.custom.entrypoint", "wandbApiKey"),
+    ("verl", {"roll-cluster:training": {"verl": {"dataPreparation": "mysqldump -u etl -pHunter2pass db > d.sql"}}},
+     "roll-cluster:training.verl.dataPreparation", "secret"),
+    ("verl", {"roll-cluster:training": {"verl": {
+        "dataPreparation": "curl -u etl:Hunter2pass -o /tmp/d https://data.example.org/d"}}},
+     "roll-cluster:training.verl.dataPreparation", "secret"),
+    ("verl", {"roll-cluster:training": {"verl": {
+        "dataPreparation": "wget https://etl:Hunter2pass@data.example.org/d.tar"}}},
+     "roll-cluster:training.verl.dataPreparation", "secret"),
+    ("dev", {"roll-cluster:training": {"framework": "custom", "custom": {
+        "entrypoint": "curl -H 'Authorization: Bearer Hunter2passHunter2pass' https://x.example.org && python3 t.py"}}},
+     "roll-cluster:training.custom.entrypoint", "secret"),
+    ("openrlhf", {"roll-cluster:training": {"overrides": {"use_wandb": KEY40}}},
+     "roll-cluster:training.overrides.use_wandb", "wandbApiKey"),
+])
+def test_credentials_in_plain_fields_are_refused_naming_the_secret_setting(
+    stack_name: str, config: dict[str, Any], key: str, secret: str
+) -> None:
+    text = refused(stack_name, key, config=config)
+    assert secret in text
+    assert "Hunter2" not in text and KEY40 not in text and "dckr_pat" not in text
+
+
+def test_variables_in_commands_are_not_credentials() -> None:
+    # The secret's own variable is the way to use it.
+    run("dev", config={"roll-cluster:training": {"framework": "custom", "custom": {
+        "entrypoint": 'wandb login "$WANDB_API_KEY" && python3 train.py --hf_token "$HF_TOKEN"'}}})
+
+
+# ------------------------------------------------------------------------------------------ 12. characters and sizes
+@pytest.mark.parametrize("stack_name,config,key", [
+    ("dev", {"roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": "python3 t.py\x00; id"}}},
+     "roll-cluster:training.custom.entrypoint"),
+    ("verl", {"roll-cluster:training": {"verl": {"dataPreparation": "python3 prep.py # \u202e;id\u2066"}}},
+     "roll-cluster:training.verl.dataPreparation"),
+    ("openrlhf", {"roll-cluster:training": {"openrlhf": {"rewardServer": {
+        "command": "python3 -m openrlhf.cli.serve_rm --port {port}\u200b"}}}},
+     "roll-cluster:training.openrlhf.rewardServer.command"),
+    ("hosts", {"roll-cluster:nodes": {"acceleratorModel": "NVIDIA A10\x1b[2J"}}, "roll-cluster:nodes.acceleratorModel"),
+    ("dev", {"roll-cluster:training": {"overrides": {"actor_train\u202e": 1}}},
+     "roll-cluster:training.overrides.actor_train"),
+    ("dev", {"roll-cluster:training": {"roll": {"checkout": "/tmp/roll\nid"}}}, "roll-cluster:training.roll.checkout"),
+])
+def test_control_and_invisible_characters_are_refused_in_any_text(
+    stack_name: str, config: dict[str, Any], key: str
+) -> None:
+    text = refused(stack_name, key, config=config)
+    assert "invisible" in text and "U+" in text
+
+
+def test_a_command_larger_than_one_environment_string_is_refused_before_paying() -> None:
+    entrypoint = "python3 train.py " + "--x " * 40_000  # 160 KB: execve would fail on the head with E2BIG
+    text = refused("dev", "roll-cluster:training.custom.entrypoint",
+                   config={"roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": entrypoint}}})
+    assert "128 KiB" in text
+    # Many overrides, each small, make one verl command line too large for the job's environment string.
+    many = {f"+extra.k{i}": "v" * 60 for i in range(2000)}
+    text = refused("verl", "roll-cluster:training", config={"roll-cluster:training": {"overrides": many}})
+    assert "128 KiB" in text
+
+
+@pytest.mark.parametrize("field,value", [
+    ("driverVersion", "\uff15\uff15\uff10.127.08"), ("cudaVersion", "\uff11\uff12.4.1"),
+    ("cudnnVersion", "9.\uff12.0.82"),
+])
+def test_full_width_digits_are_not_digits(field: str, value: str) -> None:
+    refused("dev", f"roll-cluster:nodes.{field}", config={"roll-cluster:nodes": {field: value}})
+
+
+# ----------------------------------------------------------------------------------------------- 13. paths and hosts
+@pytest.mark.parametrize("path", ["/proc/self/environ", "/dev/stdin", "/sys/kernel/notes", "/proc/../proc/1/environ"])
+def test_a_private_key_path_in_the_kernels_trees_is_refused(path: str) -> None:
+    refused("dev", "roll-cluster:access.sshPrivateKeyPath", config={"roll-cluster:access": {"sshPrivateKeyPath": path}})
+
+
+@pytest.mark.parametrize("path", ["/var/spool/cron", "/opt/containerd", "/home/alice/.ssh", "/mnt/.docker/x",
+                                  "/usr/local/share", "/tmp/shared", "/mnt"])
+def test_host_shared_paths_follow_an_allow_rule(path: str) -> None:
+    text = refused("hosts", "roll-cluster:storage.sharedHostPath",
+                   replace={"roll-cluster:storage": {"sharedHostPath": path}})
+    assert "/mnt/nfs/shared" in text
+
+
+@pytest.mark.parametrize("path", ["/mnt/nfs/shared", "/home/data", "/srv/shared", "/data/roll"])
+def test_host_shared_paths_in_the_allowed_places_are_accepted(path: str) -> None:
+    assert parse({**{k.split(":")[1]: v for k, v in stack_config("hosts").items()},
+                  "storage": {"sharedHostPath": path}}, region=None).storage.shared_host_path == path
+
+
+@pytest.mark.parametrize("replace,key", [
+    ({"nodes__hosts": [{"address": "0.0.0.0", "privateAddress": "10.0.0.11"},
+                       {"address": "198.18.0.12", "privateAddress": "10.0.0.12"}]},
+     "roll-cluster:nodes.hosts[0].address"),
+    ({"nodes__hosts": [{"address": "198.18.0.11", "privateAddress": "10.0.0.11"},
+                       {"address": "224.0.0.251", "privateAddress": "10.0.0.12"}]},
+     "roll-cluster:nodes.hosts[1].address"),
+    ({"nodes__hosts": [{"address": "255.255.255.255", "privateAddress": "10.0.0.11"},
+                       {"address": "198.18.0.12", "privateAddress": "10.0.0.12"}]},
+     "roll-cluster:nodes.hosts[0].address"),
+    ({"nodes__hosts": [{"address": "198.18.0.11", "privateAddress": "10.0.0.255"},
+                       {"address": "198.18.0.12", "privateAddress": "10.0.0.12"}]},
+     "roll-cluster:nodes.hosts[0].privateAddress"),
+    ({"storage__nfsServer": "127.0.0.1"}, "roll-cluster:storage.nfsServer"),
+    ({"storage__nfsServer": "localhost"}, "roll-cluster:storage.nfsServer"),
+    ({"storage__nfsServer": "0.0.0.0"}, "roll-cluster:storage.nfsServer"),
+    ({"nodes__hostDefaults": {"networkInterface": "docker0"}}, "roll-cluster:nodes.hostDefaults.networkInterface"),
+    ({"nodes__hostDefaults": {"networkInterface": "br-3f2a9c1d0e4b"}},
+     "roll-cluster:nodes.hostDefaults.networkInterface"),
+    ({"nodes__acceleratorModel": "Ascend 910B3"}, "roll-cluster:nodes.acceleratorModel"),
+    ({"nodes__acceleratorModel": "Atlas 800T A2"}, "roll-cluster:nodes.acceleratorModel"),
+    ({"nodes__hostDefaults": {"networkInterface": "lo0"}}, "roll-cluster:nodes.hostDefaults.networkInterface"),
+])
+def test_hosts_and_interfaces_that_cannot_work_are_refused(replace: dict[str, Any], key: str) -> None:
+    values = hosts_with(**replace)
+    refused("hosts", key, replace={k: v for k, v in values.items() if k.startswith("roll-cluster:")})
+
+
+def test_an_nvidia_model_on_ascend_hosts_is_refused() -> None:
+    refused("ascend", "roll-cluster:nodes.acceleratorModel",
+            config={"roll-cluster:nodes": {"acceleratorModel": "NVIDIA A100"}})
+
+
+# ----------------------------------------------------------------------------------------------- 14. contradictions
+@pytest.mark.parametrize("stack_name,config,key", [
+    ("multi", {"roll-cluster:nodes": {"spotHead": True}}, "roll-cluster:nodes.spotHead"),
+    ("dev", {"roll-cluster:training": {"openrlhf": {"rewardServer": {"command": "serve --port {port}"}}}},
+     "roll-cluster:training.openrlhf.rewardServer"),
+    ("multi", {"roll-cluster:storage": {"existingFileSystemId": "31a8e4b0c2", "retainOnDestroy": False}},
+     "roll-cluster:storage.retainOnDestroy"),
+    ("hosts", {"roll-cluster:storage": {"existingFileSystemId": "31a8e4b0c2"}},
+     "roll-cluster:storage.existingFileSystemId"),
+    ("dev", {"roll-cluster:nodes": {"osImage": ".*"}}, "roll-cluster:nodes.osImage"),
+    ("dev", {"roll-cluster:nodes": {"osImage": "x64"}}, "roll-cluster:nodes.osImage"),
+    ("dev", {"roll-cluster:nodes": {"osImage": "^centos_7"}}, "roll-cluster:nodes.osImage"),
+])
+def test_contradictions_are_refused_not_ignored(stack_name: str, config: dict[str, Any], key: str) -> None:
+    refused(stack_name, key, config=config)
+
+
+def test_paused_on_a_stack_with_no_cluster_yet_is_refused() -> None:
+    # The first `up` finds no network of the stack (first-time detection: no vSwitch of this stack and
+    # generation), so there is nothing to pause; an existing cluster is paused as before (test_pause_and_cost.py).
+    text = refused("multi", "roll-cluster:nodes.paused", config={"roll-cluster:nodes": {"paused": True}})
+    assert "has none yet" in text
+    first = run("multi")
+    paused = run("multi", cloud=first.cloud.next_run(), config={"roll-cluster:nodes": {"paused": True}})
+    assert paused.cloud.of_type("alicloud:ecs/instance:Instance")
+
+
+# ------------------------------------------------------------------- 15. the rest of the earlier hidden set, by key
+@pytest.mark.parametrize("stack_name,config,key", [
+    ("hosts", {"roll-cluster:nodes": {"acceleratorModel": "Tesla V100-SXM2-32GB", "bf16": True}},
+     "roll-cluster:nodes.bf16"),
+    ("dev", {"roll-cluster:training": {"overrides": {"rollout_batch_size": -8}}},
+     "roll-cluster:training.overrides.rollout_batch_size"),
+    ("verl", {"roll-cluster:training": {"overrides": {"data.train_batch_size": 0}}},
+     "roll-cluster:training.overrides.data.train_batch_size"),
+    ("openrlhf", {"roll-cluster:training": {"overrides": {"rollout.n_samples_per_prompt": 2.5}}},
+     "roll-cluster:training.overrides.rollout.n_samples_per_prompt"),
+    ("hosts", {"roll-cluster:nodes": {"accelerator": "ascend", "acceleratorModel": "Ascend 910B"},
+               "roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": "python3 t.py"}}},
+     "roll-cluster:container.image"),
+])
+def test_what_the_earlier_hidden_set_still_passed_is_refused(
+    stack_name: str, config: dict[str, Any], key: str
+) -> None:
+    refused(stack_name, key, config=config)
+
+
+# --------------------------------------------------------------------------- 16. the false refusal, outside offline
+@pytest.mark.parametrize("access", [
+    {"adminCidrs": ["0.0.0.0/0"], "allowWorld": True},
+    {"adminCidrs": ["198.51.0.0/16"]},  # an ISP's range that holds the documentation range 198.51.100.0/24
+])
+def test_a_real_preview_accepts_ranges_that_merely_contain_a_documentation_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, access: dict[str, Any]
+) -> None:
+    key = _keygen(tmp_path, "k")
+    monkeypatch.setattr(runmode, "offline", lambda: False)
+    settings = {"sshPrivateKeyPath": str(key), "sshPublicKey": Path(f"{key}.pub").read_text().strip(), **access}
+    config = {"roll-cluster:access": {**stack_config("dev")["roll-cluster:access"], **settings}}
+    result = run("dev", replace_config=config)  # a real preview's checks, with no refusal
+    rules = [r.inputs.get("cidrIp") for r in result.cloud.of_type("alicloud:ecs/securityGroupRule:SecurityGroupRule")]
+    assert access["adminCidrs"][0] in rules
+    # A range wholly inside a documentation range is still nobody's address.
+    text = refused("dev", "roll-cluster:access.adminCidrs[0]", replace={"roll-cluster:access": {
+        **config["roll-cluster:access"], "adminCidrs": ["198.51.100.16/28"], "allowWorld": False}})
+    assert "documentation range" in text
+
+
+def test_the_offline_plan_names_the_secrets_it_cannot_decrypt() -> None:
+    # A stack file holds `secure:` values (`pulumi config set --secret`, with --path inside a section). Offline they
+    # cannot be decrypted: the keys stay secret, a placeholder stands in, and each is named as not checked.
+    result = run("verl", config={
+        "roll-cluster:wandbApiKey": {"secure": "v1:AAAA"},
+        "roll-cluster:training": {"overrides": {"trainer.project_name": {"secure": "v1:BBBB"}}},
+    })
+    warnings = steps.NOTES["config_warnings"]
+    assert any(w.startswith("roll-cluster:wandbApiKey: a secret the offline plan cannot decrypt") for w in warnings)
+    assert any(w.startswith("roll-cluster:training.overrides.trainer.project_name: a secret") for w in warnings)
+    assert "jobConfig" in result.secret_outputs  # the section is a secret, as Pulumi reports it
+    assert not any("v1:" in text for r in result.cloud.resources for _, text in _plain_leaves(r.inputs))
+
+
+@pytest.mark.parametrize("entrypoint", [
+    "python3 -m openrlhf.cli.train_ppo_ray --input_key context_messages --max_new_tokens 512 --pad_token '<pad>'",
+    "TOKENIZERS_PARALLELISM=false python3 train.py --tokenizer_path /mnt/shared/tok",
+])
+def test_model_and_data_settings_named_like_credentials_are_not_refused(entrypoint: str) -> None:
+    # Judged by the name's last words: `input_key`, `max_new_tokens`, `pad_token` and TOKENIZERS_* hold no secret.
+    run("dev", config={"roll-cluster:training": {"framework": "custom", "custom": {"entrypoint": entrypoint}}})
+
+
+@pytest.mark.parametrize("config,key", [
+    ({"roll-cluster:training": {"roll": {"baseConfig": "hf_" + "a" * 34 + "/x.yaml"}}},
+     "roll-cluster:training.roll.baseConfig"),
+    ({"roll-cluster:nodes": {"osImage": "^aliyun_3_x64_20G_alibase_.*|ghp_" + "a" * 36}}, "roll-cluster:nodes.osImage"),
+    ({"roll-cluster:training": {"overrides": {"glpat-" + "b" * 20: 1}}}, "roll-cluster:training.overrides"),
+])
+def test_a_known_token_shape_is_refused_in_any_field(config: dict[str, Any], key: str) -> None:
+    text = refused("dev", key, config=config)
+    assert "aaaa" not in text and "bbbb" not in text and "secret" in text

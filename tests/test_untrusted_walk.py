@@ -80,6 +80,7 @@ FREE_TEXT = CODE_FIELDS | {
     ("training", "mindspeedRl", "dataPath"), ("training", "mindspeedRl", "loadPath"),
     ("training", "mindspeedRl", "savePath"), ("training", "roll", "checkout"), ("access", "sshPrivateKeyPath"),
 }
+WANDB_KEY = "0123456789abcdef0123456789abcdef01234567"
 REAL_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMR+SbE52JYp8zoMUnNK2iR+m4SPaijZ3p3gcG/0NCwD"
 
 
@@ -96,6 +97,16 @@ def shapes(marker: str) -> dict[str, str]:
         "url": f"https://e.invalid/{marker}$(id)';x",
         "userinfo": f"https://u:{marker}@e.invalid/x.git",
         "pkg": f"pkg==1{marker};id",
+        # Round four (issue 28): option-like override keys, URL schemes, credentials, control characters, sizes.
+        "optkey": f"--config-dir=/srv/{marker}",
+        "http": f"http://e.invalid/{marker}.git",
+        "gitproto": f"git://e.invalid/{marker}.git",
+        "sshdash": f"ssh://-oProxyCommand={marker}/x.git",
+        "query": f"https://e.invalid/{marker}.tar.gz?token=abc",
+        "cred": f"wandb login {WANDB_KEY} && python3 {marker}.py",
+        "nul": f"a\x00{marker}",
+        "bidi": f"a\u202e{marker}",
+        "huge": "x" * 100_000 + marker,
     }
 
 
@@ -142,7 +153,7 @@ def applies(config: dict[str, Any], path: Path_) -> bool:
     return True
 
 
-def put(config: dict[str, Any], path: Path_, value: str) -> bool:
+def put(config: dict[str, Any], path: Path_, value: str, shape: str = "") -> bool:
     node: Any = config.setdefault(f"{PROJECT}:{path[0]}", {})
     parts = list(path[1:])
     while len(parts) > 1:
@@ -155,7 +166,8 @@ def put(config: dict[str, Any], path: Path_, value: str) -> bool:
             node = items[0]
             continue
         if parts[0] in ("[]", "{}"):
-            node[key] = [value] if parts[0] == "[]" else {f"a.{value}": value}
+            # An override's key is the value itself for `optkey` (a key that would be an option), else `a.<value>`.
+            node[key] = [value] if parts[0] == "[]" else {value if shape == "optkey" else f"a.{value}": value}
             return True
         child = node.get(key)
         if not isinstance(child, dict):
@@ -318,7 +330,7 @@ def walk(base: str, shape: str) -> tuple[list[str], set[Path_]]:
             continue
         marker = f"QZX{index:03d}{shape[:3]}Q"
         one = copy.deepcopy(config)
-        if not put(one, path, hostile(path, marker, shape)):
+        if not put(one, path, hostile(path, marker, shape), shape):
             continue
         raw = {k.split(":", 1)[1]: (v if isinstance(v, str) else __import__("json").dumps(v))
                for k, v in one.items() if k.startswith(f"{PROJECT}:")}
@@ -332,7 +344,7 @@ def walk(base: str, shape: str) -> tuple[list[str], set[Path_]]:
     # One program run with every accepted field at once; each alone when that run is refused.
     combined = copy.deepcopy(config)
     for path, marker in accepted.items():
-        put(combined, path, hostile(path, marker, shape))
+        put(combined, path, hostile(path, marker, shape), shape)
     runs: list[tuple[dict[Path_, str], dict[str, Any]]] = [(accepted, combined)]
     results: list[tuple[dict[Path_, str], OfflineRun]] = []
     while runs:
@@ -346,7 +358,7 @@ def walk(base: str, shape: str) -> tuple[list[str], set[Path_]]:
             if len(fields) > 1:
                 for path, marker in fields.items():
                     alone = copy.deepcopy(config)
-                    put(alone, path, hostile(path, marker, shape))
+                    put(alone, path, hostile(path, marker, shape), shape)
                     runs.append(({path: marker}, alone))
         except Exception as error:
             problems.append(f"{base}/{shape}: {sorted(map(key_of, fields))[:3]}: crash {type(error).__name__}: "
@@ -358,7 +370,12 @@ def walk(base: str, shape: str) -> tuple[list[str], set[Path_]]:
     return problems, set(accepted)
 
 
-DATA_SHAPES = {"squote", "subst", "dash", "dashlong", "space", "newline"}
+DATA_SHAPES = {"squote", "subst", "dash", "dashlong", "space", "newline", "optkey"}
+# Shapes no field may take: control and invisible characters, and a value larger than one environment string.
+NO_FIELD_SHAPES = {"nul", "bidi", "huge"}
+URL_KEYS = {"repo", "mirrorRepo", "archiveUrl", "pipIndexUrl", "hfEndpoint", "registryMirror"}
+URL_SHAPES = {"http", "gitproto", "sshdash", "query", "userinfo"}
+OVERRIDES = ("training", "overrides", "{}")
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -373,6 +390,17 @@ def test_no_hostile_value_is_rendered_as_code_or_an_option(shape: str) -> None:
     # R4: only the free-text fields take a value that starts with `-` or holds a shell metacharacter.
     if shape in DATA_SHAPES:
         assert accepted <= FREE_TEXT, sorted(map(key_of, accepted - FREE_TEXT))
+    if shape in NO_FIELD_SHAPES:
+        assert accepted == set(), sorted(map(key_of, accepted))
+    if shape in URL_SHAPES:
+        # Plain http or git://, a host that is an option, a token in the query or user info: no URL field takes it.
+        urls = {p for p in accepted if p[-1] in URL_KEYS or (p[-1] == "[]" and p[-2] == "preinstallPackages")}
+        assert urls == set(), sorted(map(key_of, urls))
+    if shape == "cred":
+        # A key in a command or an override is refused, naming the secret to use.
+        assert not accepted & (CODE_FIELDS | {OVERRIDES}), sorted(map(key_of, accepted & (CODE_FIELDS | {OVERRIDES})))
+    if shape == "optkey":
+        assert OVERRIDES not in accepted
 
 
 def test_the_walk_covers_every_free_text_field() -> None:

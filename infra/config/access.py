@@ -6,6 +6,7 @@ import base64
 import binascii
 import contextlib
 import ipaddress
+import os
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -172,6 +173,14 @@ class AccessConfig(Section):
         if path.startswith("-") or any(ord(c) < 32 or ord(c) == 127 for c in path) or not path.strip():
             raise _problem(f"must be the path of a private key file, such as `~/.ssh/id_ed25519` (not starting "
                            f"with `-`, no control characters); got {_shown(path)}")
+        normal = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+        kernel = next((root for root in ("/proc", "/sys", "/dev") if normal == root or normal.startswith(root + "/")),
+                      None)
+        if kernel is not None:
+            # /proc/self/environ, /dev/stdin and friends are no key files: reading them hands the steps this
+            # machine's environment or blocks on a terminal.
+            raise _problem(f"must be the path of a private key file, such as `~/.ssh/id_ed25519`, not a file of the "
+                           f"kernel's {kernel}; got {_shown(path)}")
         return path
 
     @field_validator("ssh_public_key")

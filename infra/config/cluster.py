@@ -30,11 +30,12 @@ from infra.config.base import (
     _Problems,
     _shown,
 )
-from infra.config.container import ContainerConfig, acr_vpc_region
+from infra.config.container import DEFAULT_ROLL_IMAGE, ContainerConfig, acr_vpc_region
 from infra.config.nodes import NodesConfig
 from infra.config.ray import RAY_FIXED_PORTS, RAY_PORT_KEYS, RayConfig
 from infra.config.storage import StorageConfig
 from infra.config.training import FRAMEWORK_ACCELERATORS, TrainingConfig, is_mainland_region
+from infra.config.values import text_problems
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
 from infra.sources.alibaba import catalog, regions
 
@@ -228,6 +229,11 @@ class ClusterConfig(Section):
                 f"images and settings are built for it); got {_shown(training.framework)}",
                 "framework",
             )
+        container: ContainerConfig | None = info.data.get("container")
+        unfit = _image_for_the_accelerator(container, nodes.accelerator) if container and nodes else None
+        if unfit is not None:
+            # Here rather than under `container`: a framework that does not run on the accelerator is said first.
+            raise _problem(unfit, "..", "container", "image")
         ray: RayConfig | None = info.data.get("ray")
         server = training.openrlhf.reward_server if training.framework == "openrlhf" else None
         if ray is not None and server is not None:
@@ -250,6 +256,7 @@ class ClusterConfig(Section):
         problems: list[tuple[KeyPath, str]] = []
         if training.framework == "roll":
             problems += _roll_device_mappings_fit(training.overrides, gpus, cluster, ("overrides",))
+        problems += _overrides_contradicting_the_cluster(training, nodes.count, per_node)
         if training.framework == "openrlhf":
             engines, tp = training.openrlhf.vllm_num_engines, training.openrlhf.vllm_tensor_parallel_size
             if engines * tp > gpus:
@@ -268,8 +275,15 @@ class ClusterConfig(Section):
         nodes: NodesConfig | None = info.data.get("nodes")
         problems: list[tuple[KeyPath, str]] = []
         if nodes is not None and nodes.source == "hosts":
+            existing = storage.existing_file_system_id is not None
+            if existing:
+                problems.append((("existingFileSystemId",), "applies to nodes.source alibaba only (a NAS file system "
+                                 "of the region, mounted in the cluster's VPC); with `hosts` use nfsServer or "
+                                 f"sharedHostPath: remove it; got {_shown(storage.existing_file_system_id)}"))
             for name, key in (("nas", "nas"), ("nas_storage_type", "nasStorageType"),
                               ("retain_on_destroy", "retainOnDestroy")):
+                if name == "nas" and existing:
+                    continue  # implied by existingFileSystemId, reported above
                 if name in storage.model_fields_set:
                     problems.append(((key,), "applies to nodes.source alibaba only (a NAS file system in the "
                                      "cluster's VPC); with `hosts` use nfsServer or sharedHostPath: remove it"))
@@ -306,6 +320,74 @@ class ClusterConfig(Section):
     def gpus_per_node(self) -> int:
         """From the catalog; 1 when no candidate type is in it (the live answer at deployment decides)."""
         return self.nodes.gpus_per_node or 1
+
+
+def _image_for_the_accelerator(container: ContainerConfig, accelerator: str) -> str | None:
+    """Why the image cannot run on the accelerator, or None. Checked at plan time, not on the host after Docker and
+    the pull: a CUDA image has no CANN or torch_npu (and is x86_64, where Ascend servers are arm64); a CANN image
+    has no CUDA."""
+    image = container.image.lower()
+    cuda = image == DEFAULT_ROLL_IMAGE or any(w in image for w in _CUDA_IMAGE_WORDS)
+    cann = any(w in image for w in ("cann", "ascend", "mindspeed", "torch_npu", "torch-npu"))
+    if accelerator == "ascend" and cuda and not cann:
+        default = " (the default, ROLL's CUDA image)" if container.image == DEFAULT_ROLL_IMAGE else ""
+        return (f"must be an image for Ascend NPUs (CANN and torch_npu, arm64; docs/ascend.md, \"The image\") with "
+                f"nodes.accelerator ascend, not a CUDA image{default}; got {_shown(container.image)}")
+    if accelerator == "nvidia" and cann and not cuda:
+        return ("must be a CUDA image with nodes.accelerator nvidia, not an Ascend (CANN) image; got "
+                + _shown(container.image))
+    return None
+
+
+# Image names that say CUDA: NVIDIA's NGC images, and the tags of ROLL's, verl's and OpenRLHF's images.
+_CUDA_IMAGE_WORDS = ("nvcr.io/nvidia", "cuda", "cu12", "cu11", "cu13", "verlai/verl", "openrlhf", "nvidia/")
+
+
+def _overrides_contradicting_the_cluster(training: TrainingConfig, nodes: int, per_node: int
+                                         ) -> list[tuple[KeyPath, str]]:
+    """Overrides that would win over the values the program sizes the job with: the node count and the GPUs per
+    node (verl's trainer.nnodes and n_gpus_per_node, ROLL's num_gpus_per_node; OpenRLHF's roles on more nodes or
+    GPUs than there are)."""
+    flat = {bare: (path, value) for path, bare, value in _flat_overrides(training.overrides, ())}
+    problems: list[tuple[KeyPath, str]] = []
+    cluster = f"the cluster's {nodes} node{'s' if nodes > 1 else ''} x {_gpus(per_node)}"
+
+    def number(value: Any) -> int | None:
+        # `pulumi config set --path` stores "2" as text; the frameworks read it as the number.
+        if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    own = {"verl": (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", per_node)),
+           "roll": (("num_gpus_per_node", per_node),)}.get(training.framework, ())
+    if own:
+        for name, expected in own:
+            if name in flat and number(flat[name][1]) != expected:
+                path, value = flat[name]
+                problems.append((path, f"must be left out: the program sets it from {cluster} ({expected}), and "
+                                 f"another value would leave GPUs idle or wait forever for GPUs that do not exist; "
+                                 f"got {_shown(value)}"))
+    if training.framework == "openrlhf":
+        for role in ("actor", "ref", "critic", "reward"):
+            for name, limit, what in ((f"{role}.num_nodes", nodes, "nodes"),
+                                      (f"{role}.num_gpus_per_node", per_node, "GPUs per node")):
+                value = number(flat.get(name, ((), None))[1])
+                if name in flat and (value is None or not 1 <= value <= limit):
+                    problems.append((flat[name][0], f"must be a whole number between 1 and {limit} ({what} of "
+                                     f"{cluster}); got {_shown(flat[name][1])}"))
+    return [(("overrides", *path), message) for path, message in problems]
+
+
+def _flat_overrides(tree: Mapping[str, Any], path: tuple[str, ...]) -> list[tuple[tuple[str, ...], str, Any]]:
+    """(key path as written, dotted name without Hydra's prefixes, value) for every leaf of the overrides."""
+    leaves: list[tuple[tuple[str, ...], str, Any]] = []
+    for key, value in tree.items():
+        here = (*path, str(key))
+        if isinstance(value, Mapping) and value:
+            leaves += _flat_overrides(value, here)
+        else:
+            leaves.append((here, ".".join(p.lstrip("+~") for p in here), value))
+    return leaves
 
 
 def _roll_device_mappings_fit(value: Any, gpus: int, cluster: str, path: KeyPath) -> list[tuple[KeyPath, str]]:
@@ -498,13 +580,23 @@ def _unknown_key(key: str) -> str:
     return f"{PROJECT}:{key}: unknown key{hint} Allowed: {allowed}"
 
 
-class _NotFinite(ValueError):
-    pass
+class _NotFinite:
+    """What json.loads reads NaN, Infinity and -Infinity as here: a marker found again at its key path."""
+
+    def __init__(self, name: str):
+        self.name = name
 
 
-def _no_constant(name: str) -> Any:
-    # json.loads reads NaN, Infinity and -Infinity as floats; no setting or override may be one.
-    raise _NotFinite(name)
+def _not_finite_at(value: Any, path: KeyPath) -> list[tuple[KeyPath, str]]:
+    """(key path, the constant) for every NaN or Infinity in a parsed section."""
+    if isinstance(value, _NotFinite):
+        return [(path, value.name)]
+    children: list[tuple[int | str, Any]] = []
+    if isinstance(value, dict):
+        children = list(value.items())
+    elif isinstance(value, list):
+        children = list(enumerate(value))
+    return [found for key, child in children for found in _not_finite_at(child, (*path, key))]
 
 
 def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> ClusterConfig:
@@ -527,11 +619,7 @@ def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> C
             f"`pulumi config set --path '{PROJECT}:{key}.<field>' <value>`"
         )
         try:
-            value = json.loads(text, parse_constant=_no_constant)
-        except _NotFinite:
-            malformed.add(key)
-            problems.append(f"{PROJECT}:{key}: must not hold NaN or Infinity (every number must be finite)")
-            continue
+            value = json.loads(text, parse_constant=_NotFinite)
         except json.JSONDecodeError:
             malformed.add(key)
             problems.append(f"{PROJECT}:{key}: must be an object with fields ({how}); got {_shown(text)}")
@@ -539,6 +627,15 @@ def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> C
         if not isinstance(value, dict):
             malformed.add(key)
             problems.append(f"{PROJECT}:{key}: must be an object with fields ({how}); got {_shown(value)}")
+            continue
+        # json.loads reads NaN, Infinity and -Infinity as floats; no setting or override may be one.
+        not_finite = _not_finite_at(value, (key,))
+        unreadable = text_problems(value, (key,))
+        if not_finite or unreadable:
+            malformed.add(key)
+            problems += [f"{_format(path)}: must be a finite number (not NaN or Infinity); got {name}"
+                         for path, name in not_finite]
+            problems += [f"{_format(path)}: {message}" for path, message in unreadable]
             continue
         data[key] = value
     nodes = data.get("nodes")

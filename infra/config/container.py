@@ -7,6 +7,7 @@ import re
 
 from pydantic import Field, field_validator
 
+from infra.config import values
 from infra.config.base import Section, _problem, _shown
 from infra.sources.alibaba import regions
 
@@ -155,7 +156,7 @@ class ContainerConfig(Section):
     def _username(cls, name: str | None) -> str | None:
         if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}", name):
             raise _problem(f"must be a registry user name (letters, digits and ._@+-); got {_shown(name)}")
-        return name
+        return None if name is None else values.registry_user(name)
 
     @property
     def shm_size_mb(self) -> int:

@@ -34,8 +34,11 @@ def _documentation_address(address: str) -> bool:
 
 
 def _documentation_cidr(cidr: str) -> bool:
+    """Whether the CIDR lies wholly in a documentation range (nobody's addresses). A wider range that merely contains
+    one, such as `0.0.0.0/0` with allowWorld or an ISP's block, admits real addresses too."""
     network = ipaddress.ip_network(cidr, strict=False)
-    return any(network.version == n.version and network.overlaps(n) for n in DOCUMENTATION_NETWORKS)
+    return any(network.version == n.version and network.subnet_of(n)  # type: ignore[arg-type]
+               for n in DOCUMENTATION_NETWORKS)
 
 
 def _set(key: str, value: str) -> str:

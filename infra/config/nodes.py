@@ -14,6 +14,25 @@ from infra.sources.alibaba import catalog
 
 _SSH_USER = SSH_USER
 _INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}")
+# Interfaces that exist on one host only: Docker's and libvirt's bridges, container veth pairs, CNI bridges.
+_HOST_LOCAL_INTERFACE = re.compile(r"docker[0-9]*|br-[0-9a-f]+|veth[A-Za-z0-9]*|virbr[0-9]+(-nic)?|cni[0-9]+|"
+                                   r"podman[0-9]+|lxcbr[0-9]+|lxdbr[0-9]+")
+# Public image names of other systems (ECS DescribeImages ImageName): an osImage pattern that matches them selects
+# whatever image is newest, not a supported Linux.
+# Names of the supported public images (Alibaba Cloud Linux 3, Ubuntu 22.04): osImage must select one of them.
+_SUPPORTED_OS_IMAGES = (
+    "aliyun_3_x64_20G_alibase_20240819.vhd", "aliyun_3_x64_20G_qboot_alibase_20240819.vhd",
+    "ubuntu_22_04_x64_20G_alibase_20240926.vhd",
+)
+_OTHER_OS_IMAGES = (
+    "win2022_21H2_x64_dtc_en-us_40G_alibase_20240117.vhd", "centos_7_9_x64_20G_alibase_20240628.vhd",
+    "freebsd_13_2_x64_30G_alibase_20231011.vhd", "",
+)
+# NVIDIA models without bf16 (before Ampere): Volta, Turing, Pascal, Maxwell and Kepler.
+_NVIDIA_NO_BF16_MODEL = re.compile(
+    r"\b(V100S?|T4|P100|P40|P4|P6|K80|K40|M60|M40|TITAN V|TITAN RTX|RTX 20[0-9]0|GTX 1[0-9]{3}|QUADRO RTX [0-9]{4}|"
+    r"RTX [0-9]000)\b"
+)
 _NOT_GIVEN = object()  # a required key of one source only, left out
 # Keys of `nodes` that describe ECS instances: refused with source `hosts`, where no instance is created.
 ALIBABA_ONLY_NODE_KEYS = (
@@ -38,7 +57,7 @@ MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
 
 def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(".") if part.isdigit())
+    return tuple(int(part) for part in text.split(".") if part.isascii() and part.isdigit())
 
 
 def nvidia_model_has_bf16(model: str) -> bool:
@@ -48,9 +67,13 @@ def nvidia_model_has_bf16(model: str) -> bool:
 def _check_interface(name: str | None) -> str | None:
     if name is not None and not _INTERFACE.fullmatch(name):
         raise _problem(f"must be a network interface name such as `eth0` or `bond0`; got {_shown(name)}")
-    if name is not None and (name == "lo" or name.startswith("lo:")):
+    if name is not None and re.fullmatch(r"lo[0-9]*(:.*)?", name):
         raise _problem("must be the NIC of the private address, not the loopback interface (NCCL over `lo` never "
                        f"reaches another host); got {_shown(name)}")
+    if name is not None and _HOST_LOCAL_INTERFACE.fullmatch(name):
+        raise _problem("must be the NIC of the private address, not a bridge or virtual interface of this host "
+                       "(`docker0`, `br-...`, `veth...`, `virbr0` reach no other host, so NCCL would hang); got "
+                       + _shown(name))
     return name
 
 
@@ -98,7 +121,13 @@ class HostConfig(Section):
     @classmethod
     def _address(cls, address: str) -> str:
         # Canonical (IP in its usual form, DNS names lower-cased): two spellings of one host compare equal.
-        return canonical_host(address)
+        address = canonical_host(address)
+        if _is_ip(address):
+            ip = ipaddress.ip_address(address)
+            if ip.is_unspecified or ip.is_multicast or ip.is_reserved or address == "255.255.255.255":
+                raise _problem("must be the address of one host that SSH reaches (not unspecified like 0.0.0.0, "
+                               f"multicast, broadcast or reserved); got {_shown(address)}")
+        return address
 
     @field_validator("private_address")
     @classmethod
@@ -256,11 +285,15 @@ class NodesConfig(Section):
         "NVSwitch types an enabled nvidia-fabricmanager of the same version.",
     )
     driver_version: str = Field(
-        "550.127.08", pattern=r"^\d+\.\d+(\.\d+)?$",
+        "550.127.08", pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$",
         description="NVIDIA driver for auto-install; must support the container image's CUDA (12.4 for torch260).",
     )
-    cuda_version: str = Field("12.4.1", pattern=r"^\d+\.\d+(\.\d+)?$", description="CUDA version for auto-install.")
-    cudnn_version: str = Field("9.2.0.82", pattern=r"^\d+(\.\d+){1,3}$", description="cuDNN version for auto-install.")
+    cuda_version: str = Field(
+        "12.4.1", pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$", description="CUDA version for auto-install."
+    )
+    cudnn_version: str = Field(
+        "9.2.0.82", pattern=r"^[0-9]+(\.[0-9]+){1,3}$", description="cuDNN version for auto-install."
+    )
     internet_bandwidth_mbps: int = Field(
         100, ge=1, le=100,
         description="Outbound bandwidth of each node's public IP (pay by traffic); image pulls are many GB.",
@@ -469,9 +502,19 @@ class NodesConfig(Section):
     @classmethod
     def _regex(cls, pattern: str) -> str:
         try:
-            re.compile(pattern)
+            compiled = re.compile(pattern)
         except re.error as error:
             raise _problem(f"must be a valid regular expression ({error}); got {_shown(pattern)}") from None
+        other = next((name for name in _OTHER_OS_IMAGES if compiled.search(name)), None)
+        supported = any(compiled.search(name) for name in _SUPPORTED_OS_IMAGES)
+        if other is not None or not supported:
+            why = (f"it matches {_shown(other) if other else 'any name'}, so the newest image of any system "
+                   "would boot" if other is not None else
+                   f"it matches none of their names (such as {_SUPPORTED_OS_IMAGES[0]})")
+            raise _problem(
+                "must select Alibaba Cloud Linux 3 or Ubuntu 22.04 public images (e.g. `^aliyun_3_x64_20G_alibase_.*` "
+                f"or `^ubuntu_22_04_x64_20G_alibase_.*`): {why}; got {_shown(pattern)}"
+            )
         return pattern
 
     @field_validator("image")
@@ -510,13 +553,52 @@ class NodesConfig(Section):
             )
         return limit
 
+    @field_validator("spot_head")
+    @classmethod
+    def _spot_head_needs_spot(cls, spot_head: bool, info: ValidationInfo) -> bool:
+        if spot_head and info.data.get("spot") is False:
+            raise _problem("applies with spot: true only (it makes the head a spot instance too); set spot: true, "
+                           "or remove spotHead; got true without spot")
+        return spot_head
+
+    @field_validator("accelerator_model")
+    @classmethod
+    def _model_of_the_accelerator(cls, model: str | None, info: ValidationInfo) -> str | None:
+        if model is None:
+            return None
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._()+/-]{0,63}", model):
+            raise _problem(f"must be a model name such as `NVIDIA A100 80GB` or `Ascend 910B3` (letters, digits, "
+                           f"spaces and ._()+/-, at most 64 characters); got {_shown(model)}")
+        accelerator = info.data.get("accelerator")
+        words = model.upper()
+        if accelerator == "nvidia" and re.search(r"ASCEND|ATLAS|\b(910[A-C]?[0-9]?|310[PB]?)\b", words):
+            raise _problem(f"names an Ascend NPU, but nodes.accelerator is \"nvidia\": set nodes.accelerator: "
+                           f"ascend for Ascend hosts; got {_shown(model)}")
+        nvidia = any(w in words for w in ("NVIDIA", "TESLA", "GEFORCE", "QUADRO", "RTX")) \
+            or _NVIDIA_BF16_MODEL.search(words) is not None or _NVIDIA_NO_BF16_MODEL.search(words) is not None
+        if accelerator == "ascend" and nvidia and "ASCEND" not in words:
+            raise _problem(f"names an NVIDIA GPU, but nodes.accelerator is \"ascend\": set nodes.accelerator: "
+                           f"nvidia for NVIDIA hosts; got {_shown(model)}")
+        return model
+
+    @field_validator("bf16")
+    @classmethod
+    def _bf16_of_the_model(cls, bf16: bool | None, info: ValidationInfo) -> bool | None:
+        model = info.data.get("accelerator_model")
+        if bf16 and info.data.get("accelerator") == "nvidia" and model \
+                and _NVIDIA_NO_BF16_MODEL.search(model.upper().replace("NVIDIA", "")):
+            raise _problem(f"must not be true for {model}: GPUs before Ampere (Volta V100, Turing T4, Pascal) have "
+                           "no bf16, so the job would fail or crawl; leave it out (fp16 is chosen) or set false; "
+                           "got true")
+        return bf16
+
     @field_validator("cuda_version")
     @classmethod
     def _driver_supports_cuda(cls, cuda: str, info: ValidationInfo) -> str:
         # The oldest driver each CUDA major runs on (minor-version compatibility, NVIDIA CUDA release notes
         # table 2: >= 525.60.13 for 12.x, >= 580.65.06 for 13.x).
         driver = info.data.get("driver_version")
-        major = int(cuda.split(".")[0]) if cuda.split(".")[0].isdigit() else 0
+        major = int(cuda.split(".")[0]) if cuda.split(".")[0].isascii() and cuda.split(".")[0].isdigit() else 0
         minimum = MIN_DRIVER.get(major)
         if driver is not None and minimum is not None and _version(driver) < _version(minimum):
             raise _problem(f"must be at least {minimum} for CUDA {cuda} (nodes.cudaVersion); got {_shown(driver)}",
@@ -594,11 +676,18 @@ class NodesConfig(Section):
         problems: list[tuple[KeyPath, str]] = []
         for index, host in enumerate(hosts):
             address = ipaddress.ip_address(host.private_ip)
+            key = "privateAddress" if host.private_address is not None else "address"
             if address.version != cidr.version or address not in cidr:
-                key = "privateAddress" if host.private_address is not None else "address"
                 problems.append((
                     ("..", "hosts", index, key),
                     f"must lie in {source}: every host reaches the others at its private address; got "
+                    f"{_shown(host.private_ip)}",
+                ))
+            elif network is None and cidr.version == 4 and address in (cidr.network_address,
+                                                                            cidr.broadcast_address):
+                problems.append((
+                    ("..", "hosts", index, key),
+                    f"must be a host's address, not the network or broadcast address of {source}; got "
                     f"{_shown(host.private_ip)}",
                 ))
         if problems:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Literal
 
@@ -19,6 +20,11 @@ SYSTEM_PATHS = (
 )
 # Top-level directories of the filesystem hierarchy: a whole /home or /opt is no shared data directory.
 _TOP_LEVEL = ("/", "/opt", "/home", "/mnt", "/srv", "/var", "/tmp", "/media", "/data", "/usr", "/lost+found")
+# Where shared storage is mounted (an allow rule: everything else, /var/spool, /opt/<vendor> or a system tree, is
+# refused): a directory inside one of these, never one of them whole, and no hidden directory on the way (a user's
+# `.ssh` or `.docker` under /home).
+SHARED_ROOTS = ("/mnt", "/media", "/srv", "/data", "/home", "/shared", "/share", "/nfs", "/scratch", "/export",
+                "/exports", "/lustre", "/gpfs", "/cpfs", "/ceph", "/cephfs", "/storage", "/datasets", "/work")
 
 
 class StorageConfig(Section):
@@ -88,7 +94,21 @@ class StorageConfig(Section):
     @field_validator("nfs_server")
     @classmethod
     def _server(cls, server: str | None) -> str | None:
-        return None if server is None else canonical_host(server)
+        if server is None:
+            return None
+        server = canonical_host(server)
+        try:
+            ip = ipaddress.ip_address(server)
+        except ValueError:
+            ip = None
+        local = server == "localhost" or server.endswith(".localhost")
+        if local or (ip is not None and (ip.is_loopback or ip.is_unspecified or ip.is_multicast or ip.is_reserved
+                                         or ip.is_link_local)):
+            raise _problem(
+                "must be the NFS server's address that every host reaches (not loopback, where each host would mount "
+                f"itself, nor unspecified, multicast, link-local or reserved); got {_shown(server)}"
+            )
+        return server
 
     @field_validator("nfs_path", "shared_host_path")
     @classmethod
@@ -110,7 +130,28 @@ class StorageConfig(Section):
                 f"a system location{' (' + system + ')' if system else ''}: it is bind-mounted read-write into the "
                 f"container; got {_shown(path)}"
             )
+        parts = path.split("/")[1:]
+        root = "/" + parts[0]
+        if root not in SHARED_ROOTS or len(parts) < 2 or any(p.startswith(".") for p in parts):
+            raise _problem(
+                "must be a directory of your shared storage inside one of "
+                f"{', '.join(r + '/' for r in SHARED_ROOTS)} (e.g. `/mnt/nfs/shared`), without hidden directories "
+                "such as `.ssh`: it is bind-mounted read-write into the container, which runs as root; got "
+                + _shown(path)
+            )
         return path
+
+    @model_validator(mode="after")
+    def _existing_is_never_deleted(self) -> StorageConfig:
+        if self.existing_file_system_id is not None and "retain_on_destroy" in self.model_fields_set \
+                and not self.retain_on_destroy:
+            raise _problem(
+                "must not be false with existingFileSystemId: the program never deletes a file system it did not "
+                "create, so `pulumi destroy` keeps it whatever this says; remove retainOnDestroy; got false with "
+                f"existingFileSystemId {_shown(self.existing_file_system_id)}",
+                "retainOnDestroy",
+            )
+        return self
 
     @property
     def shared(self) -> bool:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from infra.config import values
-from infra.config.base import Section, _problem, _Problems
+from infra.config.base import Section, _problem, _Problems, _shown
 from infra.config.frameworks import CustomConfig, MindSpeedRlConfig, OpenRlhfConfig, RollConfig, VerlConfig
 
 # Frameworks that run on Ascend NPUs here (MindSpeed-RL joins with its adapter).
@@ -111,13 +111,37 @@ class TrainingConfig(Section):
         None, description="MindSpeed-RL settings; required when framework is `mindspeed-rl`."
     )
 
+    @field_validator("hf_endpoint")
+    @classmethod
+    def _mirror(cls, url: str) -> str:
+        return values.mirror_endpoint(url)
+
     @field_validator("overrides")
     @classmethod
-    def _no_credentials(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+    def _no_credentials(cls, overrides: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         found = values.credentials_in_overrides(overrides)
+        # verl and MindSpeed-RL hand the overrides to Hydra, OpenRLHF to argparse, each on a command line.
+        on_command_line = info.data.get("framework") in ("verl", "openrlhf", "mindspeed-rl")
+        found += values.option_like_overrides(overrides, on_command_line)
+        found += values.non_finite_text(overrides)
+        if info.data.get("framework") != "mindspeed-rl":  # its adapter checks its sizes with the cluster's
+            found += values.non_positive_sizes(overrides)
         if found:
-            raise _Problems(*found)
+            raise _Problems(*sorted(dict(found).items()))
         return overrides
+
+    @model_validator(mode="after")
+    def _reward_server_of_openrlhf_only(self) -> TrainingConfig:
+        # The other frameworks' settings may stay while switching between frameworks; a reward server, though, is a
+        # process the user expects on the head, and no other framework starts one.
+        if self.framework != "openrlhf" and self.openrlhf.reward_server is not None:
+            raise _problem(
+                f"applies to framework \"openrlhf\" only (it starts OpenRLHF's remote reward server before the job); "
+                f"framework is {_shown(self.framework)}, which would never start it: remove it, or set framework: "
+                "openrlhf",
+                "openrlhf", "rewardServer",
+            )
+        return self
 
     @field_validator("custom")
     @classmethod

@@ -19,7 +19,7 @@ import pulumi
 import pulumi_alicloud as alicloud
 from pulumi.errors import RunError
 
-from infra.config import ClusterConfig
+from infra.config import ClusterConfig, ConfigError
 from infra.sources.alibaba import catalog
 
 INSTANCE_TYPE_TAG = "roll-cluster-instance-type"
@@ -96,6 +96,14 @@ def choose_placement(config: ClusterConfig, stack: str) -> Placement:
     existing = find_existing(config, stack)
     if existing is not None:
         return _keep(config, stack, existing)
+    if config.nodes.paused:
+        # No vSwitch of this stack (of this placement generation): no node exists to pause, and the first `up`
+        # would create the network, the NAS and instances that never start.
+        raise ConfigError([
+            "roll-cluster:nodes.paused: applies to a cluster that exists; this stack has none yet (no network of "
+            f"stack {stack} at placementGeneration {config.nodes.placement_generation}), so there is nothing to pause: "
+            "remove it for the first `pulumi up`; got true"
+        ])
     return _place_by_stock(config, stack)
 
 
