@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_alicloud as alicloud
+import pulumi_command as command
 
 from components import remote_steps
 from components.ray_cluster import RayNode
@@ -30,7 +31,6 @@ class Autostop(pulumi.ComponentResource):
         config: ClusterConfig,
         stack: str,
         nodes: Sequence[RayNode],
-        job_id: pulumi.Input[str],
         after: Sequence[tuple[str, pulumi.Resource]],
         private_key: pulumi.Output[str] | None,
         login: ssh_access.LoginKey,
@@ -39,15 +39,16 @@ class Autostop(pulumi.ComponentResource):
         super().__init__("roll-cluster:index:Autostop", name, None, opts)
         head = nodes[0]
         role_attached: list[pulumi.Resource] = []
+        ram_role = autostop.role_name(pulumi.get_project(), stack, config.region or "")
         if config.nodes.source != "hosts":
             role = alicloud.ram.Role(
-                "autostop-role", role_name=autostop.role_name(stack),
+                "autostop-role", role_name=ram_role,
                 assume_role_policy_document=autostop.assume_role_policy(stack),
                 description=f"roll-cluster {stack}: the head stops this stack's instances when they idle",
                 opts=pulumi.ResourceOptions(parent=self),
             )
             policy = alicloud.ram.Policy(
-                "autostop-policy", policy_name=autostop.role_name(stack),
+                "autostop-policy", policy_name=ram_role,
                 policy_document=json.dumps(autostop.stop_policy(stack)),
                 description=f"roll-cluster {stack}: StopInstances on instances tagged {autostop.STACK_TAG}={stack}",
                 opts=pulumi.ResourceOptions(parent=self),
@@ -56,14 +57,22 @@ class Autostop(pulumi.ComponentResource):
                 "autostop-policy-attachment", role_name=role.role_name, policy_name=policy.policy_name,
                 policy_type="Custom", opts=pulumi.ResourceOptions(parent=self),
             )
+            # RAM's propagation lag: a role attached to an instance right after CreateRole can be refused, and the
+            # provider retries only throttling (infra/autostop.py ROLE_SETTLE_S). A new role (or policy
+            # attachment) waits; an unchanged one does not, as the wait's triggers do not change.
+            settled = command.local.Command(
+                "autostop-role-settle", create=f"sleep {autostop.ROLE_SETTLE_S}",
+                triggers=[role.role_id, attached.id],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[attached]),
+            )
             on_head = alicloud.ecs.RamRoleAttachment(
                 "autostop-role-attachment", instance_id=head.machine.identity, ram_role_name=role.role_name,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[attached]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[attached, settled]),
             )
             role_attached.append(on_head)
         ids = pulumi.Output.all(*[n.machine.identity for n in nodes])
-        env = pulumi.Output.all(job_id, ids).apply(
-            lambda v: autostop.watcher_env(config, str(v[0]), [str(i) for i in v[1]], config.region or "", stack)
+        env = ids.apply(
+            lambda v: autostop.watcher_env(config, [str(i) for i in v], config.region or "", ram_role)
         )
         ctx = remote_steps.context_for(head.machine, private_key, self, login=login, running=True)
         ctx = dataclasses.replace(ctx, depends_on=[*ctx.depends_on, *role_attached])

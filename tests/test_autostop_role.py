@@ -3,6 +3,7 @@ watcher step on the head gets exactly this stack's instances and that role."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 from offline_helpers import INSTANCE, env_of, run, step_command
@@ -45,6 +46,30 @@ def test_only_the_head_carries_the_role_and_its_watcher_stops_exactly_this_stack
     assert (env["AUTOSTOP_AFTER_JOB_MINUTES"], env["AUTOSTOP_IDLE_MINUTES"]) == ("30", "60")
     # No key travels to the node: the step's environment names the role, the metadata service has its credentials.
     assert not [name for name in env if "KEY" in name or "SECRET" in name or "TOKEN" in name]
+    # The stopper and the SDK it needs travel with the step (the training images do not carry the SDK).
+    assert "StopInstancesRequest" in base64.b64decode(env["AUTOSTOP_STOPPER_B64"]).decode()
+    assert "aliyun-python-sdk-ecs==" in base64.b64decode(env["AUTOSTOP_SDK_REQUIREMENTS_B64"]).decode()
+
+
+def test_a_new_training_job_leaves_the_autostop_step_as_it_is():
+    """The watcher reads the current job's id on the head: a changed training setting (a new job id) does not
+    change the autostop step's inputs, so `pulumi up` neither reinstalls the watcher nor restarts its clocks."""
+    before = run("multi", config=AUTOSTOP)
+    after = run("multi", config={**AUTOSTOP, "roll-cluster:training": {"checkpointEvery": 7}})
+    assert before.outputs["jobId"] != after.outputs["jobId"]  # a new job
+    assert before.cloud.named("autostop").inputs == after.cloud.named("autostop").inputs
+
+
+def test_two_stacks_named_alike_in_two_regions_get_different_ram_names():
+    names = set()
+    for region in ("cn-hangzhou", "cn-beijing"):
+        result = run("multi", config={**AUTOSTOP, "alicloud:region": region})
+        (role,) = result.cloud.of_type("alicloud:ram/role:Role")
+        (policy,) = result.cloud.of_type("alicloud:ram/policy:Policy")
+        assert role.inputs["roleName"] == policy.inputs["policyName"]
+        assert len(role.inputs["roleName"]) <= 64 and region in role.inputs["roleName"]
+        names.add(role.inputs["roleName"])
+    assert len(names) == 2
 
 
 def test_without_autostop_there_is_no_role_and_no_watcher():
