@@ -95,7 +95,7 @@ job = TrainingJob(
 spot_notices(config, stack, ray_nodes, private_key, login)  # RECLAIMED in jobStatus (spot nodes, shared storage)
 if config.nodes.autostop.enabled:
     Autostop(
-        "autostop-cluster", config, stack, ray_nodes,
+        "autostop-cluster", config, stack, ray_nodes, cluster.outputs.get("instanceType"),
         after=[(f"{ray_nodes[0].name}/job", job.submission)] if job.submission is not None
         else [(f"{ray_nodes[0].name}/ray-ready", ray.ready)],
         private_key=private_key, login=login,

@@ -31,6 +31,7 @@ class Autostop(pulumi.ComponentResource):
         config: ClusterConfig,
         stack: str,
         nodes: Sequence[RayNode],
+        instance_type: pulumi.Input[str] | None,
         after: Sequence[tuple[str, pulumi.Resource]],
         private_key: pulumi.Output[str] | None,
         login: ssh_access.LoginKey,
@@ -71,8 +72,8 @@ class Autostop(pulumi.ComponentResource):
             )
             role_attached.append(on_head)
         ids = pulumi.Output.all(*[n.machine.identity for n in nodes])
-        env = ids.apply(
-            lambda v: autostop.watcher_env(config, [str(i) for i in v], config.region or "", ram_role)
+        env = pulumi.Output.all(ids, instance_type or "").apply(
+            lambda v: autostop.watcher_env(config, [str(i) for i in v[0]], config.region or "", ram_role, str(v[1]))
         )
         ctx = remote_steps.context_for(head.machine, private_key, self, login=login, running=True)
         ctx = dataclasses.replace(ctx, depends_on=[*ctx.depends_on, *role_attached])

@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import DEFAULT_PIP_INDEX, ClusterConfig
+from infra.cost import autostop_note
+from infra.economical import stopped_mode
 from infra.layout import SHARED_MOUNT
 from infra.node.remote import SCRIPTS_DIR
+from infra.permissions import permission_lines
 from infra.ray.commands import RAY_COMMON_SCRIPT
 
 STACK_TAG = "roll-cluster-stack"  # the tag every instance carries (components/gpu_node.py)
@@ -73,7 +76,9 @@ def file_b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def watcher_env(config: ClusterConfig, instance_ids: list[str], region: str, ram_role: str) -> dict[str, str]:
+def watcher_env(
+    config: ClusterConfig, instance_ids: list[str], region: str, ram_role: str, instance_type: str = ""
+) -> dict[str, str]:
     """The autostop step's environment (infra/scripts/autostop.sh documents each variable). It names no job: the
     watcher reads the current job's id on the head (the job step records it), so a new job leaves this step as it
     is."""
@@ -88,6 +93,7 @@ def watcher_env(config: ClusterConfig, instance_ids: list[str], region: str, ram
     }
     if config.nodes.source != "hosts":
         env.update(INSTANCE_IDS=" ".join(instance_ids), REGION_ID=region, RAM_ROLE=ram_role,
+                   STOPPED_MODE=stopped_mode(instance_type),
                    AUTOSTOP_STOPPER_B64=file_b64(STOPPER), AUTOSTOP_SDK_REQUIREMENTS_B64=file_b64(SDK_REQUIREMENTS),
                    PIP_INDEX_URL=DEFAULT_PIP_INDEX)
     return env
@@ -110,3 +116,11 @@ def spot_nodes(config: ClusterConfig) -> list[int]:
     if not config.nodes.spot or config.nodes.source == "hosts":
         return []
     return [rank for rank in range(config.nodes.count) if rank > 0 or config.nodes.head_on_spot]
+
+
+def plan_lines(config: ClusterConfig) -> list[str]:
+    """The plan's section on autostop and permissions (devtools/plan.py): when the cluster stops by itself, and
+    what RAM must allow for a first `pulumi up` of this stack, feature by feature (infra/permissions.py)."""
+    return [f"  autostop      {autostop_note(config)}",
+            "  permissions   what a first `pulumi up` needs, per feature:",
+            *permission_lines(config)]

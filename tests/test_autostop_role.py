@@ -8,7 +8,8 @@ import json
 
 from offline_helpers import INSTANCE, env_of, run, step_command
 
-from devtools.offline_cloud import unwrap
+from devtools import plan
+from devtools.offline_cloud import stack_config, unwrap
 
 AUTOSTOP = {"roll-cluster:nodes": {"autostop": {"afterJobMinutes": 30, "idleMinutes": 60}}}
 RAM = ("alicloud:ram/role:Role", "alicloud:ram/policy:Policy", "alicloud:ram/rolePolicyAttachment:RolePolicyAttachment",
@@ -72,8 +73,8 @@ def test_two_stacks_named_alike_in_two_regions_get_different_ram_names():
     assert len(names) == 2
 
 
-def test_without_autostop_there_is_no_role_and_no_watcher():
-    result = run("multi")
+def test_with_autostop_off_there_is_no_role_and_no_watcher():
+    result = run("multi", config={"roll-cluster:nodes": {"autostop": {"afterJobMinutes": 0}}})
     assert not [r for r in result.cloud.resources if r.type in RAM]
     assert not [r for r in result.cloud.resources if r.name == "autostop"]
 
@@ -83,3 +84,29 @@ def test_on_own_hosts_autostop_stops_the_job_and_creates_no_cloud_role():
     assert not [r for r in result.cloud.resources if r.type in RAM]
     env = env_of(step_command(result, "autostop"))
     assert env["AUTOSTOP_MODE"] == "ray" and "INSTANCE_IDS" not in env
+
+
+def test_autostop_is_on_by_default_on_alibaba_and_every_shipped_cloud_stack_plans_when_it_fires(capsys):
+    cloud_stacks = [s for s in plan.shipped_stacks() if stack_config(s).get("roll-cluster:nodes", {}).get(
+        "source", "alibaba") == "alibaba"]
+    assert len(cloud_stacks) >= 5
+    for stack in cloud_stacks:
+        assert plan.main([stack, "--no-registry"]) == 0, stack
+        text = capsys.readouterr().out
+        section = text.split("== Autostop and permissions", 1)[1].split("\n== ", 1)[0]
+        assert "stops every instance of this stack (StopCharging) 30 min after the job ended" in section, stack
+        # ... and the RAM permissions that default needs, before the first `up` meets them.
+        assert "ram:CreateRole" in section and "ram:PassRole" in section and "ram:AttachPolicyToRole" in section
+    result = run("multi")
+    assert env_of(step_command(result, "autostop"))["AUTOSTOP_AFTER_JOB_MINUTES"] == "30"
+
+
+def test_the_plan_lists_only_the_permissions_of_the_features_a_stack_uses(capsys):
+    assert plan.main(["multi", "--no-registry", "--config",
+                      'roll-cluster:nodes={"autostop": {"afterJobMinutes": 0}}']) == 0
+    section = capsys.readouterr().out.split("== Autostop and permissions", 1)[1].split("\n== ", 1)[0]
+    assert "off (nodes.autostop.afterJobMinutes: 0)" in section
+    assert "ram:" not in section and "AliyunNASFullAccess" in section  # multi has NAS, autostop is off
+    assert plan.main(["hosts", "--no-registry"]) == 0
+    section = capsys.readouterr().out.split("== Autostop and permissions", 1)[1].split("\n== ", 1)[0]
+    assert "none in any cloud" in section

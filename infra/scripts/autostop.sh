@@ -31,6 +31,7 @@
 #   INSTANCE_IDS                space-separated ECS instance ids of this stack          required for instances
 #   REGION_ID                   the region of the instances                             required for instances
 #   RAM_ROLE                    the head's instance RAM role                            required for instances
+#   STOPPED_MODE                StopCharging | KeepCharging (a family without economical mode)   StopCharging
 #   AUTOSTOP_STOPPER_B64        stop_instances.py, base64 (one line)                    required for instances
 #   AUTOSTOP_SDK_REQUIREMENTS_B64  autostop-requirements.txt (the pinned SDK), base64   required for install, sdk
 #   PIP_INDEX_URL               the index pip installs the SDK from; empty: pip's own configuration   empty
@@ -122,10 +123,13 @@ require_int AUTOSTOP_AFTER_JOB_MINUTES AUTOSTOP_IDLE_MINUTES AUTOSTOP_POLL_S DAS
 if [[ "$AUTOSTOP_MODE" == instances ]]; then
   require_env INSTANCE_IDS REGION_ID RAM_ROLE
   ECS_ENDPOINT=${ECS_ENDPOINT:-https://ecs.$REGION_ID.aliyuncs.com}
+  STOPPED_MODE=${STOPPED_MODE:-StopCharging}
+  [[ "$STOPPED_MODE" == StopCharging || "$STOPPED_MODE" == KeepCharging ]] ||
+    fail "STOPPED_MODE must be StopCharging or KeepCharging; got '$STOPPED_MODE'"
 fi
 SETTINGS_NAMES=(AUTOSTOP_MODE AUTOSTOP_AFTER_JOB_MINUTES AUTOSTOP_IDLE_MINUTES AUTOSTOP_POLL_S CONTAINER_NAME
-  DASHBOARD_PORT INSTANCE_IDS REGION_ID RAM_ROLE ECS_ENDPOINT METADATA_URL AUTOSTOP_STATE_DIR AUTOSTOP_SDK_DIR
-  AUTOSTOP_BOOT_ID_FILE CURRENT_JOB_FILE NODE_NAME)
+  DASHBOARD_PORT INSTANCE_IDS REGION_ID RAM_ROLE STOPPED_MODE ECS_ENDPOINT METADATA_URL AUTOSTOP_STATE_DIR
+  AUTOSTOP_SDK_DIR AUTOSTOP_BOOT_ID_FILE CURRENT_JOB_FILE NODE_NAME)
 
 boot_id() {
   cat -- "$AUTOSTOP_BOOT_ID_FILE"
@@ -213,8 +217,8 @@ decide() {
 # stop_instances: ECS StopInstances for INSTANCE_IDS through Alibaba's SDK (stop_instances.py prints Alibaba's
 # answers into the log; its settings are this step's, in the environment).
 stop_instances() {
-  banner "stopping instances $INSTANCE_IDS (StopInstances, StopCharging, SuccessFirst) with role $RAM_ROLE"
-  export INSTANCE_IDS REGION_ID RAM_ROLE ECS_ENDPOINT METADATA_URL
+  banner "stopping instances $INSTANCE_IDS (StopInstances, $STOPPED_MODE, SuccessFirst) with role $RAM_ROLE"
+  export INSTANCE_IDS REGION_ID RAM_ROLE STOPPED_MODE ECS_ENDPOINT METADATA_URL
   logged "$AUTOSTOP_SDK_DIR/bin/python" -- "$AUTOSTOP_STATE_DIR/stop_instances.py"
 }
 

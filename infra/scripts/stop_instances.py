@@ -8,6 +8,7 @@ settings from the environment (autostop.sh documents each one):
   RAM_ROLE      the head's instance RAM role: its temporary (STS) credentials come from the metadata service
   ECS_ENDPOINT  the ECS API endpoint (https://ecs.<region>.aliyuncs.com)
   METADATA_URL  the instance metadata service (http://100.100.100.200)
+  STOPPED_MODE  StopCharging (economical mode), or KeepCharging for families without it (infra/economical.py)
 
 BatchOptimization=SuccessFirst: ECS stops each instance on its own and answers for each one; with the default,
 AllTogether, one instance that fails the check (a reclaimed spot worker) fails the whole call (Alibaba's ECS API,
@@ -71,7 +72,7 @@ def client_and_endpoint(endpoint: str, region: str, credentials: tuple[str, str,
 def stop_request(ids: list[str], host: str, scheme: str, batch: bool) -> Any:
     request = StopInstancesRequest()
     request.set_InstanceIds(ids)
-    request.set_StoppedMode("StopCharging")
+    request.set_StoppedMode(os.environ.get("STOPPED_MODE") or "StopCharging")
     if batch:
         request.set_BatchOptimization("SuccessFirst")
     request.set_endpoint(host)
@@ -113,7 +114,8 @@ def main() -> int:
     endpoint = os.environ.get("ECS_ENDPOINT") or f"https://ecs.{region}.aliyuncs.com"
     metadata_url = os.environ.get("METADATA_URL") or "http://100.100.100.200"
     client, host, scheme = client_and_endpoint(endpoint, region, role_credentials(metadata_url, role))
-    say(f"StopInstances (StopCharging, SuccessFirst) for {' '.join(ids)} in {region} with role {role}")
+    mode = os.environ.get("STOPPED_MODE") or "StopCharging"
+    say(f"StopInstances ({mode}, SuccessFirst) for {' '.join(ids)} in {region} with role {role}")
     results: dict[str, str] = {}
     for start in range(0, len(ids), MAX_IDS_PER_CALL):
         results.update(stop(client, ids[start:start + MAX_IDS_PER_CALL], host, scheme, batch=True))
