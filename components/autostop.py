@@ -23,6 +23,55 @@ from infra import autostop
 from infra.config import ClusterConfig
 from infra.node import ssh_access
 
+INSTANCE_TYPE = "alicloud:ecs/instance:Instance"
+
+
+class AutostopRole(pulumi.ComponentResource):
+    """The head's instance RAM role, its policy and their attachment: registered before the nodes, and every ECS
+    instance waits for them (a stack transformation), so a first `up` whose caller may not create RAM roles and
+    policies stops before anything that bills exists. ram:PassRole is asked for only when the role is attached to
+    the head (Autostop), after the instances exist: nothing offline can check it (docs/operations.md,
+    'Permissions')."""
+
+    def __init__(self, name: str, config: ClusterConfig, stack: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("roll-cluster:index:AutostopRole", name, None, opts)
+        self.name = autostop.role_name(pulumi.get_project(), stack, config.region or "")
+        role = alicloud.ram.Role(
+            "autostop-role", role_name=self.name,
+            assume_role_policy_document=autostop.assume_role_policy(stack),
+            description=f"roll-cluster {stack}: the head stops this stack's instances when they idle",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        policy = alicloud.ram.Policy(
+            "autostop-policy", policy_name=self.name,
+            policy_document=json.dumps(autostop.stop_policy(stack)),
+            description=f"roll-cluster {stack}: StopInstances on instances tagged {autostop.STACK_TAG}={stack}",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.attached = alicloud.ram.RolePolicyAttachment(
+            "autostop-policy-attachment", role_name=role.role_name, policy_name=policy.policy_name,
+            policy_type="Custom", opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.role_name = role.role_name
+        # RAM's propagation lag: a role attached to an instance right after CreateRole can be refused, and the
+        # provider retries only throttling (infra/autostop.py ROLE_SETTLE_S). A new role (or policy attachment)
+        # waits, while the instances are created; an unchanged one does not, as the wait's triggers do not change.
+        self.settled = command.local.Command(
+            "autostop-role-settle", create=f"sleep {autostop.ROLE_SETTLE_S}",
+            triggers=[role.role_id, self.attached.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.attached]),
+        )
+        attached = self.attached
+
+        def instances_wait(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult | None:
+            if args.type_ != INSTANCE_TYPE:
+                return None
+            opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(depends_on=[attached]))
+            return pulumi.ResourceTransformationResult(args.props, opts)
+
+        pulumi.runtime.register_stack_transformation(instances_wait)
+        self.register_outputs({})
+
 
 class Autostop(pulumi.ComponentResource):
     def __init__(
@@ -31,44 +80,23 @@ class Autostop(pulumi.ComponentResource):
         config: ClusterConfig,
         stack: str,
         nodes: Sequence[RayNode],
+        role: AutostopRole | None,
         instance_type: pulumi.Input[str] | None,
         after: Sequence[tuple[str, pulumi.Resource]],
         private_key: pulumi.Output[str] | None,
         login: ssh_access.LoginKey,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """The watcher on the head; on Alibaba (`role`: AutostopRole, registered before the nodes) the head gets
+        the role first."""
         super().__init__("roll-cluster:index:Autostop", name, None, opts)
         head = nodes[0]
         role_attached: list[pulumi.Resource] = []
-        ram_role = autostop.role_name(pulumi.get_project(), stack, config.region or "")
-        if config.nodes.source != "hosts":
-            role = alicloud.ram.Role(
-                "autostop-role", role_name=ram_role,
-                assume_role_policy_document=autostop.assume_role_policy(stack),
-                description=f"roll-cluster {stack}: the head stops this stack's instances when they idle",
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            policy = alicloud.ram.Policy(
-                "autostop-policy", policy_name=ram_role,
-                policy_document=json.dumps(autostop.stop_policy(stack)),
-                description=f"roll-cluster {stack}: StopInstances on instances tagged {autostop.STACK_TAG}={stack}",
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            attached = alicloud.ram.RolePolicyAttachment(
-                "autostop-policy-attachment", role_name=role.role_name, policy_name=policy.policy_name,
-                policy_type="Custom", opts=pulumi.ResourceOptions(parent=self),
-            )
-            # RAM's propagation lag: a role attached to an instance right after CreateRole can be refused, and the
-            # provider retries only throttling (infra/autostop.py ROLE_SETTLE_S). A new role (or policy
-            # attachment) waits; an unchanged one does not, as the wait's triggers do not change.
-            settled = command.local.Command(
-                "autostop-role-settle", create=f"sleep {autostop.ROLE_SETTLE_S}",
-                triggers=[role.role_id, attached.id],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[attached]),
-            )
+        ram_role = role.name if role is not None else ""
+        if role is not None:
             on_head = alicloud.ecs.RamRoleAttachment(
                 "autostop-role-attachment", instance_id=head.machine.identity, ram_role_name=role.role_name,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[attached, settled]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[role.attached, role.settled]),
             )
             role_attached.append(on_head)
         ids = pulumi.Output.all(*[n.machine.identity for n in nodes])

@@ -110,3 +110,13 @@ def test_the_plan_lists_only_the_permissions_of_the_features_a_stack_uses(capsys
     assert plan.main(["hosts", "--no-registry"]) == 0
     section = capsys.readouterr().out.split("== Autostop and permissions", 1)[1].split("\n== ", 1)[0]
     assert "none in any cloud" in section
+
+
+def test_no_instance_is_created_before_ram_agreed_to_the_role_and_its_policy():
+    """A caller without ram:CreateRole, CreatePolicy or AttachPolicyToRole fails the first `up` before anything that
+    bills exists: every instance waits for the role's policy attachment."""
+    result = run("multi", config=AUTOSTOP)
+    (attachment,) = result.cloud.of_type("alicloud:ram/rolePolicyAttachment:RolePolicyAttachment")
+    for node in result.cloud.of_type(INSTANCE):
+        waits_for = result.cloud.options[node.name].depends_on or []
+        assert any(getattr(r, "_name", None) == attachment.name for r in waits_for), node.name
