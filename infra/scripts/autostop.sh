@@ -38,15 +38,15 @@
 #   ECS_ENDPOINT                ECS API endpoint                              https://ecs.$REGION_ID.aliyuncs.com
 #   METADATA_URL                the instance metadata service                          http://100.100.100.200
 #   AUTOSTOP_SDK_DIR            the SDK's virtualenv                              /opt/roll-cluster/autostop-sdk
-#   AUTOSTOP_BOOT_ID_FILE       what names this boot                         /proc/sys/kernel/random/boot_id
-#     (ECS_ENDPOINT, METADATA_URL, AUTOSTOP_POLL_S, AUTOSTOP_SDK_DIR and AUTOSTOP_BOOT_ID_FILE are test seams too:
+#   BOOT_ID_FILE                what names this boot                         /proc/sys/kernel/random/boot_id
+#     (ECS_ENDPOINT, METADATA_URL, AUTOSTOP_POLL_S, AUTOSTOP_SDK_DIR and BOOT_ID_FILE are test seams too:
 #     the program never sets them; the tests point them at stand-ins, a prepared SDK and a boot they control)
 #   AUTOSTOP_STATE_DIR          where the watcher keeps its copy, settings and clock  /var/lib/roll-cluster-autostop
 
 require_env AUTOSTOP_ACTION
 AUTOSTOP_STATE_DIR=${AUTOSTOP_STATE_DIR:-/var/lib/roll-cluster-autostop}
 AUTOSTOP_SDK_DIR=${AUTOSTOP_SDK_DIR:-/opt/roll-cluster/autostop-sdk}
-AUTOSTOP_BOOT_ID_FILE=${AUTOSTOP_BOOT_ID_FILE:-/proc/sys/kernel/random/boot_id}
+BOOT_ID_FILE=${BOOT_ID_FILE:-/proc/sys/kernel/random/boot_id}
 PIP_INDEX_URL=${PIP_INDEX_URL:-}
 CLOCKS=(ended_since idle_since stopped)
 
@@ -82,6 +82,9 @@ pip_install_sdk() {
 # set of requirements; the marker is written last, so an interrupted install is done again.
 install_sdk() {
   require_env AUTOSTOP_SDK_REQUIREMENTS_B64
+  # It is removed and made again below: never a path that could be anything else.
+  [[ "$AUTOSTOP_SDK_DIR" =~ ^/[A-Za-z0-9._-]+/[A-Za-z0-9._/-]+$ && "$AUTOSTOP_SDK_DIR" != *..* ]] ||
+    fail "AUTOSTOP_SDK_DIR must be an absolute path two levels deep or more, of letters, digits, '.', '_', '-'; got '$AUTOSTOP_SDK_DIR'"
   if sdk_ready; then
     banner "Alibaba's SDK already in $AUTOSTOP_SDK_DIR; skipped"
     return 0
@@ -129,10 +132,10 @@ if [[ "$AUTOSTOP_MODE" == instances ]]; then
 fi
 SETTINGS_NAMES=(AUTOSTOP_MODE AUTOSTOP_AFTER_JOB_MINUTES AUTOSTOP_IDLE_MINUTES AUTOSTOP_POLL_S CONTAINER_NAME
   DASHBOARD_PORT INSTANCE_IDS REGION_ID RAM_ROLE STOPPED_MODE ECS_ENDPOINT METADATA_URL AUTOSTOP_STATE_DIR
-  AUTOSTOP_SDK_DIR AUTOSTOP_BOOT_ID_FILE CURRENT_JOB_FILE NODE_NAME)
+  AUTOSTOP_SDK_DIR BOOT_ID_FILE CURRENT_JOB_FILE NODE_NAME)
 
 boot_id() {
-  cat -- "$AUTOSTOP_BOOT_ID_FILE"
+  cat -- "$BOOT_ID_FILE"
 }
 
 # armed: the step installed the watcher during this boot (install_autostop_watcher records the boot).

@@ -39,7 +39,7 @@ SHARED = STATE_ROOT / "idle-shared"  # the stand-in NAS: mounted at /mnt/shared 
 RECLAIM_DIR = "/mnt/shared/.roll-cluster/reclaimed/multi"
 WATCHER_STATE = "/var/lib/roll-cluster-autostop"  # the script's default AUTOSTOP_STATE_DIR (host's private /var/lib)
 POLL_S = 2
-BOOT_ID_FILE = "/tmp/e2e-boot-id"  # the head's boot id (AUTOSTOP_BOOT_ID_FILE): a new value is a new boot
+BOOT_ID_FILE = "/tmp/e2e-boot-id"  # the head's boot id (BOOT_ID_FILE): a new value is a new boot
 ROLE = role_name("roll-cluster", "multi", "cn-hangzhou")
 T = TypeVar("T")
 
@@ -101,7 +101,7 @@ def seams(standin: AlibabaStandIn) -> str:
     """The test seams the autostop step reads (never set by the program): the stand-ins, a quick poll, the SDK
     the node's own installation made outside the repository, and a boot id the test controls."""
     return (f"export ECS_ENDPOINT={standin.ecs_url} METADATA_URL={standin.metadata_url} AUTOSTOP_POLL_S={POLL_S} "
-            f"AUTOSTOP_SDK_DIR={ensure_autostop_sdk()} AUTOSTOP_BOOT_ID_FILE={BOOT_ID_FILE}\n")
+            f"AUTOSTOP_SDK_DIR={ensure_autostop_sdk()} BOOT_ID_FILE={BOOT_ID_FILE}\n")
 
 
 def job_status(network: TestNetwork, commands: ProgramCommands) -> CommandResult:
