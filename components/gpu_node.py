@@ -115,8 +115,9 @@ class GpuNode(pulumi.ComponentResource):
             # alicloud alicloud/resource_alicloud_instance.go:1935-2031 at 81c43b67; `status` Running|Stopped :441,
             # `stopped_mode` StopCharging|KeepCharging|Not-applicable :557).
             status="Stopped" if nodes.paused else "Running",
-            # Only where the family has economical mode (infra/economical.py): elsewhere the provider reads back
-            # another mode, and asking for StopCharging would show a change on every `up` while paused.
+            # Only where the family has economical mode (infra/economical.py): elsewhere the instance cannot keep
+            # StopCharging, the provider reads back another mode (which one: UNCONFIRMED), and asking for it would
+            # show a change on every `up` while paused.
             stopped_mode=pulumi.Output.from_input(args.instance_type).apply(
                 lambda t: "StopCharging" if economical_mode(t) else None) if nodes.paused else None,
             tags={
