@@ -27,10 +27,19 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from aliyunsdkcore.acs_exception.exceptions import ClientException, ServerException  # type: ignore[import-not-found]
-from aliyunsdkcore.auth.credentials import StsTokenCredential  # type: ignore[import-not-found]
-from aliyunsdkcore.client import AcsClient  # type: ignore[import-not-found]
-from aliyunsdkecs.request.v20140526.StopInstancesRequest import StopInstancesRequest  # type: ignore[import-not-found]
+try:
+    from aliyunsdkcore.acs_exception.exceptions import (  # type: ignore[import-not-found]
+        ClientException,
+        ServerException,
+    )
+    from aliyunsdkcore.auth.credentials import StsTokenCredential  # type: ignore[import-not-found]
+    from aliyunsdkcore.client import AcsClient  # type: ignore[import-not-found]
+    from aliyunsdkecs.request.v20140526.StopInstancesRequest import (  # type: ignore[import-not-found]
+        StopInstancesRequest,
+    )
+except ImportError as missing:  # the virtualenv autostop.sh install_sdk makes; a step rerun makes it again
+    raise SystemExit(f"stop_instances: Alibaba's SDK is missing from this Python ({missing}); run `pulumi up`, "
+                     "whose autostop step installs it") from None
 
 # Per-instance answers that leave nothing to stop: "200" is success (StopInstancesResponseBody InstanceResponse
 # Code); the instance is gone; it is not Running (already Stopping or Stopped).
