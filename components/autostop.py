@@ -94,9 +94,12 @@ class Autostop(pulumi.ComponentResource):
         role_attached: list[pulumi.Resource] = []
         ram_role = role.name if role is not None else ""
         if role is not None:
+            # An instance holds one RAM role: a new role (a renamed one, or a replaced head) is attached only once
+            # the old attachment is gone, so the replacement deletes first (Pulumi creates first by default).
             on_head = alicloud.ecs.RamRoleAttachment(
                 "autostop-role-attachment", instance_id=head.machine.identity, ram_role_name=role.role_name,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[role.attached, role.settled]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[role.attached, role.settled],
+                                            delete_before_replace=True),
             )
             role_attached.append(on_head)
         ids = pulumi.Output.all(*[n.machine.identity for n in nodes])

@@ -120,3 +120,10 @@ def test_no_instance_is_created_before_ram_agreed_to_the_role_and_its_policy():
     for node in result.cloud.of_type(INSTANCE):
         waits_for = result.cloud.options[node.name].depends_on or []
         assert any(getattr(r, "_name", None) == attachment.name for r in waits_for), node.name
+
+
+def test_a_new_role_is_attached_to_the_head_only_after_the_old_one_is_detached():
+    """ECS gives an instance one RAM role: the attachment's replacement (the role renamed, the head replaced) must
+    detach the old role first, or AttachInstanceRamRole is refused."""
+    result = run("multi", config=AUTOSTOP)
+    assert result.cloud.options["autostop-role-attachment"].delete_before_replace is True
