@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import select
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -295,3 +296,25 @@ def test_with_systemd_the_watcher_is_a_unit_whose_command_stops_the_cluster_and_
     assert removed.returncode == 0, removed.stderr
     assert "disable --now -- roll-cluster-autostop.service" in (fake / "systemctl.calls").read_text()
     assert not (units / "roll-cluster-autostop.service").exists() and not (tmp_path / "state").exists()
+
+
+def test_on_alibaba_cloud_linux_the_sdk_gets_a_python_of_3_8_or_newer(node) -> None:
+    """Alibaba Cloud Linux 3's python3 is 3.6, too old for the SDK: the step installs python39 and makes the
+    virtualenv with it. (pip is pointed at an index that does not exist: this test stays offline and stops there.)"""
+    real = sys.executable
+    too_old = "#!/bin/bash\n[[ \"$*\" == *version_info* ]] && exit 1\nexit 127\n"  # python3 3.6: fails the check
+    for name in ("python3", "python3.8", "python3.10", "python3.11", "python3.12"):
+        (node.bin / name).write_text(too_old)
+        (node.bin / name).chmod(0o755)
+    # python3.9 exists once dnf installed python39 (the dnf stand-in records installed packages).
+    (node.bin / "python3.9").write_text(
+        f"#!/bin/bash\ngrep -qw python39 \"$STANDIN_STATE/packages\" 2>/dev/null || exit 127\nexec {real} \"$@\"\n")
+    (node.bin / "python3.9").chmod(0o755)
+    sdk = node.root / "opt" / "autostop-sdk"
+    result = node.run_step("autostop-sdk", list(AUTOSTOP_SCRIPTS), AUTOSTOP_ACTION="sdk", AUTOSTOP_SDK_DIR=str(sdk),
+                           AUTOSTOP_SDK_REQUIREMENTS_B64=file_b64(SDK_REQUIREMENTS), RETRY_ATTEMPTS="1",
+                           PIP_INDEX_URL=f"file://{node.root}/no-index")
+    assert result.returncode != 0 and "pip could not install Alibaba's SDK" in result.output, result
+    assert "python39" in node.installed_packages()
+    assert f"python3.9 -m venv -- {sdk}" in result.output, result
+    assert not (sdk / "requirements.sha256").exists()  # no marker: the next run installs again

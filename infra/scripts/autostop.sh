@@ -78,9 +78,35 @@ pip_install_sdk() {
     --progress-bar off "${index[@]}" -r "$AUTOSTOP_SDK_DIR/requirements.txt"
 }
 
-# install_sdk: Alibaba's Python SDK (autostop-requirements.txt) in a virtualenv of the host's python3, once per
+# host_python: the path of a Python 3.8 or newer on the host (the SDK needs 3.7; stop_instances.py is written for
+# 3.8). Alibaba Cloud Linux 3's python3 is 3.6 (its platform Python, as RHEL 8's); Ubuntu 22.04's is 3.10.
+host_python() {
+  local candidate
+  for candidate in python3.12 python3.11 python3.10 python3.9 python3.8 python3; do
+    if command -v -- "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then
+      command -v -- "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# install_host_python: what host_python needs. Alibaba Cloud Linux 3: python39 from its AppStream (RHEL 8 names
+# the package so; that Alibaba Cloud Linux 3 carries it: UNCONFIRMED). Ubuntu: python3-venv (its python3 lacks
+# venv and ensurepip without it).
+install_host_python() {
+  detect_os
+  case "$PKG_FAMILY" in
+    rpm) install_packages python39 ;;
+    apt) install_packages python3 python3-venv ;;
+  esac
+}
+
+# install_sdk: Alibaba's Python SDK (autostop-requirements.txt) in a virtualenv of the host's Python, once per
 # set of requirements; the marker is written last, so an interrupted install is done again.
 install_sdk() {
+  local python
   require_env AUTOSTOP_SDK_REQUIREMENTS_B64
   # It is removed and made again below: never a path that could be anything else.
   [[ "$AUTOSTOP_SDK_DIR" =~ ^/[A-Za-z0-9._-]+/[A-Za-z0-9._/-]+$ && "$AUTOSTOP_SDK_DIR" != *..* ]] ||
@@ -89,22 +115,21 @@ install_sdk() {
     banner "Alibaba's SDK already in $AUTOSTOP_SDK_DIR; skipped"
     return 0
   fi
-  command -v python3 >/dev/null 2>&1 || fail "the host has no python3 (the autostop stopper runs on the host)"
-  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    # Ubuntu's python3 lacks venv and ensurepip until python3-venv is installed; Alibaba Cloud Linux's has them.
-    detect_os
-    [[ "$PKG_FAMILY" == apt ]] || fail "python3 on this host cannot make a virtualenv (no venv/ensurepip module)"
-    install_packages python3-venv
+  if ! python=$(host_python) || ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    install_host_python
+    python=$(host_python) || fail "no Python 3.8 or newer on this host for the autostop stopper, even after installing one"
+    "$python" -c 'import ensurepip, venv' >/dev/null 2>&1 ||
+      fail "$python on this host cannot make a virtualenv (no venv/ensurepip module)"
   fi
   rm -rf -- "$AUTOSTOP_SDK_DIR"
   mkdir -p -- "$AUTOSTOP_SDK_DIR"
-  logged python3 -m venv -- "$AUTOSTOP_SDK_DIR"
+  logged "$python" -m venv -- "$AUTOSTOP_SDK_DIR"
   base64 -d <<<"$AUTOSTOP_SDK_REQUIREMENTS_B64" >"$AUTOSTOP_SDK_DIR/requirements.txt"
   retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" pip_install_sdk ||
     fail "pip could not install Alibaba's SDK (autostop-requirements.txt) in $AUTOSTOP_SDK_DIR"
   logged "$AUTOSTOP_SDK_DIR/bin/python" -c 'import aliyunsdkcore.client, aliyunsdkecs.request.v20140526.StopInstancesRequest'
   sdk_requirements_hash >"$AUTOSTOP_SDK_DIR/requirements.sha256"
-  banner "Alibaba's SDK installed in $AUTOSTOP_SDK_DIR"
+  banner "Alibaba's SDK installed in $AUTOSTOP_SDK_DIR (with $python)"
 }
 
 case "$AUTOSTOP_ACTION" in
