@@ -10,7 +10,7 @@ resource is registered.
 import pulumi
 
 from components import known_hosts, node_source
-from components.autostop import Autostop, spot_notices
+from components.autostop import Autostop, AutostopRole, spot_notices
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
@@ -33,6 +33,9 @@ if not runmode.offline():  # the offline plan prints the same line with its own 
         pulumi.log.warn(slots_warning)
 
 pause.freeze_while_paused(config)  # nodes.paused: nothing that needs a running node changes
+# nodes.autostop on Alibaba: the head's RAM role first; the instances wait for it (nothing bills before RAM agreed).
+autostop_role = (AutostopRole("autostop-access", config, stack)
+                 if config.nodes.autostop.enabled and config.nodes.source != "hosts" else None)
 cluster = node_source.provision(source)
 if not runmode.offline():  # the update opens with the plan's summary (the offline plan prints its own)
     pulumi.log.info(summary.for_update(config, stack, facts.machine_type, facts.location,
@@ -99,7 +102,7 @@ job = TrainingJob(
 spot_notices(config, stack, ray_nodes, private_key, login)  # RECLAIMED in jobStatus (spot nodes, shared storage)
 if config.nodes.autostop.enabled:
     Autostop(
-        "autostop-cluster", config, stack, ray_nodes, job.job_id,
+        "autostop-cluster", config, stack, ray_nodes, autostop_role, cluster.outputs.get("instanceType"),
         after=[(f"{ray_nodes[0].name}/job", job.submission)] if job.submission is not None
         else [(f"{ray_nodes[0].name}/ray-ready", ray.ready)],
         private_key=private_key, login=login,

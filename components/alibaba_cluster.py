@@ -17,6 +17,7 @@ from components.gpu_node import GpuNode, GpuNodeArgs
 from components.network import Network
 from components.shared_storage import SharedStorage, SharedStorageArgs
 from infra.cost import cost_summary
+from infra.economical import economical_mode
 from infra.node import ssh_access
 from infra.sources.alibaba.network_plan import NetworkArgs
 from infra.sources.alibaba.placement import image_data_disk
@@ -112,7 +113,7 @@ def provision(source: AlibabaSource) -> ProvisionedCluster:
         "zone": network.zone,
         "instanceType": network.instance_type,
         "hourlyPrice": hourly,
-        "cost": cost_summary(config, hourly),
+        "cost": cost_summary(config, hourly, economical=economical_mode(placement.instance_type)),
     }
     if storage is not None:
         outputs["nasFileSystemId"] = storage.file_system_id

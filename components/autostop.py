@@ -15,12 +15,62 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_alicloud as alicloud
+import pulumi_command as command
 
 from components import remote_steps
 from components.ray_cluster import RayNode
 from infra import autostop
 from infra.config import ClusterConfig
 from infra.node import ssh_access
+
+INSTANCE_TYPE = "alicloud:ecs/instance:Instance"
+
+
+class AutostopRole(pulumi.ComponentResource):
+    """The head's instance RAM role, its policy and their attachment: registered before the nodes, and every ECS
+    instance waits for them (a stack transformation), so a first `up` whose caller may not create RAM roles and
+    policies stops before anything that bills exists. ram:PassRole is asked for only when the role is attached to
+    the head (Autostop), after the instances exist: nothing offline can check it (docs/operations.md,
+    'Permissions')."""
+
+    def __init__(self, name: str, config: ClusterConfig, stack: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("roll-cluster:index:AutostopRole", name, None, opts)
+        self.name = autostop.role_name(pulumi.get_project(), stack, config.region or "")
+        role = alicloud.ram.Role(
+            "autostop-role", role_name=self.name,
+            assume_role_policy_document=autostop.assume_role_policy(stack),
+            description=f"roll-cluster {stack}: the head stops this stack's instances when they idle",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        policy = alicloud.ram.Policy(
+            "autostop-policy", policy_name=self.name,
+            policy_document=json.dumps(autostop.stop_policy(stack)),
+            description=f"roll-cluster {stack}: StopInstances on instances tagged {autostop.STACK_TAG}={stack}",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.attached = alicloud.ram.RolePolicyAttachment(
+            "autostop-policy-attachment", role_name=role.role_name, policy_name=policy.policy_name,
+            policy_type="Custom", opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.role_name = role.role_name
+        # RAM's propagation lag: a role attached to an instance right after CreateRole can be refused, and the
+        # provider retries only throttling (infra/autostop.py ROLE_SETTLE_S). A new role (or policy attachment)
+        # waits, while the instances are created; an unchanged one does not, as the wait's triggers do not change.
+        self.settled = command.local.Command(
+            "autostop-role-settle", create=f"sleep {autostop.ROLE_SETTLE_S}",
+            triggers=[role.role_id, self.attached.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.attached]),
+        )
+        attached = self.attached
+
+        def instances_wait(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult | None:
+            if args.type_ != INSTANCE_TYPE:
+                return None
+            opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(depends_on=[attached]))
+            return pulumi.ResourceTransformationResult(args.props, opts)
+
+        pulumi.runtime.register_stack_transformation(instances_wait)
+        self.register_outputs({})
 
 
 class Autostop(pulumi.ComponentResource):
@@ -30,40 +80,31 @@ class Autostop(pulumi.ComponentResource):
         config: ClusterConfig,
         stack: str,
         nodes: Sequence[RayNode],
-        job_id: pulumi.Input[str],
+        role: AutostopRole | None,
+        instance_type: pulumi.Input[str] | None,
         after: Sequence[tuple[str, pulumi.Resource]],
         private_key: pulumi.Output[str] | None,
         login: ssh_access.LoginKey,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """The watcher on the head; on Alibaba (`role`: AutostopRole, registered before the nodes) the head gets
+        the role first."""
         super().__init__("roll-cluster:index:Autostop", name, None, opts)
         head = nodes[0]
         role_attached: list[pulumi.Resource] = []
-        if config.nodes.source != "hosts":
-            role = alicloud.ram.Role(
-                "autostop-role", role_name=autostop.role_name(stack),
-                assume_role_policy_document=autostop.assume_role_policy(stack),
-                description=f"roll-cluster {stack}: the head stops this stack's instances when they idle",
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            policy = alicloud.ram.Policy(
-                "autostop-policy", policy_name=autostop.role_name(stack),
-                policy_document=json.dumps(autostop.stop_policy(stack)),
-                description=f"roll-cluster {stack}: StopInstances on instances tagged {autostop.STACK_TAG}={stack}",
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            attached = alicloud.ram.RolePolicyAttachment(
-                "autostop-policy-attachment", role_name=role.role_name, policy_name=policy.policy_name,
-                policy_type="Custom", opts=pulumi.ResourceOptions(parent=self),
-            )
+        ram_role = role.name if role is not None else ""
+        if role is not None:
+            # An instance holds one RAM role: a new role (a renamed one, or a replaced head) is attached only once
+            # the old attachment is gone, so the replacement deletes first (Pulumi creates first by default).
             on_head = alicloud.ecs.RamRoleAttachment(
                 "autostop-role-attachment", instance_id=head.machine.identity, ram_role_name=role.role_name,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[attached]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[role.attached, role.settled],
+                                            delete_before_replace=True),
             )
             role_attached.append(on_head)
         ids = pulumi.Output.all(*[n.machine.identity for n in nodes])
-        env = pulumi.Output.all(job_id, ids).apply(
-            lambda v: autostop.watcher_env(config, str(v[0]), [str(i) for i in v[1]], config.region or "", stack)
+        env = pulumi.Output.all(ids, instance_type or "").apply(
+            lambda v: autostop.watcher_env(config, [str(i) for i in v[0]], config.region or "", ram_role, str(v[1]))
         )
         ctx = remote_steps.context_for(head.machine, private_key, self, login=login, running=True)
         ctx = dataclasses.replace(ctx, depends_on=[*ctx.depends_on, *role_attached])

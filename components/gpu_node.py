@@ -22,6 +22,7 @@ import pulumi_alicloud as alicloud
 
 from components.known_hosts import host_key as generate_host_key
 from infra.config import NodesConfig
+from infra.economical import economical_mode
 from infra.sources.alibaba.user_data import encode_user_data, first_boot_user_data
 
 
@@ -114,7 +115,11 @@ class GpuNode(pulumi.ComponentResource):
             # alicloud alicloud/resource_alicloud_instance.go:1935-2031 at 81c43b67; `status` Running|Stopped :441,
             # `stopped_mode` StopCharging|KeepCharging|Not-applicable :557).
             status="Stopped" if nodes.paused else "Running",
-            stopped_mode="StopCharging" if nodes.paused else None,
+            # Only where the family has economical mode (infra/economical.py): elsewhere the instance cannot keep
+            # StopCharging, the provider reads back another mode (which one: UNCONFIRMED), and asking for it would
+            # show a change on every `up` while paused.
+            stopped_mode=pulumi.Output.from_input(args.instance_type).apply(
+                lambda t: "StopCharging" if economical_mode(t) else None) if nodes.paused else None,
             tags={
                 "roll-cluster-stack": args.stack,
                 "roll-cluster-rank": str(args.rank),

@@ -51,8 +51,10 @@ def _disk_gb(config: ClusterConfig) -> int:
     return (config.nodes.system_disk_gb + config.nodes.data_disk_gb) * config.nodes.count
 
 
-def cost_summary(config: ClusterConfig, hourly_price: dict[str, Any]) -> dict[str, Any]:
-    """The `cost` output of an Alibaba stack: running, paused and after-destroy figures and when autostop fires."""
+def cost_summary(config: ClusterConfig, hourly_price: dict[str, Any], economical: bool = True) -> dict[str, Any]:
+    """The `cost` output of an Alibaba stack: running, paused and after-destroy figures and when autostop fires.
+    economical: whether the instance type's family has economical mode (infra/economical.py); without it a stopped
+    instance keeps billing its compute, so pausing saves nothing on the instances."""
     currency = str(hourly_price.get("currency", "CNY"))
     instances = float(hourly_price.get("amount") or 0.0)
     disk_gb = _disk_gb(config)
@@ -84,12 +86,16 @@ def cost_summary(config: ClusterConfig, hourly_price: dict[str, Any]) -> dict[st
             "publicTraffic": f"{TRAFFIC_CNY_PER_GB} CNY per GB out ({RATE_SOURCE}); inbound is free",
         },
         "paused": {
-            "perHour": disks,
-            "currency": "CNY",
-            "keepsBilling": f"disks ({disk_gb} GB ESSD), {nas_note}"
+            "perHour": disks if economical else round(instances + (disks if currency == "CNY" else 0.0), 2),
+            "currency": "CNY" if economical else currency,
+            "keepsBilling": ("" if economical else "instances (compute and GPUs: this family has no economical "
+                             "mode), ") + f"disks ({disk_gb} GB ESSD), {nas_note}"
             + ("; baked image snapshots" if config.nodes.bake else ""),
-            "stopsBilling": "instances (compute and GPUs) and the public IP (released under StopCharging)",
-            "restart": "needs the instance type in stock in the zone again; the public IPs may change",
+            "stopsBilling": "instances (compute and GPUs) and the public IP (released under StopCharging)"
+            if economical else "nothing but the running job: this instance family has no economical mode "
+            "(StopCharging), so a stopped instance keeps billing (infra/economical.py)",
+            "restart": "needs the instance type in stock in the zone again; the public IPs may change"
+            if economical else "keeps the instances' resources and public IPs",
             "source": RATE_SOURCE,
         },
         "afterDestroy": kept or ["nothing: every resource is deleted"],
@@ -101,12 +107,14 @@ def autostop_note(config: ClusterConfig) -> str:
     """When autostop fires, in words (the plan and the `cost` output)."""
     auto = config.nodes.autostop
     if not auto.enabled:
-        return "off: the cluster bills until `pulumi destroy` or nodes.paused"
+        if config.nodes.source == "hosts":
+            return "off: nothing stops the job on your hosts"
+        return "off (nodes.autostop.afterJobMinutes: 0): the cluster bills until `pulumi destroy` or nodes.paused"
     what = ("stops the job (own hosts: never the machines)" if config.nodes.source == "hosts"
             else "stops every instance of this stack (StopCharging)")
     when = []
-    if auto.after_job_minutes is not None:
+    if auto.after_job_minutes:
         when.append(f"{auto.after_job_minutes} min after the job ended")
-    if auto.idle_minutes is not None:
+    if auto.idle_minutes:
         when.append(f"after {auto.idle_minutes} min with no job and idle GPUs")
     return f"{what} {' or '.join(when)}"

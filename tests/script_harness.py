@@ -120,6 +120,7 @@ class FakeNode:
             "ROLL_STATE_DIR": str(self.roll_state),
             "AUTO_INSTALL_DIR": str(self.auto_install_dir),
             "BOOT_ID_FILE": str(self.boot_id_file),
+            "CURRENT_JOB_FILE": str(self.roll_state / "current-job"),  # the job step's record for autostop
             "OS_RELEASE_FILE": str(self.etc / "os-release"),
             "FSTAB_FILE": str(self.etc / "fstab"),
             "DOCKER_DAEMON_JSON": str(self.etc / "docker" / "daemon.json"),

@@ -10,7 +10,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PROVIDER_MODULES = {"pulumi_alicloud": "alicloud", "pulumi_command": "command", "pulumi_docker": "docker"}
 RESOURCE_BASES = {"ComponentResource", "CustomResource", "Resource"}
-COMPONENTS = {"Network", "GpuNode", "SharedStorage", "NodeBootstrap", "RayCluster", "TrainingJob", "Autostop"}
+COMPONENTS = {"Network", "GpuNode", "SharedStorage", "NodeBootstrap", "RayCluster", "TrainingJob", "Autostop",
+              "AutostopRole"}
 CONFIG_BEFORE_THE_SPLIT = 1813  # lines of infra/config.py before it was split by section
 
 

@@ -41,6 +41,13 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "alicloud:nas/mountTarget:MountTarget": ("alicloud_nas_mount_target", "resource_alicloud_nas_mount_target.go"),
     "alicloud:nas/accessGroup:AccessGroup": ("alicloud_nas_access_group", "resource_alicloud_nas_access_group.go"),
     "alicloud:nas/accessRule:AccessRule": ("alicloud_nas_access_rule", "resource_alicloud_nas_access_rule.go"),
+    # nodes.autostop: the head's instance RAM role (components/autostop.py).
+    "alicloud:ram/role:Role": ("alicloud_ram_role", "resource_alicloud_ram_role.go"),
+    "alicloud:ram/policy:Policy": ("alicloud_ram_policy", "resource_alicloud_ram_policy.go"),
+    "alicloud:ram/rolePolicyAttachment:RolePolicyAttachment": (
+        "alicloud_ram_role_policy_attachment", "resource_alicloud_ram_role_policy_attachment.go"),
+    "alicloud:ecs/ramRoleAttachment:RamRoleAttachment": (
+        "alicloud_ecs_ram_role_attachment", "resource_alicloud_ecs_ram_role_attachment.go"),
 }
 DATA_SOURCES: dict[str, tuple[str, str]] = {
     "alicloud:index/getZones:getZones": ("alicloud_zones", "data_source_alicloud_zones.go"),

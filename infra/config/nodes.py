@@ -155,23 +155,28 @@ class HostConfig(Section):
         return self.private_address or self.address
 
 
+# nodes.autostop.afterJobMinutes left out on Alibaba: an idle GPU cluster is the costliest default.
+DEFAULT_AFTER_JOB_MINUTES = 30
+
+
 class AutostopConfig(Section):
     """When the head stops the cluster by itself (docs/operations.md, 'Pause, resume and autostop')."""
 
     after_job_minutes: int | None = Field(
-        None, ge=1, le=10080,
+        None, ge=0, le=10080,
         description="Stop the cluster this many minutes after the job ended (SUCCEEDED, FAILED, STOPPED or LOST) "
-        "and no other job started. Left out: never for this reason.",
+        f"and no other job started. Left out: {DEFAULT_AFTER_JOB_MINUTES} with nodes.source alibaba, never on your "
+        "own hosts. 0: never for this reason.",
     )
     idle_minutes: int | None = Field(
-        None, ge=1, le=10080,
+        None, ge=0, le=10080,
         description="Stop the cluster when no job has run and every GPU has been idle (0 % utilisation in "
-        "`nvidia-smi`) for this many minutes. Left out: never for this reason.",
+        "`nvidia-smi`) for this many minutes. Left out or 0: never for this reason.",
     )
 
     @property
     def enabled(self) -> bool:
-        return self.after_job_minutes is not None or self.idle_minutes is not None
+        return bool(self.after_job_minutes) or bool(self.idle_minutes)
 
 
 class NodesConfig(Section):
@@ -315,9 +320,10 @@ class NodesConfig(Section):
     )
     autostop: AutostopConfig = Field(
         default_factory=lambda: AutostopConfig(),
-        description="Stop the cluster by itself when it idles: `afterJobMinutes` after the job ended, `idleMinutes` "
-        "with no job and idle GPUs. On Alibaba the head stops this stack's instances (StopCharging) with an instance "
-        "RAM role that may stop only instances tagged with this stack; `pulumi up --refresh` starts them again as "
+        description="Stop the cluster by itself when it idles: `afterJobMinutes` after the job ended (on Alibaba "
+        f"{DEFAULT_AFTER_JOB_MINUTES} unless set; 0: never), `idleMinutes` with no job and idle GPUs. On Alibaba "
+        "the head stops this stack's instances (StopCharging, through Alibaba's Python SDK) with an instance RAM "
+        "role that may stop only instances tagged with this stack; `pulumi up --refresh` starts them again as "
         "after `paused`. On your own hosts it stops the job (freeing the GPUs), never the machines.",
     )
     hosts: list[HostConfig] | None = Field(
@@ -527,6 +533,18 @@ class NodesConfig(Section):
                 f"stack with nodes.bake: true), or be left out to boot from osImage; got {_shown(image)}"
             )
         return image
+
+    @model_validator(mode="before")
+    @classmethod
+    def _autostop_on_by_default(cls, data: Any) -> Any:
+        """On Alibaba, autostop stops the cluster DEFAULT_AFTER_JOB_MINUTES after the job ended unless
+        afterJobMinutes says otherwise (0: never)."""
+        if not isinstance(data, dict) or data.get("source", "alibaba") != "alibaba":
+            return data
+        autostop = data.get("autostop", {})
+        if isinstance(autostop, dict) and "afterJobMinutes" not in autostop:
+            data = {**data, "autostop": {**autostop, "afterJobMinutes": DEFAULT_AFTER_JOB_MINUTES}}
+        return data
 
     @model_validator(mode="before")
     @classmethod

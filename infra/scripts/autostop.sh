@@ -1,37 +1,54 @@
 #!/usr/bin/env bash
 # Step autostop (on the head host): the watcher that stops an idle cluster (nodes.autostop).
 #
-# AUTOSTOP_ACTION=install (the Pulumi step) keeps a copy of this step's text (lib.sh, ray_common.sh and this file:
-# BASH_EXECUTION_STRING of `bash -c`) and its settings on the host and starts it as a service that comes back
-# with the host (systemd; without systemd, a detached process: install_watcher in lib.sh). AUTOSTOP_ACTION=watch
-# is that service: every AUTOSTOP_POLL_S it reads the job's state (Jobs API) and the GPUs' utilisation, and once
+# AUTOSTOP_ACTION=install (the Pulumi step) installs Alibaba's Python SDK in a virtualenv of its own (instances
+# mode; install_sdk, skipped when the same requirements are already there), keeps a copy of this step's text (lib.sh,
+# ray_common.sh and this file: BASH_EXECUTION_STRING of `bash -c`), the stopper (stop_instances.py) and its settings
+# on the host, and starts the watcher as a service that comes back with the host (systemd; without systemd, a
+# detached process: install_watcher in lib.sh). AUTOSTOP_ACTION=watch is that service: every AUTOSTOP_POLL_S it
+# reads the state of the current job (the id the job step recorded on this host: CURRENT_JOB_FILE, ray_common.sh)
+# and the GPUs' utilisation, and once
 #   - the job has ended (SUCCEEDED, FAILED, STOPPED, or gone) for AUTOSTOP_AFTER_JOB_MINUTES, or
 #   - no job runs and every GPU has been idle for AUTOSTOP_IDLE_MINUTES
-# it stops the cluster. On Alibaba (AUTOSTOP_MODE=instances) that is ECS StopInstances with StoppedMode
-# StopCharging for INSTANCE_IDS, signed with the temporary credentials of the head's instance RAM role from the
-# metadata service (never a long-lived key on a node; the role may stop only this stack's instances:
-# infra/autostop.py). On your own hosts (AUTOSTOP_MODE=ray) it stops the job, which frees the GPUs, and never
-# the machines; Ray's daemons stay (they hold no GPU, and the container's main process would start a stopped Ray
-# again: container_main.sh), so the next job needs no Ray step.
+# it stops the cluster. On Alibaba (AUTOSTOP_MODE=instances) that is ECS StopInstances (StopCharging, SuccessFirst)
+# for INSTANCE_IDS through Alibaba's SDK (stop_instances.py), with the temporary credentials of the head's
+# instance RAM role from the metadata service (never a long-lived key on a node; the role may stop only this
+# stack's instances: infra/autostop.py). On your own hosts (AUTOSTOP_MODE=ray) it stops the job, which frees the
+# GPUs, and never the machines; Ray's daemons stay (they hold no GPU, and the container's main process would start
+# a stopped Ray again: container_main.sh), so the next job needs no Ray step.
+#
+# Its clocks start again at every install and every boot, and after a boot it does nothing until the step installs
+# it again: the `pulumi up` that resumes a paused cluster re-forms it (Ray, the job) and then runs this step (its
+# trigger is the head's start time). Until then the job and the GPUs say nothing about the cluster's use.
 #
 # Environment:
-#   AUTOSTOP_ACTION             install | watch | once (one decision, for tests) | remove         required
+#   AUTOSTOP_ACTION             install | watch | once (one decision, for tests) | sdk (only the SDK) | remove  required
 #   AUTOSTOP_MODE               instances | ray                                                    required
 #   AUTOSTOP_AFTER_JOB_MINUTES  minutes after the job ended; 0: never for this reason              0
 #   AUTOSTOP_IDLE_MINUTES       minutes with no job and idle GPUs; 0: never for this reason        0
 #   AUTOSTOP_POLL_S             seconds between looks                                              60
-#   CONTAINER_NAME, DASHBOARD_PORT, JOB_ID   the head's container and the job to watch             required
+#   CONTAINER_NAME, DASHBOARD_PORT   the head's container and its Jobs API port                  required
 #   INSTANCE_IDS                space-separated ECS instance ids of this stack          required for instances
 #   REGION_ID                   the region of the instances                             required for instances
 #   RAM_ROLE                    the head's instance RAM role                            required for instances
+#   STOPPED_MODE                StopCharging | KeepCharging (a family without economical mode)   StopCharging
+#   AUTOSTOP_STOPPER_B64        stop_instances.py, base64 (one line)                    required for instances
+#   AUTOSTOP_SDK_REQUIREMENTS_B64  autostop-requirements.txt (the pinned SDK), base64   required for install, sdk
+#   PIP_INDEX_URL               the index pip installs the SDK from; empty: pip's own configuration   empty
 #   ECS_ENDPOINT                ECS API endpoint                              https://ecs.$REGION_ID.aliyuncs.com
 #   METADATA_URL                the instance metadata service                          http://100.100.100.200
-#     (ECS_ENDPOINT, METADATA_URL and AUTOSTOP_POLL_S are test seams too: the program never sets them; the real-
-#     host tier, tests/e2e/test_idle_and_reclaim.py, points them at stand-ins on the test network)
+#   AUTOSTOP_SDK_DIR            the SDK's virtualenv                              /opt/roll-cluster/autostop-sdk
+#   BOOT_ID_FILE                what names this boot                         /proc/sys/kernel/random/boot_id
+#     (ECS_ENDPOINT, METADATA_URL, AUTOSTOP_POLL_S, AUTOSTOP_SDK_DIR and BOOT_ID_FILE are test seams too:
+#     the program never sets them; the tests point them at stand-ins, a prepared SDK and a boot they control)
 #   AUTOSTOP_STATE_DIR          where the watcher keeps its copy, settings and clock  /var/lib/roll-cluster-autostop
 
 require_env AUTOSTOP_ACTION
 AUTOSTOP_STATE_DIR=${AUTOSTOP_STATE_DIR:-/var/lib/roll-cluster-autostop}
+AUTOSTOP_SDK_DIR=${AUTOSTOP_SDK_DIR:-/opt/roll-cluster/autostop-sdk}
+BOOT_ID_FILE=${BOOT_ID_FILE:-/proc/sys/kernel/random/boot_id}
+PIP_INDEX_URL=${PIP_INDEX_URL:-}
+CLOCKS=(ended_since idle_since stopped)
 
 # remove_watcher (at destroy; own hosts keep running): stop the service and forget its copy and settings.
 remove_watcher() {
@@ -43,11 +60,89 @@ remove_watcher() {
   rm -rf -- "$AUTOSTOP_STATE_DIR"
 }
 
-if [[ "$AUTOSTOP_ACTION" == remove ]]; then
-  run_step remove_watcher "remove the autostop watcher"
-  exit 0
-fi
-require_env AUTOSTOP_MODE CONTAINER_NAME DASHBOARD_PORT JOB_ID
+# sdk_requirements_hash: the SHA-256 of the requirements this step carries.
+sdk_requirements_hash() {
+  base64 -d <<<"$AUTOSTOP_SDK_REQUIREMENTS_B64" | sha256sum | cut -d ' ' -f 1
+}
+
+# sdk_ready: the virtualenv holds the SDK of exactly these requirements (its marker: their SHA-256).
+sdk_ready() {
+  [[ -x "$AUTOSTOP_SDK_DIR/bin/python" && -f "$AUTOSTOP_SDK_DIR/requirements.sha256" ]] &&
+    [[ "$(cat -- "$AUTOSTOP_SDK_DIR/requirements.sha256")" == "$(sdk_requirements_hash)" ]]
+}
+
+pip_install_sdk() {
+  local index=()
+  [[ -z "$PIP_INDEX_URL" ]] || index=(-i "$PIP_INDEX_URL")
+  log_cmd timeout -k 10 600 "$AUTOSTOP_SDK_DIR/bin/python" -m pip install --disable-pip-version-check \
+    --progress-bar off "${index[@]}" -r "$AUTOSTOP_SDK_DIR/requirements.txt"
+}
+
+# host_python: the path of a Python 3.8 or newer on the host (the SDK needs 3.7; stop_instances.py is written for
+# 3.8). Alibaba Cloud Linux 3's python3 is 3.6 (its platform Python, as RHEL 8's); Ubuntu 22.04's is 3.10.
+host_python() {
+  local candidate
+  for candidate in python3.12 python3.11 python3.10 python3.9 python3.8 python3; do
+    if command -v -- "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then
+      command -v -- "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# install_host_python: what host_python needs. Alibaba Cloud Linux 3: python39 from its AppStream (RHEL 8 names
+# the package so; that Alibaba Cloud Linux 3 carries it: UNCONFIRMED). Ubuntu: python3-venv (its python3 lacks
+# venv and ensurepip without it).
+install_host_python() {
+  detect_os
+  case "$PKG_FAMILY" in
+    rpm) install_packages python39 ;;
+    apt) install_packages python3 python3-venv ;;
+  esac
+}
+
+# install_sdk: Alibaba's Python SDK (autostop-requirements.txt) in a virtualenv of the host's Python, once per
+# set of requirements; the marker is written last, so an interrupted install is done again.
+install_sdk() {
+  local python
+  require_env AUTOSTOP_SDK_REQUIREMENTS_B64
+  # It is removed and made again below: never a path that could be anything else.
+  [[ "$AUTOSTOP_SDK_DIR" =~ ^/[A-Za-z0-9._-]+/[A-Za-z0-9._/-]+$ && "$AUTOSTOP_SDK_DIR" != *..* ]] ||
+    fail "AUTOSTOP_SDK_DIR must be an absolute path two levels deep or more, of letters, digits, '.', '_', '-'; got '$AUTOSTOP_SDK_DIR'"
+  if sdk_ready; then
+    banner "Alibaba's SDK already in $AUTOSTOP_SDK_DIR; skipped"
+    return 0
+  fi
+  if ! python=$(host_python) || ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    install_host_python
+    python=$(host_python) || fail "no Python 3.8 or newer on this host for the autostop stopper, even after installing one"
+    "$python" -c 'import ensurepip, venv' >/dev/null 2>&1 ||
+      fail "$python on this host cannot make a virtualenv (no venv/ensurepip module)"
+  fi
+  rm -rf -- "$AUTOSTOP_SDK_DIR"
+  mkdir -p -- "$AUTOSTOP_SDK_DIR"
+  logged "$python" -m venv -- "$AUTOSTOP_SDK_DIR"
+  base64 -d <<<"$AUTOSTOP_SDK_REQUIREMENTS_B64" >"$AUTOSTOP_SDK_DIR/requirements.txt"
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" pip_install_sdk ||
+    fail "pip could not install Alibaba's SDK (autostop-requirements.txt) in $AUTOSTOP_SDK_DIR"
+  logged "$AUTOSTOP_SDK_DIR/bin/python" -c 'import aliyunsdkcore.client, aliyunsdkecs.request.v20140526.StopInstancesRequest'
+  sdk_requirements_hash >"$AUTOSTOP_SDK_DIR/requirements.sha256"
+  banner "Alibaba's SDK installed in $AUTOSTOP_SDK_DIR (with $python)"
+}
+
+case "$AUTOSTOP_ACTION" in
+  remove)
+    run_step remove_watcher "remove the autostop watcher"
+    exit 0
+    ;;
+  sdk)
+    run_step install_sdk "install Alibaba's Python SDK for the autostop watcher"
+    exit 0
+    ;;
+esac
+require_env AUTOSTOP_MODE CONTAINER_NAME DASHBOARD_PORT
 AUTOSTOP_AFTER_JOB_MINUTES=${AUTOSTOP_AFTER_JOB_MINUTES:-0}
 AUTOSTOP_IDLE_MINUTES=${AUTOSTOP_IDLE_MINUTES:-0}
 AUTOSTOP_POLL_S=${AUTOSTOP_POLL_S:-60}
@@ -56,14 +151,40 @@ require_int AUTOSTOP_AFTER_JOB_MINUTES AUTOSTOP_IDLE_MINUTES AUTOSTOP_POLL_S DAS
 if [[ "$AUTOSTOP_MODE" == instances ]]; then
   require_env INSTANCE_IDS REGION_ID RAM_ROLE
   ECS_ENDPOINT=${ECS_ENDPOINT:-https://ecs.$REGION_ID.aliyuncs.com}
+  STOPPED_MODE=${STOPPED_MODE:-StopCharging}
+  [[ "$STOPPED_MODE" == StopCharging || "$STOPPED_MODE" == KeepCharging ]] ||
+    fail "STOPPED_MODE must be StopCharging or KeepCharging; got '$STOPPED_MODE'"
 fi
 SETTINGS_NAMES=(AUTOSTOP_MODE AUTOSTOP_AFTER_JOB_MINUTES AUTOSTOP_IDLE_MINUTES AUTOSTOP_POLL_S CONTAINER_NAME
-  DASHBOARD_PORT JOB_ID INSTANCE_IDS REGION_ID RAM_ROLE ECS_ENDPOINT METADATA_URL AUTOSTOP_STATE_DIR NODE_NAME)
+  DASHBOARD_PORT INSTANCE_IDS REGION_ID RAM_ROLE STOPPED_MODE ECS_ENDPOINT METADATA_URL AUTOSTOP_STATE_DIR
+  AUTOSTOP_SDK_DIR BOOT_ID_FILE CURRENT_JOB_FILE NODE_NAME)
+
+boot_id() {
+  cat -- "$BOOT_ID_FILE"
+}
+
+# armed: the step installed the watcher during this boot (install_autostop_watcher records the boot).
+armed() {
+  [[ "$(cat -- "$AUTOSTOP_STATE_DIR/armed" 2>/dev/null)" == "$(boot_id)" ]]
+}
+
+reset_clocks() {
+  local clock
+  for clock in "${CLOCKS[@]}"; do
+    rm -f -- "$AUTOSTOP_STATE_DIR/$clock"
+  done
+}
 
 install_autostop_watcher() {
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   chmod 700 -- "$AUTOSTOP_STATE_DIR"
-  rm -f -- "$AUTOSTOP_STATE_DIR/ended_since" "$AUTOSTOP_STATE_DIR/idle_since" "$AUTOSTOP_STATE_DIR/stopped"
+  if [[ "$AUTOSTOP_MODE" == instances ]]; then
+    require_env AUTOSTOP_STOPPER_B64
+    install_sdk
+    base64 -d <<<"$AUTOSTOP_STOPPER_B64" >"$AUTOSTOP_STATE_DIR/stop_instances.py"
+  fi
+  reset_clocks
+  boot_id >"$AUTOSTOP_STATE_DIR/armed"
   install_watcher "autostop watcher" roll-cluster-autostop "roll-cluster autostop (stops this cluster when it idles)" \
     "docker.service network-online.target" 30 "$AUTOSTOP_STATE_DIR" AUTOSTOP_ACTION=watch "${SETTINGS_NAMES[@]}"
 }
@@ -82,10 +203,22 @@ minutes_since() {
   echo $((($(date +%s) - since) / 60))
 }
 
+# current_job: the id of the job the job step submitted last on this host (NOT_FOUND's stand-in when none was).
+current_job() {
+  local id
+  id=$(cat -- "$CURRENT_JOB_FILE" 2>/dev/null) || return 1
+  [[ "$id" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || return 1
+  printf '%s\n' "$id"
+}
+
 # decide: prints "stop: <why>" when the cluster should stop now, nothing otherwise; keeps the clocks.
 decide() {
   local state ended=false idle=false
-  state=$(JOB_CLIENT_TIMEOUT_S=60 job_state 2>/dev/null) || state=UNKNOWN
+  if JOB_ID=$(current_job); then
+    state=$(JOB_CLIENT_TIMEOUT_S=60 job_state 2>/dev/null) || state=UNKNOWN
+  else
+    JOB_ID="(none submitted)" state=NOT_FOUND
+  fi
   case "$state" in
     SUCCEEDED | FAILED | STOPPED | NOT_FOUND) ended=true ;;
   esac
@@ -109,62 +242,21 @@ decide() {
   fi
 }
 
-# percent_encode TEXT: RFC 3986, as Alibaba's RPC signature requires (A-Z a-z 0-9 - _ . ~ kept).
-percent_encode() {
-  local text=$1 out="" char i
-  for ((i = 0; i < ${#text}; i++)); do
-    char=${text:i:1}
-    case "$char" in
-      [A-Za-z0-9._~-]) out+=$char ;;
-      *) out+=$(printf '%%%02X' "'$char") ;;
-    esac
-  done
-  printf '%s' "$out"
-}
-
-# json_field NAME: the string value of NAME in the JSON object on stdin (the metadata service's flat answer).
-json_field() {
-  sed -n -e "s/.*\"$1\" *: *\"\\([^\"]*\\)\".*/\\1/p" | head -n 1
-}
-
-# role_credentials: the RAM role's temporary credentials from the metadata service (STS; they rotate).
-role_credentials() {
-  local answer
-  answer=$(curl -fsS --max-time 10 -- "$METADATA_URL/latest/meta-data/ram/security-credentials/$RAM_ROLE") ||
-    fail "no credentials for the instance RAM role $RAM_ROLE from the metadata service"
-  ACCESS_KEY_ID=$(json_field AccessKeyId <<<"$answer")
-  ACCESS_KEY_SECRET=$(json_field AccessKeySecret <<<"$answer")
-  SECURITY_TOKEN=$(json_field SecurityToken <<<"$answer")
-  [[ -n "$ACCESS_KEY_ID" && -n "$ACCESS_KEY_SECRET" && -n "$SECURITY_TOKEN" ]] ||
-    fail "the metadata service's answer for role $RAM_ROLE lacks AccessKeyId, AccessKeySecret or SecurityToken"
-}
-
-# stop_instances: ECS StopInstances (API version 2014-05-26, RPC signature v1, HMAC-SHA1) for INSTANCE_IDS.
+# stop_instances: ECS StopInstances for INSTANCE_IDS through Alibaba's SDK (stop_instances.py prints Alibaba's
+# answers into the log; its settings are this step's, in the environment).
 stop_instances() {
-  local -a params=() ids
-  local query="" pair signature string_to_sign n=1 id
-  role_credentials
-  read -r -a ids <<<"$INSTANCE_IDS"
-  params=("AccessKeyId=$ACCESS_KEY_ID" "Action=StopInstances" "Format=JSON" "RegionId=$REGION_ID"
-    "SecurityToken=$SECURITY_TOKEN" "SignatureMethod=HMAC-SHA1" "SignatureNonce=$(date +%s%N)-$$"
-    "SignatureVersion=1.0" "StoppedMode=StopCharging" "Timestamp=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    "Version=2014-05-26")
-  for id in "${ids[@]}"; do
-    params+=("InstanceId.$n=$id")
-    n=$((n + 1))
-  done
-  while IFS= read -r pair; do
-    query+="${query:+&}$(percent_encode "${pair%%=*}")=$(percent_encode "${pair#*=}")"
-  done < <(printf '%s\n' "${params[@]}" | LC_ALL=C sort)
-  string_to_sign="GET&%2F&$(percent_encode "$query")"
-  signature=$(printf '%s' "$string_to_sign" | openssl dgst -sha1 -hmac "$ACCESS_KEY_SECRET&" -binary | base64)
-  banner "stopping instances $INSTANCE_IDS (StopInstances, StopCharging) with role $RAM_ROLE"
-  curl -fsS --max-time 60 -- "$ECS_ENDPOINT/?$query&Signature=$(percent_encode "$signature")" >>"$ROLL_STEP_LOG" ||
-    fail "StopInstances was refused (see the answer above)"
+  banner "stopping instances $INSTANCE_IDS (StopInstances, $STOPPED_MODE, SuccessFirst) with role $RAM_ROLE"
+  export INSTANCE_IDS REGION_ID RAM_ROLE STOPPED_MODE ECS_ENDPOINT METADATA_URL
+  logged "$AUTOSTOP_SDK_DIR/bin/python" -- "$AUTOSTOP_STATE_DIR/stop_instances.py"
 }
 
 # stop_job_on_hosts: own hosts: the machines and Ray's daemons stay up; the job stops and frees the GPUs.
 stop_job_on_hosts() {
+  local JOB_ID
+  JOB_ID=$(current_job) || {
+    banner "no job was submitted on this host: nothing to stop (own hosts: the machines stay up)"
+    return 0
+  }
   banner "stopping job $JOB_ID (own hosts: the machines stay up)"
   # Tolerated: autostop acts only once the job is neither RUNNING nor PENDING, so there is nothing left to stop.
   # Ray answers a stop of an ended job with success (stopped: false); the command fails when the job is gone
@@ -190,13 +282,21 @@ act() {
   date +%s >"$AUTOSTOP_STATE_DIR/stopped"
 }
 
+# watch_cluster: the service. A start in a boot the step has not installed it in (the host was stopped and
+# started) clears the clocks and waits for the step; a restart after a failed stop (systemd) keeps them.
 watch_cluster() {
+  local waiting=false
   mkdir -p -- "$AUTOSTOP_STATE_DIR"
   while true; do
-    # Once stopped, nothing is left to stop until the step installs the watcher again (install clears it).
-    # `|| true`: act returns 1 when nothing should stop yet (the usual poll). A stop that fails ends the watcher
-    # through fail (exit): systemd starts it again (Restart=always); a detached watcher (no systemd) stays gone.
-    [[ -f "$AUTOSTOP_STATE_DIR/stopped" ]] || act || true
+    if ! armed; then
+      reset_clocks
+      $waiting || banner "this host booted since the step installed the watcher: nothing stops until \`pulumi up\` has formed the cluster again and installed it"
+      waiting=true
+    elif [[ ! -f "$AUTOSTOP_STATE_DIR/stopped" ]]; then
+      # `|| true`: act returns 1 when nothing should stop yet (the usual poll). A stop that fails ends the watcher
+      # through fail (exit): systemd starts it again (Restart=always); a detached watcher (no systemd) stays gone.
+      act || true
+    fi
     sleep "$AUTOSTOP_POLL_S"
   done
 }
@@ -204,6 +304,10 @@ watch_cluster() {
 case "$AUTOSTOP_ACTION" in
   install) run_step install_autostop_watcher "install the autostop watcher" ;;
   watch) watch_cluster ;;
-  once) mkdir -p -- "$AUTOSTOP_STATE_DIR" && act ;;
-  *) fail "AUTOSTOP_ACTION must be install, watch or once; got '$AUTOSTOP_ACTION'" ;;
+  once)
+    mkdir -p -- "$AUTOSTOP_STATE_DIR"
+    armed || fail "the watcher was not installed during this boot: it acts only after the step installed it"
+    act
+    ;;
+  *) fail "AUTOSTOP_ACTION must be install, watch, once, sdk or remove; got '$AUTOSTOP_ACTION'" ;;
 esac

@@ -171,10 +171,11 @@ submit_job() {
 }
 
 # mark_job_submitted: the job id, in the container (kept across its restarts): jobStatus says LOST, not "never
-# submitted", when the head's Ray no longer knows a job marked here.
+# submitted", when the head's Ray no longer knows a job marked here; and on the host, for the autostop watcher.
 mark_job_submitted() {
   # shellcheck disable=SC2016 # $1 and $2 expand in the container's shell
   logged docker exec "$CONTAINER_NAME" sh -c 'mkdir -p "$1" && : >"$1/$2"' mark "$SUBMITTED_JOBS_DIR" "$JOB_ID"
+  record_current_job
 }
 
 # supervisor_lost: the job FAILED before its entrypoint ran because Ray placed its supervisor actor on a node that

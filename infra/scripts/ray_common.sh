@@ -6,6 +6,17 @@
 # `docker exec`. The container does not inherit the SSH session's environment, so every variable a command in
 # the container needs is passed by name with `docker exec -e NAME`: the value never appears on a command line.
 
+# CURRENT_JOB_FILE [/var/lib/roll-cluster/current-job]: on the head host, the id of the job the job step submitted
+# (or found) last (record_current_job); the autostop watcher reads it, so a new job does not change its step.
+: "${CURRENT_JOB_FILE:=/var/lib/roll-cluster/current-job}"
+
+# record_current_job: write JOB_ID to CURRENT_JOB_FILE (renamed over it: never half an id).
+record_current_job() {
+  mkdir -p -- "$(dirname -- "$CURRENT_JOB_FILE")"
+  printf '%s\n' "$JOB_ID" >"$CURRENT_JOB_FILE.new"
+  mv -f -- "$CURRENT_JOB_FILE.new" "$CURRENT_JOB_FILE"
+}
+
 container_state() {
   docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME"
 }

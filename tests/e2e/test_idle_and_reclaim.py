@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import pytest
 from alibaba_standin import CREDENTIALS, AlibabaStandIn
+from autostop_sdk import ensure_autostop_sdk
 from e2e_harness import BRIDGE_IP, STATE_ROOT, CommandResult, TestHost, TestNetwork
 from program_commands import ProgramCommands, render_cluster
 
@@ -38,6 +39,8 @@ SHARED = STATE_ROOT / "idle-shared"  # the stand-in NAS: mounted at /mnt/shared 
 RECLAIM_DIR = "/mnt/shared/.roll-cluster/reclaimed/multi"
 WATCHER_STATE = "/var/lib/roll-cluster-autostop"  # the script's default AUTOSTOP_STATE_DIR (host's private /var/lib)
 POLL_S = 2
+BOOT_ID_FILE = "/tmp/e2e-boot-id"  # the head's boot id (BOOT_ID_FILE): a new value is a new boot
+ROLE = role_name("roll-cluster", "multi", "cn-hangzhou")
 T = TypeVar("T")
 
 
@@ -54,7 +57,7 @@ def wait_until(what: str, probe: Callable[[], T], done: Callable[[T], bool], tim
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[AlibabaStandIn]:
-    alibaba = AlibabaStandIn(BRIDGE_IP, role_name("multi"), lifetime_s=600).start()
+    alibaba = AlibabaStandIn(BRIDGE_IP, ROLE, lifetime_s=900).start()
     yield alibaba
     alibaba.stop()
 
@@ -94,6 +97,13 @@ def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramC
         network.run(host, f"docker rm -f {CONTAINER}; umount /mnt/shared; umount /mnt", timeout=60)
 
 
+def seams(standin: AlibabaStandIn) -> str:
+    """The test seams the autostop step reads (never set by the program): the stand-ins, a quick poll, the SDK
+    the node's own installation made outside the repository, and a boot id the test controls."""
+    return (f"export ECS_ENDPOINT={standin.ecs_url} METADATA_URL={standin.metadata_url} AUTOSTOP_POLL_S={POLL_S} "
+            f"AUTOSTOP_SDK_DIR={ensure_autostop_sdk()} BOOT_ID_FILE={BOOT_ID_FILE}\n")
+
+
 def job_status(network: TestNetwork, commands: ProgramCommands) -> CommandResult:
     return network.run_user_command(commands.outputs["jobStatus"], timeout=JOBS_API_WAIT_S + 60)
 
@@ -110,8 +120,8 @@ def test_after_the_job_ends_autostop_stops_exactly_this_stacks_instances_with_th
     assert len(commands.instance_ids) == 2 and all(i.startswith("i-") for i in commands.instance_ids)
     network.run(head, commands.submit, timeout=300).check()
     # The program's autostop step, as `pulumi up` runs it on the head after the job step, pointed at the stand-ins.
-    seams = f"export ECS_ENDPOINT={standin.ecs_url} METADATA_URL={standin.metadata_url} AUTOSTOP_POLL_S={POLL_S}\n"
-    installed = network.run(head, commands.autostop.prefixed(seams), timeout=60).check()
+    network.run(head, f"echo boot-1 >{BOOT_ID_FILE}").check()
+    installed = network.run(head, commands.autostop.prefixed(seams(standin)), timeout=120).check()
     assert "autostop watcher running (no systemd: process" in installed.output, installed.output
     wait_until("the stand-in job succeeded", lambda: job_status(network, commands),
                lambda r: r.returncode == 0 and "succeeded" in r.stdout.lower(), timeout=120, every=2)
@@ -120,12 +130,13 @@ def test_after_the_job_ends_autostop_stops_exactly_this_stacks_instances_with_th
     calls = wait_until("a StopInstances call", standin.calls, lambda c: len(c) > 0, timeout=150)
     call = calls[0]
     assert call["Action"] == "StopInstances" and call["StoppedMode"] == "StopCharging", call
+    assert call["BatchOptimization"] == "SuccessFirst" and call["method"] == "POST", call
     assert sorted(v for k, v in call.items() if k.startswith("InstanceId.")) == sorted(commands.instance_ids)
     assert call["RegionId"] == "cn-hangzhou"
     # Signed with the role's temporary credentials, which came from the metadata service for this stack's role.
     assert call["AccessKeyId"] == CREDENTIALS["AccessKeyId"] and call["SecurityToken"] == CREDENTIALS["SecurityToken"]
     assert call["signatureValid"] == "True", call
-    assert f"/latest/meta-data/ram/security-credentials/{role_name('multi')}" in standin.metadata_paths
+    assert f"/latest/meta-data/ram/security-credentials/{ROLE}" in standin.metadata_paths
     # Exactly one call: the watcher records the stop and keeps running without asking again. Its state says so;
     # then three more of its polls pass (the only way to see that something does not happen) with it alive.
     wait_until("the watcher's stop record", lambda: network.run(head, f"test -f {WATCHER_STATE}/stopped").returncode,
@@ -142,6 +153,46 @@ def test_after_the_job_ends_autostop_stops_exactly_this_stacks_instances_with_th
     # `pulumi destroy` (or a stack without autostop): the step's delete ends the watcher.
     network.run(head, commands.autostop_remove, timeout=60).check()
     assert network.run(head, f"test -e {WATCHER_STATE}").returncode != 0
+
+
+def test_after_a_pause_and_a_restart_the_watcher_waits_the_whole_time_again(
+    network: TestNetwork, cluster: tuple[TestHost, TestHost, ProgramCommands], standin: AlibabaStandIn
+) -> None:
+    """nodes.paused, then resumed: the head stops and boots again. The watcher (a service) starts at boot with the
+    clock it kept; it must not act on that clock, nor before `pulumi up` has formed the cluster again and run the
+    autostop step (its trigger: the head's start time), and from then it waits the whole afterJobMinutes again."""
+    head, _, commands = cluster
+    assert commands.autostop is not None and commands.autostop_remove is not None
+    wait_until("the stand-in job succeeded", lambda: job_status(network, commands),
+               lambda r: r.returncode == 0 and "succeeded" in r.stdout.lower(), timeout=300, every=2)
+    network.run(head, f"echo boot-1 >{BOOT_ID_FILE}").check()
+    network.run(head, commands.autostop.prefixed(seams(standin)), timeout=120).check()
+    wait_until("the watcher's clock", lambda: network.run(head, f"test -f {WATCHER_STATE}/ended_since").returncode,
+               lambda rc: rc == 0, timeout=60)
+    calls_before = len(standin.calls())
+    # The pause: the head stops (its watcher with it), an hour after the job ended (the kept clock says so).
+    network.run(head, f"kill \"$(cat {WATCHER_STATE}/watch.pid)\"; "
+                      f"echo $(($(date +%s) - 3600)) >{WATCHER_STATE}/ended_since").check()
+    # The resume: a new boot, and the service starts as the host comes up (as systemd would: the kept copy with the
+    # kept settings; the test hosts have no systemd, so it is started here the way the no-systemd install does).
+    network.run(head, f"echo boot-2 >{BOOT_ID_FILE}; (. {WATCHER_STATE}/settings.env && export AUTOSTOP_ACTION=watch "
+                      f"ROLL_STEP=autostop && exec setsid bash {WATCHER_STATE}/watcher.sh) </dev/null "
+                      f">>{WATCHER_STATE}/watch.log 2>&1 & echo $! >{WATCHER_STATE}/watch.pid").check()
+    wait_until("the booted watcher waiting for the step", lambda: watcher_log(network, head),
+               lambda log: "this host booted since the step installed the watcher" in log, timeout=60)
+    settled = time.monotonic() + 3 * POLL_S
+    while time.monotonic() < settled:  # three polls with the hour-old clock: nothing may stop
+        time.sleep(0.5)
+    assert len(standin.calls()) == calls_before, standin.calls()
+    assert network.run(head, f"test -e {WATCHER_STATE}/ended_since").returncode != 0  # the kept clock is gone
+    # `pulumi up` formed the cluster again and runs the autostop step: from now, the whole minute again.
+    reinstalled_at = time.monotonic()
+    network.run(head, commands.autostop.prefixed(seams(standin)), timeout=120).check()
+    wait_until("a StopInstances call after the reinstall", standin.calls, lambda c: len(c) > calls_before,
+               timeout=180)
+    waited = time.monotonic() - reinstalled_at
+    assert waited >= 60, f"the watcher stopped the cluster {waited:.0f}s after the step, before afterJobMinutes: 1"
+    network.run(head, commands.autostop_remove, timeout=60).check()
 
 
 def test_a_reclaim_notice_on_a_worker_makes_job_status_say_reclaimed_with_the_node(
