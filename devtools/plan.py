@@ -31,6 +31,7 @@ from devtools.offline_cloud import (
     unwrap,
 )
 from infra import image_path, model_cache, parallelism, summary
+from infra.autostop import plan_lines as autostop_plan_lines
 from infra.config import ClusterConfig, ConfigError
 from infra.frameworks.base import FIRST_STEP_PATTERNS
 from infra.node import remote, steps
@@ -78,10 +79,7 @@ def render(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup
         lines += _hosts_section(run)
     else:
         lines += _cloud_sections(run, lookup)
-    # When autostop fires and the permissions the stack's features need (infra/autostop.py plan_lines; imported
-    # here so that this block moves as one).
-    from infra.autostop import plan_lines as autostop_plan_lines
-
+    # When autostop fires and the permissions the stack's features need.
     if isinstance(plan_config := steps.NOTES.get("config"), ClusterConfig):
         lines += [section("Autostop and permissions"), *autostop_plan_lines(plan_config)]
     lines += _steps_section(run, first_boot=not on_hosts, parallel=parallel, lookup=lookup)

@@ -91,7 +91,11 @@ def test_autostop_is_on_by_default_on_alibaba_and_every_shipped_cloud_stack_plan
         "source", "alibaba") == "alibaba"]
     assert len(cloud_stacks) >= 5
     for stack in cloud_stacks:
+        # The default plan's cost says when; the full plan has the section with the permissions.
         assert plan.main([stack, "--no-registry"]) == 0, stack
+        assert "autostop            stops every instance of this stack (StopCharging) 30 min after the job ended" in (
+            capsys.readouterr().out), stack
+        assert plan.main(["--full", stack, "--no-registry"]) == 0, stack
         text = capsys.readouterr().out
         section = text.split("== Autostop and permissions", 1)[1].split("\n== ", 1)[0]
         assert "stops every instance of this stack (StopCharging) 30 min after the job ended" in section, stack
@@ -102,12 +106,12 @@ def test_autostop_is_on_by_default_on_alibaba_and_every_shipped_cloud_stack_plan
 
 
 def test_the_plan_lists_only_the_permissions_of_the_features_a_stack_uses(capsys):
-    assert plan.main(["multi", "--no-registry", "--config",
+    assert plan.main(["--full", "multi", "--no-registry", "--config",
                       'roll-cluster:nodes={"autostop": {"afterJobMinutes": 0}}']) == 0
     section = capsys.readouterr().out.split("== Autostop and permissions", 1)[1].split("\n== ", 1)[0]
     assert "off (nodes.autostop.afterJobMinutes: 0)" in section
     assert "ram:" not in section and "AliyunNASFullAccess" in section  # multi has NAS, autostop is off
-    assert plan.main(["hosts", "--no-registry"]) == 0
+    assert plan.main(["--full", "hosts", "--no-registry"]) == 0
     section = capsys.readouterr().out.split("== Autostop and permissions", 1)[1].split("\n== ", 1)[0]
     assert "none in any cloud" in section
 

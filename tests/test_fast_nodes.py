@@ -233,8 +233,8 @@ def test_the_modelled_options_are_figures_for_the_docs_not_a_path_the_program_bu
     # docs/performance.md's 'Modelled options, not built' gives these (the benchmark's NOT BUILT rows): even with
     # P2P, a maintained base image, tuned pulls, requirements in the image and snapshot prefetch, Pulumi's state
     # saves at 64 nodes (a self-managed backend) keep the figure far from the targets.
-    assert at(64, "in-region", OPTIONS) == pytest.approx(52.4, abs=0.1)
     assert at(64, "in-region", OPTIONS) - schedule.state_write_minutes(64) == pytest.approx(20.3, abs=0.1)
+    assert schedule.state_write_minutes(64) > 20
     assert at(64, "in-region", OPTIONS) < at(64, "in-region") - 20  # driver, backend and code off the path
 
 
@@ -253,9 +253,13 @@ def test_the_terms_that_grow_with_the_count_come_from_their_sources() -> None:
     assert [schedule.api_wait_minutes(n) for n in (1, 60, 61, 64, 256)] == [0.0, 0.0, 1.0, 1.0, 4.0]
     # Pulumi's state: 20 + 15 resources per node, each saving the whole state twice, one save at a time, at the
     # assumed 20 MB/s: quadratic in the node count.
-    assert schedule.state_resources(64) == 980
-    assert schedule.state_megabytes(64) == pytest.approx(38.8, abs=0.1)
-    assert schedule.state_write_minutes(64) == pytest.approx(980 * 2 * (0.425 + 38.825) / 2 / 20 / 60)
+    state = schedule.MEASURED_STATE
+    resources = state["resources-fixed"] + 64 * state["resources-per-node"]
+    megabytes = (state["kb-fixed"] + 64 * state["kb-per-node"]) / 1000
+    assert schedule.state_resources(64) == resources
+    assert schedule.state_megabytes(64) == pytest.approx(megabytes)
+    mean = (state["kb-fixed"] / 1000 + megabytes) / 2
+    assert schedule.state_write_minutes(64) == pytest.approx(resources * 2 * mean / 20 / 60)
     assert schedule.state_write_minutes(256) > 14 * schedule.state_write_minutes(64)
     plan = first_step(config, records, "in-region", 64, 64)
     assert "node-0/state-writes" in plan.critical_path

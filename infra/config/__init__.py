@@ -51,12 +51,11 @@ from infra.config.frameworks import (
     RollConfig,
     VerlConfig,
 )
+from infra.config.hosts import HostConfig, HostDefaults
 from infra.config.nodes import (
     ALIBABA_ONLY_NODE_KEYS,
     HOSTS_ONLY_NODE_KEYS,
     AutostopConfig,
-    HostConfig,
-    HostDefaults,
     NodesConfig,
     nvidia_model_has_bf16,
 )
