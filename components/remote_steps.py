@@ -176,6 +176,10 @@ def teardown_step(
             "SSH_PORT": str(ctx.port),
             "SSH_KEY_PATH": ctx.identity_file,
             "KNOWN_HOSTS_FILE": ctx.known_hosts_file,
+            # The node's host key itself, in the state: the delete runs from the old state's inputs, so a node
+            # that the known-hosts file no longer lists (removed, replaced) and a machine without that file (a
+            # clone, CI) are still checked strictly (infra/scripts/local/teardown.sh).
+            "HOST_PUBLIC_KEY": ctx.host_key if ctx.host_key is not None else "",
             "HOST_KEY_CHECKING": ctx.host_key_checking,
             "HOST_KEY_ORIGIN": ctx.host_key_origin,
             "NODE_NAME": ctx.node,

@@ -125,7 +125,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
     @property
     def ops(self) -> list[tuple[str, str]]:
         """What this `up` does, in order: (create | update | same | replace | delete, resource name)."""
-        return self._ops.finish([r.name for r in self.prior], engine_model.kept_names(self.resources))
+        dependencies = {r.name: r.registration.dependencies for r in self.prior if r.registration is not None}
+        return self._ops.finish([r.name for r in self.prior], engine_model.kept_names(self.resources), dependencies)
 
     def _engine_change(self, typ: str, name: str, inputs: Mapping[str, Any]) -> tuple[str, Registered | None]:
         reg = self.registrations.get(name)

@@ -1,0 +1,78 @@
+"""Day two on the real engine (issue 29): the operations users perform after the first `up`, driven through the
+engine model (devtools/engine_model.py: refresh, delete-before-replace, deletes last and none after a failure) and
+performed by tests/day_two_world.py (the local scripts run for real; the gate's driver runs against the world's
+Ray). Each ends with Ray formed on the configuration's nodes and the job running, or deliberately stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from day_two_world import World, expected_ips, job_id
+
+from devtools import engine_model
+from devtools.offline_cloud import OfflineRun, run_program
+
+
+def _up(world: World, stack: str, config: dict[str, Any] | None = None, prior: OfflineRun | None = None,
+        **changes: Any) -> OfflineRun:
+    cloud = prior.cloud.next_run(**changes) if prior is not None else None
+    run = run_program(stack, cloud=cloud, config=config)
+    result = world.up(run.cloud)
+    assert result.failed is None, f"{result.failed}: {result.error}"
+    return run
+
+
+def _formed(world: World, run: OfflineRun) -> None:
+    assert sorted(world.ray) == expected_ips(run.cloud)
+    assert world.jobs.get(job_id(run.cloud)) == "RUNNING"
+
+
+def test_scale_in_forms_ray_on_the_remaining_nodes_and_deletes_the_removed_one(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    first = _up(world, "multi", {"roll-cluster:nodes": {"count": 3}})
+    _formed(world, first)
+    later = _up(world, "multi", {"roll-cluster:nodes": {"count": 2}}, prior=first)
+    _formed(world, later)
+    assert len(world.machines) == 2  # the removed instance is deleted (it stops billing)
+    # Its teardown ran on it, after the known-hosts file was rewritten without it: the host key is in the state.
+    assert "ray-worker-delete on node-2" in world.log
+
+
+# ------------------------------------------------------------------------------------------------ the engine's rules
+def test_a_delete_before_replace_deletes_the_dependents_it_condemns_first() -> None:
+    ops = engine_model.Ops()
+    ops.record("replace", "container", dbr=True)
+    ops.record("replace", "ray-head", dbr=True)
+    ops.record("replace", "job", dbr=False)
+    ops.record("same", "other", dbr=False)
+    prior = ["container", "ray-head", "job", "other", "removed"]
+    dependencies = {"ray-head": {"container"}, "job": {"ray-head"}, "other": {"container"}, "removed": {"other"}}
+    steps = ops.finish(prior, ["container", "ray-head", "job", "other"], dependencies)
+    # The job (replaced, through ray-head) and ray-head go before the container, the job first; `other` is kept.
+    assert steps[:3] == [("delete", "job"), ("delete", "ray-head"), ("delete", "container")]
+    assert steps.count(("delete", "job")) == 1 and steps.count(("delete", "ray-head")) == 1
+    assert steps[-1] == ("delete", "removed")  # a removed resource: last
+
+
+def test_after_a_failed_step_nothing_more_runs_not_even_the_deletes() -> None:
+    ops = [("create", "a"), ("update", "b"), ("create", "c"), ("delete", "removed")]
+    result = engine_model.execute(ops, lambda verb, name: "boom" if name == "b" else None)
+    assert result.failed == ("update", "b") and result.done == [("create", "a")]
+
+
+def test_a_refresh_dials_every_docker_resource_and_fails_on_a_dead_host(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    run = _up(world, "multi")
+    world.autostop()
+    refreshed = world.refresh(run.cloud.resources)
+    assert refreshed.failed in ("node-0-image", "node-1-image", "node-0-container", "node-1-container")
+    assert "ssh: connect to host" in str(refreshed.error)
+    assert refreshed.state == run.cloud.resources  # a failed refresh changes nothing
+
+
+def test_urn_globs_match_as_the_engine_does() -> None:
+    instance = "alicloud:ecs/instance:Instance"
+    assert engine_model.urn_glob("**alicloud:ecs/instance:Instance::*", instance, "node-0-instance")
+    assert not engine_model.urn_glob("**alicloud:ecs/instance:Instance::*", "docker:index/container:Container",
+                                     "node-0-container")
