@@ -159,6 +159,9 @@ class World:
             folder.mkdir(parents=True, exist_ok=True)
         _write(self.bin / "ssh", SSH_STANDIN, executable=True)
         _write(self.bin / "ray", RAY_COMMAND, executable=True)
+        # The Pulumi CLI as nas_guard.sh asks it: storage.retainOnDestroy is unset (its default, true).
+        _write(self.bin / "pulumi", "#!/bin/sh\necho \"error: configuration key 'roll-cluster:storage' not found\" >&2"
+               "\nexit 255\n", executable=True)
         _write(self.lib / "ray" / "__init__.py", RAY_MODULE)
         _write(self.lib / "ray" / "util" / "__init__.py", "")
         _write(self.lib / "ray" / "util" / "scheduling_strategies.py", SCHEDULING_MODULE)

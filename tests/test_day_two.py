@@ -76,3 +76,25 @@ def test_urn_globs_match_as_the_engine_does() -> None:
     assert engine_model.urn_glob("**alicloud:ecs/instance:Instance::*", instance, "node-0-instance")
     assert not engine_model.urn_glob("**alicloud:ecs/instance:Instance::*", "docker:index/container:Container",
                                      "node-0-container")
+
+
+# ------------------------------------------------------------------------------------------------ case 3: host keys
+def test_a_replaced_worker_is_torn_down_with_its_own_host_key_and_ray_forms_on_the_new_one(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    first = _up(world, "multi")
+    old_worker = first.cloud.named("node-1-instance").outputs["privateIp"]
+    later = _up(world, "multi", prior=first, replace={"node-1-instance"})
+    _formed(world, later)
+    assert old_worker not in world.ray and len(world.machines) == 2
+    assert world.log.count("ray-worker-delete on node-1") == 1
+
+
+def test_destroy_from_a_clone_on_another_machine_stops_the_job_and_ray_first(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    run = _up(world, "multi")
+    teammate = tmp_path / "teammate-home"  # no ~/.ssh/roll-cluster/<stack>.known_hosts there
+    teammate.mkdir()
+    result = world.destroy(run.cloud.resources, home=teammate)
+    assert result.failed is None, result.error
+    assert {"job-delete on node-0", "ray-head-delete on node-0", "ray-worker-delete on node-1"} <= set(world.log)
+    assert world.machines == {} and world.ray == []
