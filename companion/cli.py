@@ -102,11 +102,20 @@ def pause(stack: str, _outputs: Mapping[str, Any], _: argparse.Namespace) -> int
     return status or _pulumi("up", "--stack", stack)
 
 
+# The instances' URNs, as `--target` globs them (pulumi pkg/resource/deploy/deployment.go NewUrnTargets: `**` any
+# text, `*` any text without `:`). A glob that matches nothing is no error (only literal targets are checked).
+INSTANCES_GLOB = "**alicloud:ecs/instance:Instance::*"
+
+
 def resume(stack: str, _outputs: Mapping[str, Any], _: argparse.Namespace) -> int:
-    """nodes.paused removed and `pulumi up --refresh`: the refresh sees instances that autostop stopped too. After
-    autostop the setting was never there: the removal's complaint, if any, does not stop the update."""
+    """nodes.paused removed, a refresh of the instances only, then `pulumi up`. The refresh sees instances that
+    autostop stopped, and instances that are gone (a reclaimed spot node, one deleted in the console). Only the
+    instances: a refresh Reads every resource, and a docker container's or image's Read dials its node over SSH at
+    the address the state holds, which a stopped instance released, so a whole refresh (`up --refresh`) fails there.
+    After autostop the setting was never there: the removal's complaint, if any, does not stop the update."""
     _pulumi("config", "rm", "--stack", stack, "--path", "roll-cluster:nodes.paused")
-    return _pulumi("up", "--refresh", "--stack", stack)
+    refreshed = _pulumi("refresh", "--stack", stack, "--yes", "--target", INSTANCES_GLOB)
+    return refreshed or _pulumi("up", "--stack", stack)
 
 
 def cost(stack: str, outputs: Mapping[str, Any], _: argparse.Namespace) -> int:
@@ -145,7 +154,8 @@ COMMANDS: dict[str, tuple[Callable[[str, Mapping[str, Any], argparse.Namespace],
     "stop": (stop, "stop the job; the nodes keep running (and billing)"),
     "resubmit": (resubmit, "submit the job again (pulumi up --replace of the job step)"),
     "pause": (pause, "stop every instance (StopCharging): nodes.paused true, then pulumi up"),
-    "resume": (resume, "start them again: nodes.paused removed, then pulumi up --refresh"),
+    "resume": (resume, "start them again (also after autostop or a reclaim): nodes.paused removed, the "
+               "instances refreshed, then pulumi up"),
     "cost": (cost, "what the cluster costs per hour, paused, after destroy, and so far"),
 }
 

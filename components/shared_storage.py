@@ -86,7 +86,11 @@ class SharedStorage(pulumi.ComponentResource):
             rw_access_type="RDWR",
             user_access_type="no_squash",
             priority=1,
-            opts=child,
+            # A move (a new vSwitch CIDR) must not cut the old nodes' access while their job still runs: the provider
+            # would modify the rule in place (ModifyAccessRule) at the start of the `up`. Replaced instead, the new
+            # rule is created first and the old one deleted at the end, after the old instances (Pulumi deletes a
+            # replaced resource after every other step, step_generator.go:2159-2166).
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(replace_on_changes=["sourceCidrIp"])),
         )
         # The rule must exist before anything mounts: the mount target waits for it, and every node's prepare-host
         # step waits for the mount target (it takes the mount target's domain).

@@ -108,6 +108,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
     host_keys: dict[str, str] = field(default_factory=dict)
     replace: set[str] = field(default_factory=set)  # `pulumi up --replace` of these resource names
     registrations: dict[str, engine_model.Registration] = field(default_factory=dict)
+    # Ids and addresses the stack's resources held in earlier runs: a new instance (one recreated after a reclaim
+    # included) gets another id, and a started one another public IP, as Alibaba hands them out.
+    retired_ids: set[str] = field(default_factory=set)
+    retired_addresses: set[str] = field(default_factory=set)
     _ops: engine_model.Ops = field(default_factory=engine_model.Ops)
     # One registration at a time: the SDK sends them from executor threads (pulumi/runtime/resource.py).
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -118,7 +122,12 @@ class OfflineCloud(pulumi.runtime.Mocks):
         `changes`: the fields that differ next time (stock, prices, ...)."""
         fields: dict[str, Any] = {
             "stock": self.stock, "prices": self.prices, "external_file_systems": self.external_file_systems,
-            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied, **changes}
+            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied,
+            "retired_ids": self.retired_ids | {str(r.id) for r in [*self.prior, *self.resources] if r.id},
+            "retired_addresses": self.retired_addresses | {
+                str(r.outputs[k]) for r in [*self.prior, *self.resources] if r.type == "alicloud:ecs/instance:Instance"
+                for k in ("publicIp", "privateIp") if r.outputs.get(k)},
+            **changes}
         return OfflineCloud(prior=list(self.resources), **fields)
 
     # ------------------------------------------------------------------ the engine (devtools/engine_model.py)
@@ -366,6 +375,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
             change, old = self._engine_change(typ, args.name, inputs)
             reg = self.registrations.get(args.name)
             if old is not None and change in ("same", "update"):
+                # The engine keeps the state's value of every input in ignore_changes (top-level names here:
+                # step_generator.go processIgnoreChanges), and the state records that value, not the program's.
+                ignored = set(reg.ignore_changes) if reg is not None else set()
+                inputs = {k: old.inputs[k] if k in ignored and k in old.inputs else v for k, v in inputs.items()}
                 # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
                 outputs = {**old.outputs, **inputs}
                 if typ == "alicloud:ecs/instance:Instance":
@@ -378,6 +391,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
                 return old.id, outputs
             if old is not None:  # replaced: a new cloud resource with a new id
                 resource_id = f"{prefix}{_digest(args.typ + args.name + str(old.id), 17)}"
+            elif resource_id in self.retired_ids:  # created again (its predecessor went outside the program)
+                resource_id = f"{prefix}{_digest(args.typ + args.name + str(sorted(self.retired_ids)), 17)}"
             self._refuse(typ, args.name, inputs, replacing=old)
             if typ == "alicloud:ecs/instance:Instance":
                 outputs.update(self._instance_addresses(args.name))
@@ -534,7 +549,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         self._instances += 1
         # Addresses of instances that still exist (a previous run's included) are never handed out twice.
         live = self.live("alicloud:ecs/instance:Instance")
-        taken = {r.outputs.get(k) for r in live for k in ("privateIp", "publicIp")}
+        taken = {r.outputs.get(k) for r in live for k in ("privateIp", "publicIp")} | self.retired_addresses
         if self.node_private_ips is not None:
             private = self.node_private_ips[index]
         else:

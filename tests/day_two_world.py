@@ -75,12 +75,13 @@ step = os.environ.get("ROLL_STEP", "")
 world["log"].append("%s on %s" % (step, machine["name"]))
 if step in ("ray-head-delete", "ray-worker-delete"):
     world["ray"] = [ip for ip in world["ray"] if ip != machine["private_ip"]]
+    machine["ray_record"] = False
 elif step == "job-delete":
     job = [l for l in text.splitlines() if l.startswith("export JOB_ID=")][0].split("=", 1)[1].strip("'")
     if world["jobs"].get(job) == "RUNNING":
         world["jobs"][job] = "STOPPED"
     # job_stop.sh deletes the job it stopped (or found stopped or failed), so that its id can be submitted again.
-    if "ray job delete" in text and world["jobs"].get(job) in ("STOPPED", "FAILED"):
+    if "forget_ended_job" in text and world["jobs"].get(job) in ("STOPPED", "FAILED"):
         del world["jobs"][job]
 json.dump(world, open(world_file, "w"))
 '''
@@ -127,6 +128,9 @@ if sys.argv[1:] == ["stop"]:
     path = os.environ["DAY_TWO_WORLD"]
     world = json.load(open(path))
     world["ray"] = [ip for ip in world["ray"] if ip != os.environ["RAY_STANDIN_NODE"]]
+    for machine in world["machines"].values():
+        if machine["private_ip"] == os.environ["RAY_STANDIN_NODE"]:
+            machine["ray_record"] = False
     world["log"].append("ray stop on " + os.environ["RAY_STANDIN_NODE"])
     json.dump(world, open(path, "w"))
 '''
@@ -139,6 +143,9 @@ class Machine:
     private_ip: str
     host_key: str  # the public key it presents (installed by its first boot)
     running: bool = True
+    # Ray's start record in its container (ray_common.sh): the container's main process starts Ray from it
+    # when the machine starts again (container_main.sh); the ray-stop step and the gate's stop remove it.
+    ray_record: bool = False
 
 
 @dataclass
@@ -194,8 +201,7 @@ class World:
         Ray and the job end with the machines."""
         for machine in self.machines.values():
             machine.running, machine.public_ip = False, ""
-        self.ray = []
-        self.jobs = {job: "STOPPED" if state == "RUNNING" else state for job, state in self.jobs.items()}
+            self._stopped(machine.private_ip)
 
     def read_instance(self, r: Registered) -> dict[str, Any] | None:
         """DescribeInstances, as a refresh reads an instance: gone, stopped (no public IP) or running."""
@@ -241,11 +247,24 @@ class World:
             return None
         if r.type == "command:remote:Command" and verb != "delete":
             return self._remote(r)
-        if r.type.startswith("docker:index/") and verb != "delete":
-            provider = cloud.named(engine_model.name_of(str(r.provider).rsplit("::", 1)[0]))
-            host = engine_model.provider_host(provider.inputs)
-            if host is None or self.at(host) is None:
-                return f"{name}: error during connect: ssh: connect to host {host} port 22: Connection timed out"
+        if r.type.startswith("docker:index/"):
+            return self._docker(cloud, prior, r, verb)
+        return None
+
+    def _docker(self, cloud: OfflineCloud, prior: dict[str, Registered], r: Registered, verb: str) -> str | None:
+        """A docker resource's create or delete dials its provider's host: the provider as this run configured it
+        (an updated provider keeps its id and is configured anew). A delete is skipped when the resource it is
+        deleted with goes in this run (step.go:603-612); an image kept locally is not removed (no call, UNCONFIRMED)."""
+        if verb == "delete":
+            reg = r.registration
+            going = {n for v, n in cloud.ops if v == "delete"} | {n for n, c in cloud.changes.items() if c == "replace"}
+            if (reg is not None and reg.deleted_with in going) or unwrap(r.inputs.get("keepLocally")):
+                return None
+        provider_name = engine_model.name_of(str(r.provider).rsplit("::", 1)[0])
+        provider = next((p for p in cloud.resources if p.name == provider_name), prior.get(provider_name))
+        host = engine_model.provider_host(provider.inputs) if provider is not None else None
+        if host is None or self.at(host) is None:
+            return f"{r.name}: error during connect: ssh: connect to host {host} port 22: Connection timed out"
         return None
 
     def _instance(self, cloud: OfflineCloud, r: Registered, verb: str) -> str | None:
@@ -256,9 +275,21 @@ class World:
         host_key = str(unwrap(cloud.named(f"{node}-host-key").outputs["stdout"])).strip().splitlines()[-1]
         running = r.outputs.get("status") != "Stopped"
         old = self.machines.get(str(r.id))
-        self.machines[str(r.id)] = Machine(node, str(r.outputs.get("publicIp") or ""), str(r.outputs["privateIp"]),
-                                           old.host_key if old else host_key, running)
+        machine = Machine(node, str(r.outputs.get("publicIp") or ""), str(r.outputs["privateIp"]),
+                          old.host_key if old else host_key, running, old.ray_record if old else False)
+        self.machines[str(r.id)] = machine
+        if not running:
+            self._stopped(machine.private_ip)
+        elif old is not None and not old.running and machine.ray_record and machine.private_ip not in self.ray:
+            self.ray.append(machine.private_ip)  # Docker restarts the container, its main process starts Ray
         return None
+
+    def _stopped(self, private_ip: str) -> None:
+        """A machine stopped: its raylet is gone; with the head's, so is the cluster and every job (Ray keeps no job
+        across a restart of its head)."""
+        self.ray = [ip for ip in self.ray if ip != private_ip]
+        if not self.ray:
+            self.jobs = {}
 
     def _remote(self, r: Registered) -> str | None:
         connection = unwrap(r.inputs["connection"])
@@ -272,8 +303,10 @@ class World:
         env = remote.exported_env(str(unwrap(r.inputs["stdin"])))
         step = env.get("ROLL_STEP", "")
         self.log.append(f"{step} on {machine.name}")
-        if step in ("ray-head", "ray-worker") and machine.private_ip not in self.ray:
-            self.ray.append(machine.private_ip)
+        if step in ("ray-head", "ray-worker"):
+            machine.ray_record = True
+            if machine.private_ip not in self.ray:
+                self.ray.append(machine.private_ip)
         elif step == "ray-ready":
             return self._ready_gate(r.name, env)
         elif step == "job":
@@ -281,6 +314,8 @@ class World:
             if self.jobs.get(job) in ("STOPPED", "FAILED"):  # job_submit.sh check_existing_job
                 return (f"{r.name}: job {job} already exists and is {self.jobs[job]}. Fix the cause, then delete "
                         "the job ... or give the job a new id, and run again")
+            if env["JOB_HEAD_IP"] not in self.ray:
+                return f"{r.name}: nothing answers on the Jobs API port: Ray is not running on the head"
             if self.jobs.get(job) not in ("RUNNING", "SUCCEEDED"):
                 self.jobs[job] = "RUNNING"
         return None

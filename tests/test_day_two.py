@@ -5,10 +5,14 @@ Ray). Each ends with Ray formed on the configuration's nodes and the job running
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
+import pytest
 from day_two_world import World, expected_ips, job_id
+
+from companion import cli
 
 from devtools import engine_model
 from devtools.offline_cloud import OfflineRun, run_program
@@ -98,3 +102,108 @@ def test_destroy_from_a_clone_on_another_machine_stops_the_job_and_ray_first(tmp
     assert result.failed is None, result.error
     assert {"job-delete on node-0", "ray-head-delete on node-0", "ray-worker-delete on node-1"} <= set(world.log)
     assert world.machines == {} and world.ray == []
+
+
+# ------------------------------------------------------------------------------------------------ case 1: refresh
+def _companion(world: World, monkeypatch: pytest.MonkeyPatch, command: str, last: OfflineRun,
+               config: dict[str, Any]) -> tuple[int, OfflineRun, list[str]]:
+    """Run `python3 -m companion <command>` with its pulumi commands performed by the engine model and the world:
+    `config set/rm` edit `config`, `refresh [--target G]...` and `up [--refresh]` as the engine runs them."""
+    state = list(last.cloud.resources)
+    runs = [last]
+    errors: list[str] = []
+
+    def pulumi(*args: str) -> int:
+        if args[:2] == ("config", "rm"):
+            config.get("roll-cluster:nodes", {}).pop(args[-1].rsplit(".", 1)[-1], None)
+            return 0
+        if args[:2] == ("config", "set"):
+            config.setdefault("roll-cluster:nodes", {})[args[-2].rsplit(".", 1)[-1]] = args[-1] == "true"
+            return 0
+        if args[0] == "refresh" or "--refresh" in args:
+            globs = [args[i + 1] for i, a in enumerate(args) if a == "--target"]
+            refreshed = world.refresh(state, lambda r: not globs or any(
+                engine_model.urn_glob(g, r.type, r.name) for g in globs))
+            if refreshed.failed is not None:
+                errors.append(str(refreshed.error))
+                return 255
+            state[:] = refreshed.state
+        if args[0] == "up":
+            cloud = runs[-1].cloud.next_run()
+            cloud.prior = list(state)
+            run = run_program(last.stack, cloud=cloud, config=config)
+            result = world.up(run.cloud)
+            if result.failed is not None:
+                errors.append(str(result.error))
+                return 255
+            runs.append(run)
+            state[:] = run.cloud.resources
+        return 0
+
+    monkeypatch.setattr(cli, "_pulumi", pulumi)
+    status = cli.COMMANDS[command][0](last.stack, {}, argparse.Namespace())
+    return status, runs[-1], errors
+
+
+@pytest.mark.parametrize("stopped_by", ["pause", "autostop"])
+def test_the_readme_resume_brings_back_a_paused_or_autostopped_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopped_by: str
+) -> None:
+    world = World(tmp_path)
+    config: dict[str, Any] = {}
+    first = _up(world, "multi")
+    last = first
+    if stopped_by == "pause":
+        status, last, errors = _companion(world, monkeypatch, "pause", first, config)
+        assert status == 0, errors
+    else:
+        world.autostop()
+    assert world.ray == [] and not any(m.running for m in world.machines.values())
+    status, resumed, errors = _companion(world, monkeypatch, "resume", last, config)
+    assert status == 0, errors
+    assert resumed is not last
+    _formed(world, resumed)
+    assert all(m.running for m in world.machines.values())
+
+
+def test_the_resume_recovers_a_reclaimed_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World(tmp_path)
+    first = _up(world, "multi")
+    worker = first.cloud.named("node-1-instance")
+    world.machines.pop(str(worker.id))  # reclaimed (or deleted in the console): gone with its raylet
+    world.ray.remove(str(worker.outputs["privateIp"]))
+    status, recovered, errors = _companion(world, monkeypatch, "resume", first, {})
+    assert status == 0, errors
+    assert recovered.cloud.changes["node-1-instance"] == "create"
+    _formed(world, recovered)
+
+
+# ------------------------------------------------------------------------------------------------ case 4: revert
+@pytest.mark.parametrize("b", [{"roll-cluster:training": {"checkpointEvery": 7}},
+                               {"roll-cluster:nodes": {"count": 3}}])
+def test_a_revert_a_b_a_submits_a_again(tmp_path: Path, b: dict[str, Any]) -> None:
+    world = World(tmp_path)
+    a = _up(world, "multi")
+    job_a = job_id(a.cloud)
+    changed = _up(world, "multi", b, prior=a)
+    assert job_id(changed.cloud) != job_a
+    _formed(world, changed)
+    back = _up(world, "multi", prior=changed)  # the stack file's configuration again
+    assert job_id(back.cloud) == job_a
+    _formed(world, back)
+
+
+# ------------------------------------------------------------------------------------------------ case 6: a move
+def test_a_move_adds_the_new_nas_access_rule_and_removes_the_old_one_after_the_old_nodes() -> None:
+    first = run_program("multi")
+    moved = run_program("multi", cloud=first.cloud.next_run(stock={"ecs.gn6v": ["cn-hangzhou-k"],
+                                                                   "ecs.gn6e": ["cn-hangzhou-k"]}),
+                        config={"roll-cluster:nodes": {"placementGeneration": 1}})
+    rule = "shared-access-rule"
+    old_cidr = first.cloud.named(rule).inputs["sourceCidrIp"]
+    assert moved.cloud.named(rule).inputs["sourceCidrIp"] != old_cidr
+    ops = moved.cloud.ops
+    assert moved.cloud.changes[rule] == "replace"  # not ModifyAccessRule in place at the start
+    assert ops.index(("replace", rule)) < ops.index(("replace", "shared-mount"))
+    for instance in ("node-0-instance", "node-1-instance"):
+        assert ops.index(("delete", instance)) < ops.index(("delete", rule))
