@@ -13,7 +13,6 @@ import pytest
 from day_two_world import World, expected_ips, job_id
 
 from companion import cli
-
 from devtools import engine_model
 from devtools.offline_cloud import OfflineRun, run_program
 
