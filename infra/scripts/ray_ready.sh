@@ -49,7 +49,7 @@ ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_
 @ray.remote(num_cpus=0, max_retries=0)
 def leave_cluster(record):
     # On the unexpected node, in its container: forget how Ray was started (the main process would start it
-    # again), then a graceful `ray stop`, detached: it ends this worker too.
+    # again), then a graceful "ray stop", detached: it ends this worker too.
     import os, subprocess
     for name in ("start", "settings"):
         try:
