@@ -6,6 +6,9 @@ Ray). Each ends with Ray formed on the configuration's nodes and the job running
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from day_two_world import World, expected_ips, job_id
 from companion import cli
 from devtools import engine_model
 from devtools.offline_cloud import OfflineRun, run_program
+from infra.node import remote
 
 
 def _up(world: World, stack: str, config: dict[str, Any] | None = None, prior: OfflineRun | None = None,
@@ -206,3 +210,49 @@ def test_a_move_adds_the_new_nas_access_rule_and_removes_the_old_one_after_the_o
     assert ops.index(("replace", rule)) < ops.index(("replace", "shared-mount"))
     for instance in ("node-0-instance", "node-1-instance"):
         assert ops.index(("delete", instance)) < ops.index(("delete", rule))
+
+
+# ------------------------------------------------------------------------------------------------ case 7: Ctrl-C
+SSHD = "import subprocess, sys; subprocess.run(['sh', '-c', sys.argv[1]])"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has ended (whoever reaps it)
+
+
+def test_a_long_step_ends_within_its_bound_once_its_ssh_session_is_gone(tmp_path: Path) -> None:
+    # A second Ctrl-C kills pulumi and its providers; the SSH connection drops and sshd's session process exits
+    # without signalling a command that has no pty. Here "sshd" is a process running the step's exact command,
+    # killed; the step (a loop that would run for ten minutes) must end with it, within the watcher's bound.
+    pid_file = tmp_path / "step.pid"
+    text = f"echo $$ > {pid_file}\nfor i in $(seq 600); do sleep 1; done\n"
+    sshd = subprocess.Popen([sys.executable, "-c", SSHD, remote.stdin_command("pull-image")],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    assert sshd.stdin is not None
+    sshd.stdin.write(text)
+    sshd.stdin.close()
+    step_pid = 0
+    for _ in range(600):  # bounded waits (0.1 s steps), not timings
+        if pid_file.exists() and pid_file.read_text().strip():
+            step_pid = int(pid_file.read_text())
+            break
+        time.sleep(0.1)
+    assert step_pid and _alive(step_pid)
+    sshd.kill()
+    sshd.wait()
+    bound = remote.SESSION_POLL_S + remote.STOP_GRACE_S
+    for _ in range(int(bound * 10 * 3)):  # three times the bound: the CI machine may be slow
+        if not _alive(step_pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(step_pid), "the step still runs after its SSH session ended"
+
+
+def test_a_step_that_finishes_keeps_its_output_and_status_with_the_watcher() -> None:
+    done = subprocess.run(["sh", "-c", remote.stdin_command("code")], input="echo out; echo err >&2; exit 3\n",
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
