@@ -67,6 +67,8 @@ class SharedStorage(pulumi.ComponentResource):
                     "STACK": f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
                     "RETAIN": "true" if args.retain_on_destroy else "false",
                     "GUARD_RESOURCE": guard_name,
+                    # Recorded in the stack's configuration when the destroy keeps the file system.
+                    "FILE_SYSTEM_ID": file_system.id,
                 },
                 add_previous_output_in_env=False,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[file_system]),

@@ -256,3 +256,19 @@ def test_a_step_that_finishes_keeps_its_output_and_status_with_the_watcher() -> 
     done = subprocess.run(["sh", "-c", remote.stdin_command("code")], input="echo out; echo err >&2; exit 3\n",
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+
+
+# ------------------------------------------------------------------------------------------------ case 8
+def test_a_destroy_that_keeps_the_nas_records_its_id_for_the_next_up(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    run = _up(world, "multi")  # storage.retainOnDestroy: true (the default)
+    calls = tmp_path / "pulumi-calls"
+    (world.bin / "pulumi").write_text(
+        f"#!/bin/sh\necho \"$*\" >> {calls}\ncase $2 in get) echo true ;; esac\n")
+    result = world.destroy(run.cloud.resources)
+    assert result.failed is None, result.error
+    kept = str(run.cloud.named("shared-fs").id)
+    assert "shared-fs" in result.dropped  # the NAS is kept
+    # The stack's outputs are gone with the destroy; its configuration keeps the id for the next `up`.
+    assert (f"config set --stack organization/roll-cluster/multi --path roll-cluster:storage.existingFileSystemId "
+            f"-- {kept}") in calls.read_text()
