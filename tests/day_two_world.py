@@ -40,6 +40,7 @@ while args and args[0].startswith("-") and args[0] != "--":
         options[key] = value
     elif flag in ("-p", "-i", "-l", "-F"):
         value = args.pop(0)
+        options[flag] = value
         if flag == "-p":
             port = value
 if args and args[0] == "--":
@@ -68,10 +69,23 @@ if options.get("StrictHostKeyChecking") == "yes":
     if presented not in keys:
         sys.stderr.write("@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\nHost key verification failed.\n")
         sys.exit(255)
+identity = options.get("-i")
+if world["identities"] and identity is not None:
+    authorized = os.path.join(machine["home"], ".ssh", "authorized_keys")
+    accepted = open(authorized).read() if os.path.exists(authorized) else ""
+    if not os.path.exists(identity):
+        sys.stderr.write("Warning: Identity file %s not accessible: No such file or directory.\n" % identity)
+    if not os.path.exists(identity) or world["identities"].get(identity, "-").split()[1] not in accepted:
+        sys.stderr.write("%s@%s: Permission denied (publickey).\n" % ("root", host))
+        sys.exit(255)
+text = sys.stdin.read() if args != ["true"] else ""
+step = os.environ.get("ROLL_STEP", "")
+if step.startswith("login-key-"):  # the real remote half, on the node's own HOME
+    import subprocess
+    sys.exit(subprocess.run(["sh", "-s"], input=text, text=True, env={"HOME": machine["home"],
+                                                                      "PATH": os.environ["PATH"]}).returncode)
 if args == ["true"]:
     sys.exit(0)
-text = sys.stdin.read()
-step = os.environ.get("ROLL_STEP", "")
 world["log"].append("%s on %s" % (step, machine["name"]))
 if step in ("ray-head-delete", "ray-worker-delete"):
     world["ray"] = [ip for ip in world["ray"] if ip != machine["private_ip"]]
@@ -142,6 +156,7 @@ class Machine:
     public_ip: str
     private_ip: str
     host_key: str  # the public key it presents (installed by its first boot)
+    home: str = ""  # the login user's HOME on it: .ssh/authorized_keys (access.sshPublicKey, by its first boot)
     running: bool = True
     # Ray's start record in its container (ray_common.sh): the container's main process starts Ray from it
     # when the machine starts again (container_main.sh); the ray-stop step and the gate's stop remove it.
@@ -156,6 +171,9 @@ class World:
     jobs: dict[str, str] = field(default_factory=dict)  # job id -> RUNNING | STOPPED | FAILED | SUCCEEDED
     gpus_per_node: int = 0
     log: list[str] = field(default_factory=list)
+    # Login keys: identity file -> public key, and the one access.sshPrivateKeyPath names now ("": not modelled).
+    identities: dict[str, str] = field(default_factory=dict)
+    login: str = ""
 
     def __post_init__(self) -> None:
         self.home = self.root / "home"  # the admin machine's HOME (its ~/.ssh/roll-cluster)
@@ -186,6 +204,7 @@ class World:
         data = json.loads(self.file.read_text())
         self.machines = {k: Machine(**v) for k, v in data["machines"].items()}
         self.ray, self.jobs, self.log = data["ray"], data["jobs"], data["log"]
+        self.identities, self.login = data["identities"], data["login"]
 
     def env(self, home: Path | None = None) -> dict[str, str]:
         return {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "HOME": str(home or self.home),
@@ -242,8 +261,8 @@ class World:
         if r.type == "command:local:Command":
             if verb == "delete" and unwrap(r.inputs.get("delete")):
                 return self._run_local(r, "delete", home)
-            if verb != "delete" and name == "known-hosts":
-                return self._run_local(r, "create", home)
+            if verb != "delete" and (name == "known-hosts" or name.endswith("-login-key")):
+                return self._run_local(r, "create", home, previous=prior.get(name) if verb == "update" else None)
             return None
         if r.type == "command:remote:Command" and verb != "delete":
             return self._remote(r)
@@ -275,8 +294,12 @@ class World:
         host_key = str(unwrap(cloud.named(f"{node}-host-key").outputs["stdout"])).strip().splitlines()[-1]
         running = r.outputs.get("status") != "Stopped"
         old = self.machines.get(str(r.id))
+        home = old.home if old else str(self.root / "nodes" / str(r.id))
+        if old is None and self.login:  # first boot: access.sshPublicKey into authorized_keys
+            (Path(home) / ".ssh").mkdir(parents=True, exist_ok=True)
+            (Path(home) / ".ssh" / "authorized_keys").write_text(self.identities[self.login] + "\n")
         machine = Machine(node, str(r.outputs.get("publicIp") or ""), str(r.outputs["privateIp"]),
-                          old.host_key if old else host_key, running, old.ray_record if old else False)
+                          old.host_key if old else host_key, home, running, old.ray_record if old else False)
         self.machines[str(r.id)] = machine
         if not running:
             self._stopped(machine.private_ip)
@@ -300,6 +323,10 @@ class World:
         wanted = " ".join(str(connection.get("hostKey") or machine.host_key).split()[:2])
         if wanted != " ".join(machine.host_key.split()[:2]):
             return f"{r.name}: ssh: handshake failed: ssh: host key mismatch"
+        if self.login and self.identities[self.login].split()[1] not in self._authorized(machine):
+            # The step's connection signs with the configured key (its privateKey in the state).
+            return (f"{r.name}: ssh: handshake failed: ssh: unable to authenticate, attempted methods [none "
+                    "publickey], no supported methods remain")
         env = remote.exported_env(str(unwrap(r.inputs["stdin"])))
         step = env.get("ROLL_STEP", "")
         self.log.append(f"{step} on {machine.name}")
@@ -320,6 +347,11 @@ class World:
                 self.jobs[job] = "RUNNING"
         return None
 
+    @staticmethod
+    def _authorized(machine: Machine) -> str:
+        path = Path(machine.home) / ".ssh" / "authorized_keys"
+        return path.read_text() if path.is_file() else ""
+
     def _ready_gate(self, name: str, env: dict[str, str]) -> str | None:
         """The gate's own driver (RAY_READY_PY in ray_ready.sh) against this world's Ray."""
         self.gpus_per_node = int(env["GPUS_PER_NODE"])
@@ -337,17 +369,24 @@ class World:
             return f"{name}: cluster not ready: {last.removeprefix('not ready: ')}"
         return None
 
-    def _run_local(self, r: Registered, which: str, home: Path | None) -> str | None:
+    def _run_local(self, r: Registered, which: str, home: Path | None,
+                   previous: Registered | None = None) -> str | None:
         """A local.Command's create or delete as pulumi-command runs it: `/bin/sh -c`, in the project root, with
-        its `environment` (local/commandOutputs.go:73-80)."""
+        its `environment` (local/commandOutputs.go:73-80); an update gets the previous stdout as
+        PULUMI_COMMAND_STDOUT when addPreviousOutputInEnv (:88-95). Its stdout becomes its output."""
         self.save()
         command = str(unwrap(r.inputs[which]))
         environment = {k: str(unwrap(v)) for k, v in (unwrap(r.inputs.get("environment")) or {}).items()}
+        if previous is not None and unwrap(r.inputs.get("addPreviousOutputInEnv")) is not False \
+                and previous.outputs.get("stdout"):
+            environment["PULUMI_COMMAND_STDOUT"] = str(unwrap(previous.outputs["stdout"]))
         done = subprocess.run(["/bin/sh", "-c", command], cwd=PROJECT_DIR, capture_output=True, text=True,
                               env={**self.env(home), **environment}, timeout=300, check=False)
         self.load()
         if done.returncode != 0:
             return f"{r.name}: {(done.stdout + done.stderr).strip()[-1500:]}"
+        if which == "create":
+            r.outputs["stdout"] = done.stdout
         return None
 
 

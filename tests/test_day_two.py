@@ -6,6 +6,9 @@ Ray). Each ends with Ray formed on the configuration's nodes and the job running
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import os
 import subprocess
 import sys
 import time
@@ -272,3 +275,78 @@ def test_a_destroy_that_keeps_the_nas_records_its_id_for_the_next_up(tmp_path: P
     # The stack's outputs are gone with the destroy; its configuration keeps the id for the next `up`.
     assert (f"config set --stack organization/roll-cluster/multi --path roll-cluster:storage.existingFileSystemId "
             f"-- {kept}") in calls.read_text()
+
+
+def test_the_older_images_of_the_repository_are_pruned_after_a_new_image(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.write_text("registry.example/roll:v1\nregistry.example/roll:v2\nregistry.example/roll:v3\n"
+                      "registry.example/roll:<none>\n")
+    docker = tmp_path / "docker"
+    # A Docker with those images, where v1 is still used by a container; other repositories are not listed.
+    docker.write_text(f"""#!/bin/sh
+case "$1 $2" in
+  "image ls") [ "$6" = registry.example/roll ] && cat {images} ;;
+  "image rm") [ "$4" = registry.example/roll:v1 ] && {{ echo "conflict: image is being used" >&2; exit 1; }}
+              grep -vxF "$4" {images} > {images}.new; mv {images}.new {images} ;;
+esac
+""")
+    docker.chmod(0o755)
+    text = remote.render_plain("prune-images", ["prune_images.sh"], {"IMAGE": "registry.example/roll:v3"})
+    done = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}",
+                               "ROLL_LOG_DIR": str(tmp_path / "logs")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert images.read_text().split() == ["registry.example/roll:v1", "registry.example/roll:v3",
+                                          "registry.example/roll:<none>"]
+    assert "removed 1 older image(s) of registry.example/roll, kept 1" in done.stdout
+
+
+# ------------------------------------------------------------------------------------------------ case 5: key rotation
+def _login_key(tmp_path: Path, name: str) -> tuple[str, str]:
+    """A key file and its public key (the world's ssh reads only which file is given, not its text)."""
+    blob = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + hashlib.sha256(name.encode()).digest()
+    public = f"ssh-ed25519 {base64.b64encode(blob).decode()} {name}"
+    path = tmp_path / name
+    path.write_text("a private key\n")
+    return str(path), public
+
+
+def _access(path: str, public: str) -> dict[str, Any]:
+    return {"roll-cluster:access": {"sshPrivateKeyPath": path, "sshPublicKey": public}}
+
+
+def test_rotating_the_login_key_on_a_running_stack_then_destroying_from_a_clone(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    old_path, old_public = _login_key(tmp_path, "old-key")
+    new_path, new_public = _login_key(tmp_path, "new-key")
+    world.identities = {old_path: old_public, new_path: new_public}
+    world.login = old_path
+    first = _up(world, "multi", _access(old_path, old_public))
+    _formed(world, first)
+    world.login = new_path  # the user points the stack at the new key pair
+    rotated = _up(world, "multi", _access(new_path, new_public), prior=first)
+    _formed(world, rotated)
+    for machine in world.machines.values():
+        accepted = (Path(machine.home) / ".ssh" / "authorized_keys").read_text()
+        assert new_public.split()[1] in accepted and old_public.split()[1] not in accepted
+    Path(old_path).unlink()  # the old key is gone: the destroy uses the new one
+    teammate = tmp_path / "teammate-home"
+    teammate.mkdir()
+    result = world.destroy(rotated.cloud.resources, home=teammate)
+    assert result.failed is None, result.error
+    assert "job-delete on node-0" in world.log and world.machines == {}
+
+
+def test_a_rotation_without_the_previous_key_fails_naming_it(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    old_path, old_public = _login_key(tmp_path, "old-key")
+    new_path, new_public = _login_key(tmp_path, "new-key")
+    world.identities = {old_path: old_public, new_path: new_public}
+    world.login = old_path
+    first = _up(world, "multi", _access(old_path, old_public))
+    Path(old_path).unlink()
+    world.login = new_path
+    run = run_program("multi", cloud=first.cloud.next_run(), config=_access(new_path, new_public))
+    result = world.up(run.cloud)
+    assert result.failed is not None and result.failed[1].endswith("-login-key")
+    assert f"Put the previous key back at {old_path}" in str(result.error)

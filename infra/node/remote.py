@@ -82,21 +82,13 @@ def stdin_command(step: str, sudo: bool = False) -> str:
     # An empty stdin would eval nothing and exit 0: a step whose text never arrived would pass. It fails instead,
     # naming the step ($0 is the name after the -c text).
     check = '[ -n "$text" ] || { echo "$0: no script text arrived on stdin" >&2; exit 1; }'
-    find_session = (
-        'session=$PPID; if [ "$(ps -o comm= -p "$session" 2>/dev/null)" = sudo ]; then '
-        'session=$(ps -o ppid= -p "$session" | tr -d " "); fi'
-    )
-    watch = (
-        f'if [ "${{session:-1}}" -gt 1 ]; then ( while kill -0 "$session" 2>/dev/null; do sleep {SESSION_POLL_S}; '
-        f'done; kill -TERM -- "-$step"; sleep {STOP_GRACE_S}; kill -KILL -- "-$step" ) >/dev/null 2>&1 </dev/null & '
-        'watcher=$!; fi'
-    )
-    # `set -m` gives the step its own process group; the shell's own job notices go to /dev/null (fd 2 is kept
-    # as fd 3 for the step).
-    body = (f'text=$(cat) && {check}; {find_session}; exec 3>&2 2>/dev/null; set -m; '
-            f'( exec 2>&3 3>&-; eval "$text" ) & step=$!; {watch}; '
-            'wait "$step"; status=$?; if [ -n "${watcher:-}" ]; then kill -- "-$watcher" 2>/dev/null; fi; '
-            'exit "$status"')
+    # Compact (it is every step's command line and appears in pulumi-command's error of a failed step): p the SSH
+    # session's process (above sudo, when sudo runs the shell), s the step's process group, w the watcher's. The
+    # shell's own job notices go to /dev/null; the step keeps the original stderr (fd 3).
+    body = (f'text=$(cat) && {check}; p=$PPID; [ "$(ps -o comm= -p $p 2>/dev/null)" = sudo ] && '
+            'p=$(ps -o ppid= -p $p); exec 3>&2 2>/dev/null; set -m; (exec 2>&3 3>&-; eval "$text") & s=$!; '
+            f'(while kill -0 $p; do sleep {SESSION_POLL_S}; done; kill -- -$s; sleep {STOP_GRACE_S}; kill -9 -- -$s) '
+            '>/dev/null 2>&1 </dev/null & w=$!; wait $s; r=$?; kill -- -$w; exit $r')
     return f"exec {runner} -c '{body}' {shlex.quote('roll-cluster-' + step)}"
 
 
