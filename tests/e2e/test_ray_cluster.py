@@ -265,7 +265,7 @@ def test_job_stop_stops_a_running_job_and_tolerates_none(network: TestNetwork, h
     assert "job e2e-sleeper is STOPPED" in stopped.stdout
     # Deleted from Ray once stopped: a revert submits the same id again (job_submit.sh refuses a STOPPED one).
     assert "deleted job e2e-sleeper (STOPPED) from Ray" in stopped.stdout
-    assert "does not exist" in job_status(network, head, "e2e-sleeper").output
+    assert "The Ray head does not know it" in job_status(network, head, "e2e-sleeper").output
     assert "there is no job e2e-sleeper: nothing to stop" in again.stdout
     network.run(head, steps.submit(SETTINGS, head, sleeper)).check()  # the same id, accepted again
     network.run(head, steps.job_stop(SETTINGS, head, "e2e-sleeper")).check()
