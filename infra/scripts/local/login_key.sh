@@ -18,6 +18,7 @@
 #                                naming a key held in ssh-agent)
 #   PULUMI_COMMAND_STDOUT ['']   this step's previous output: `login-key: <identity file> <public key>`
 #   REACH_TIMEOUT_S [20]         bound on each ssh
+#   BOOT_WAIT_S [600]            how long a node that does not answer yet (booting) is waited for
 #   NODE_NAME [HOST], ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
 
 LOGIN_KEY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,16 +36,18 @@ ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}-${NODE_NAME//\//_}.log"
 : "${KNOWN_HOSTS_FILE:=}"
 : "${HOST_KEY_CHECKING:=}"
 : "${REACH_TIMEOUT_S:=20}"
+: "${BOOT_WAIT_S:=600}"
 : "${PULUMI_COMMAND_STDOUT:=}"
 
 KEY_PATTERN='^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+=*( .*)?$'
 KNOWN_FILE=''
 OLD_IDENTITY=''
 OLD_KEY=''
+NEW_KEY_ANSWER=''
 
 check_settings() {
   require_env HOST LOGIN_PUBLIC_KEY
-  require_int SSH_PORT REACH_TIMEOUT_S
+  require_int SSH_PORT REACH_TIMEOUT_S BOOT_WAIT_S
   [[ "$LOGIN_PUBLIC_KEY" =~ $KEY_PATTERN ]] ||
     fail "LOGIN_PUBLIC_KEY must be an OpenSSH public key (ssh-ed25519 AAAA...), got '$LOGIN_PUBLIC_KEY'"
   local record
@@ -93,6 +96,35 @@ on_node() {
 
 logs_in_with() {
   on_node "$1" login-key-check <<<"true" >>"$ROLL_STEP_LOG" 2>&1
+}
+
+# new_key_answer: sets NEW_KEY_ANSWER to `accepted` or `refused` (the node answers, but not to the new key), once the
+# node answers at all:
+# a node that is still booting (a replacement in the same `up`) is waited for, up to BOOT_WAIT_S.
+new_key_answer() {
+  local errors deadline=$((SECONDS + BOOT_WAIT_S)) status
+  errors=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-login-key-ssh.XXXXXX")
+  while true; do
+    status=0
+    on_node "$SSH_KEY_PATH" login-key-check <<<"true" >>"$ROLL_STEP_LOG" 2>"$errors" || status=$?
+    cat "$errors" >>"$ROLL_STEP_LOG"
+    if ((status == 0)); then
+      rm -f "$errors"
+      NEW_KEY_ANSWER=accepted
+      return 0
+    fi
+    if grep -q -e 'Permission denied' -e 'Too many authentication failures' -e 'No more authentication methods' \
+      "$errors"; then
+      rm -f "$errors"
+      NEW_KEY_ANSWER=refused
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      rm -f "$errors"
+      fail "$HOST did not answer over SSH within ${BOOT_WAIT_S}s (last: $(tail -n 1 "$ROLL_STEP_LOG")); a key rotation needs every node running"
+    fi
+    sleep 5
+  done
 }
 
 write_known_host() {
@@ -144,7 +176,8 @@ rotate() {
     return 0
   fi
   write_known_host
-  if ! logs_in_with "$SSH_KEY_PATH"; then
+  new_key_answer
+  if [[ "$NEW_KEY_ANSWER" == refused ]]; then
     banner "$HOST does not accept the new key yet: adding it with the previous one ($OLD_IDENTITY)"
     install_script | on_node "$OLD_IDENTITY" login-key-install >>"$ROLL_STEP_LOG" 2>&1 ||
       fail "could not log in to $SSH_USER@$HOST with the previous login key ($OLD_IDENTITY) to add the new access.sshPublicKey. Put the previous key back at $OLD_IDENTITY (or load it in ssh-agent) and run again, or add the new public key to $SSH_USER's ~/.ssh/authorized_keys on node $NODE_NAME yourself"
