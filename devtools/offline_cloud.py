@@ -381,7 +381,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
                 inputs = {k: old.inputs[k] if k in ignored and k in old.inputs else v for k, v in inputs.items()}
                 # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
                 outputs = {**old.outputs, **inputs}
-                if typ == "alicloud:ecs/instance:Instance":
+                if typ == "alicloud:ecs/instance:Instance" and not self.preview:
+                    # A preview of an update does not start or stop anything: the computed outputs (public IP,
+                    # start_time) stay the state's (the provider's plan keeps a Computed attribute it does not
+                    # mark as changing), so a resume's new start_time shows only in the `up`.
                     addresses = lambda: self._instance_addresses(args.name)  # noqa: E731 (only if it restarts)
                     outputs.update(power_state(inputs, old.outputs, self._instances, addresses))
                 self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),

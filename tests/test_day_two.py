@@ -20,7 +20,7 @@ from day_two_world import World, expected_ips, job_id
 
 from companion import cli
 from devtools import engine_model
-from devtools.offline_cloud import OfflineRun, run_program
+from devtools.offline_cloud import OfflineCloud, OfflineRun, run_program
 from infra.node import remote
 
 
@@ -112,12 +112,21 @@ def test_destroy_from_a_clone_on_another_machine_stops_the_job_and_ray_first(tmp
 
 # ------------------------------------------------------------------------------------------------ case 1: refresh
 def _companion(world: World, monkeypatch: pytest.MonkeyPatch, command: str, last: OfflineRun,
-               config: dict[str, Any]) -> tuple[int, OfflineRun, list[str]]:
+               config: dict[str, Any], previews: list[dict[str, str]] | None = None
+               ) -> tuple[int, OfflineRun, list[str]]:
     """Run `python3 -m companion <command>` with its pulumi commands performed by the engine model and the world:
-    `config set/rm` edit `config`, `refresh [--target G]...` and `up [--refresh]` as the engine runs them."""
+    `config set/rm` edit `config`, `refresh [--target G]...` and `up [--refresh] [--replace G]...` as the engine
+    runs them; each `up` previews first (its changes go to `previews`)."""
     state = list(last.cloud.resources)
     runs = [last]
     errors: list[str] = []
+
+    def cloud_for(args: tuple[str, ...], preview: bool) -> OfflineCloud:
+        cloud = runs[-1].cloud.next_run()
+        cloud.prior, cloud.preview = list(state), preview
+        globs = [args[i + 1] for i, a in enumerate(args) if a == "--replace"]
+        cloud.replace = {r.name for r in state if any(engine_model.urn_glob(g, r.type, r.name) for g in globs)}
+        return cloud
 
     def pulumi(*args: str) -> int:
         if args[:2] == ("config", "rm"):
@@ -135,9 +144,9 @@ def _companion(world: World, monkeypatch: pytest.MonkeyPatch, command: str, last
                 return 255
             state[:] = refreshed.state
         if args[0] == "up":
-            cloud = runs[-1].cloud.next_run()
-            cloud.prior = list(state)
-            run = run_program(last.stack, cloud=cloud, config=config)
+            if previews is not None:
+                previews.append(dict(run_program(last.stack, cloud=cloud_for(args, True), config=config).cloud.changes))
+            run = run_program(last.stack, cloud=cloud_for(args, False), config=config)
             result = world.up(run.cloud)
             if result.failed is not None:
                 errors.append(str(result.error))
@@ -165,11 +174,14 @@ def test_the_readme_resume_brings_back_a_paused_or_autostopped_cluster(
     else:
         world.autostop()
     assert world.ray == [] and not any(m.running for m in world.machines.values())
-    status, resumed, errors = _companion(world, monkeypatch, "resume", last, config)
+    previews: list[dict[str, str]] = []
+    status, resumed, errors = _companion(world, monkeypatch, "resume", last, config, previews)
     assert status == 0, errors
     assert resumed is not last
     _formed(world, resumed)
     assert all(m.running for m in world.machines.values())
+    # The preview the `up` shows before it asks: the job is submitted again (case 8).
+    assert previews[-1]["training-job"] == "replace"
 
 
 def test_the_resume_recovers_a_reclaimed_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
