@@ -221,12 +221,25 @@ def pause(ctx: Context) -> int:
     return status_code or _pulumi("up", "--stack", ctx.stack)
 
 
+# The instances' URNs, as `--target` globs them (pulumi pkg/resource/deploy/deployment.go NewUrnTargets: `**` any
+# text, `*` any text without `:`). A glob that matches nothing is no error (only literal targets are checked).
+INSTANCES_GLOB = "**alicloud:ecs/instance:Instance::*"
+# The job step: a stopped head kept no job, so the `up` submits it again. It would follow the head's new start_time
+# anyway, but that is known only once the instance started, so a preview would not show it: replaced by name, the
+# preview says so (no such resource with training.autoStart false: a glob that matches nothing is no error).
+JOB_GLOB = "**::training-job"
+
+
 def resume(ctx: Context) -> int:
-    """nodes.paused removed and `pulumi up --refresh`: the refresh sees instances that autostop stopped too. After
-    autostop the setting was never there: the removal's complaint, if any, does not stop the update."""
+    """nodes.paused removed, a refresh of the instances only, then `pulumi up`. The refresh sees instances that
+    autostop stopped, and instances that are gone (a reclaimed spot node, one deleted in the console). Only the
+    instances: a refresh Reads every resource, and a docker container's or image's Read dials its node over SSH at
+    the address the state holds, which a stopped instance released, so a whole refresh (`up --refresh`) fails there.
+    After autostop the setting was never there: the removal's complaint, if any, does not stop the update."""
     _deployed(ctx)
     _pulumi("config", "rm", "--stack", ctx.stack, "--path", f"{NAMESPACE}:nodes.paused")
-    return _pulumi("up", "--refresh", "--stack", ctx.stack)
+    refreshed = _pulumi("refresh", "--stack", ctx.stack, "--yes", "--target", INSTANCES_GLOB)
+    return refreshed or _pulumi("up", "--stack", ctx.stack, "--replace", JOB_GLOB)
 
 
 def cost(ctx: Context) -> int:
@@ -341,9 +354,11 @@ COMMANDS: dict[str, Command] = {
     "pause": Command(pause, "stop every instance (StopCharging): nodes.paused true, then pulumi up",
                      "Sets nodes.paused and runs `pulumi up`: every instance stops in economical mode; disks and "
                      "NAS keep billing."),
-    "resume": Command(resume, "start them again: nodes.paused removed, then pulumi up --refresh",
-                      "Removes nodes.paused and runs `pulumi up --refresh` (which also sees an autostop): the nodes "
-                      "start, Ray re-forms and the job is submitted again."),
+    "resume": Command(resume, "start them again (also after autostop or a reclaim): nodes.paused removed, the "
+                      "instances refreshed, then pulumi up",
+                      "Removes nodes.paused, refreshes the instances only (a stopped, reclaimed or deleted one is "
+                      "seen) and runs `pulumi up`: the nodes start or are replaced, Ray re-forms and the job is "
+                      "submitted again."),
     "cost": Command(cost, "what the cluster costs per hour, paused, after destroy, and so far",
                     "Prints the cost per hour running and paused, an estimate since the last update, what outlives "
                     "destroy, and when autostop fires."),

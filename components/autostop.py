@@ -57,7 +57,7 @@ class AutostopRole(pulumi.ComponentResource):
         # provider retries only throttling (infra/autostop.py ROLE_SETTLE_S). A new role (or policy attachment)
         # waits, while the instances are created; an unchanged one does not, as the wait's triggers do not change.
         self.settled = command.local.Command(
-            "autostop-role-settle", create=f"sleep {autostop.ROLE_SETTLE_S}",
+            "autostop-role-settle", create=f"sleep {autostop.ROLE_SETTLE_S}", add_previous_output_in_env=False,
             triggers=[role.role_id, self.attached.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.attached]),
         )

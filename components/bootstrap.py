@@ -103,7 +103,9 @@ class NodeBootstrap(pulumi.ComponentResource):
         config = args.config
         machine = args.machine
         node_name = machine.name
-        ctx = remote_steps.context_for(machine, args.private_key, self, login=args.login, first=True)
+        ctx = remote_steps.with_login_key(
+            remote_steps.context_for(machine, args.private_key, self, login=args.login, first=True),
+            config.access.ssh_public_key)
         has_data_disk = machine.data_disk is not None or machine.data_disk_serial is not None
         checking = known_hosts_module.host_key_checking(machine)
         kind = args.accelerator
@@ -337,6 +339,15 @@ class NodeBootstrap(pulumi.ComponentResource):
                      f"{node_name}-container")
         self.ready = self.container
         self.ready_key = f"{node_name}/container"
+        # The older images of the repository go once the container runs the new one; nothing waits for this.
+        remote_steps.remote_step(
+            remote_steps.context_for(machine, args.private_key, self, login=args.login, running=True),
+            "prune-images",
+            ["prune_images.sh"],
+            {"IMAGE": config.container.pull_image},
+            after=[(f"{node_name}/container", self.container)],
+            triggers=[self.container.id],
+        )
         if args.code_env is not None:
             self.ready = remote_steps.remote_step(
                 remote_steps.context_for(machine, args.private_key, self, login=args.login, running=True),

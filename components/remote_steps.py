@@ -6,6 +6,7 @@ The record of each step (infra/node/steps.py) is kept alongside, for the offline
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -176,6 +177,10 @@ def teardown_step(
             "SSH_PORT": str(ctx.port),
             "SSH_KEY_PATH": ctx.identity_file,
             "KNOWN_HOSTS_FILE": ctx.known_hosts_file,
+            # The node's host key itself, in the state: the delete runs from the old state's inputs, so a node
+            # that the known-hosts file no longer lists (removed, replaced) and a machine without that file (a
+            # clone, CI) are still checked strictly (infra/scripts/local/teardown.sh).
+            "HOST_PUBLIC_KEY": ctx.host_key if ctx.host_key is not None else "",
             "HOST_KEY_CHECKING": ctx.host_key_checking,
             "HOST_KEY_ORIGIN": ctx.host_key_origin,
             "NODE_NAME": ctx.node,
@@ -202,3 +207,33 @@ def teardown_step(
         ),
     )
     return resource
+
+
+def with_login_key(ctx: StepContext, public_key: str | None) -> StepContext:
+    """The node's first steps, after its login-key step: a changed access.sshPublicKey is added on the node with the
+    previous key, and the previous one removed, before any step logs in with the new one
+    (infra/scripts/local/login_key.sh). Nothing to do without a public key in the config (your own hosts)."""
+    if public_key is None:
+        return ctx
+    name = f"{ctx.node}-login-key"
+    step = command.local.Command(
+        name,
+        create="bash infra/scripts/local/login_key.sh",  # no `dir`: see components/known_hosts.py
+        environment={
+            "HOST": ctx.host,
+            "SSH_USER": ctx.user,
+            "SSH_PORT": str(ctx.port),
+            "SSH_KEY_PATH": ctx.identity_file,
+            "HOST_PUBLIC_KEY": ctx.host_key if ctx.host_key is not None else "",
+            "KNOWN_HOSTS_FILE": ctx.known_hosts_file,
+            "HOST_KEY_CHECKING": ctx.host_key_checking,
+            "LOGIN_PUBLIC_KEY": public_key,
+            "NODE_NAME": ctx.node,
+        },
+        # Its previous output is the key the node accepted at its last run: pulumi-command hands it to an update as
+        # PULUMI_COMMAND_STDOUT (local/commandOutputs.go:88-95, commandController.go Update keeps the old outputs).
+        add_previous_output_in_env=True,
+        opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.depends_on)),
+    )
+    record(ctx.node, "login-key", "local", ["local/login_key.sh"], [], name)
+    return dataclasses.replace(ctx, depends_on=[*ctx.depends_on, step])

@@ -67,6 +67,8 @@ class SharedStorage(pulumi.ComponentResource):
                     "STACK": f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
                     "RETAIN": "true" if args.retain_on_destroy else "false",
                     "GUARD_RESOURCE": guard_name,
+                    # Recorded in the stack's configuration when the destroy keeps the file system.
+                    "FILE_SYSTEM_ID": file_system.id,
                 },
                 add_previous_output_in_env=False,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[file_system]),
@@ -86,7 +88,11 @@ class SharedStorage(pulumi.ComponentResource):
             rw_access_type="RDWR",
             user_access_type="no_squash",
             priority=1,
-            opts=child,
+            # A move (a new vSwitch CIDR) must not cut the old nodes' access while their job still runs: the provider
+            # would modify the rule in place (ModifyAccessRule) at the start of the `up`. Replaced instead, the new
+            # rule is created first and the old one deleted at the end, after the old instances (Pulumi deletes a
+            # replaced resource after every other step, step_generator.go:2159-2166).
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(replace_on_changes=["sourceCidrIp"])),
         )
         # The rule must exist before anything mounts: the mount target waits for it, and every node's prepare-host
         # step waits for the mount target (it takes the mount target's domain).

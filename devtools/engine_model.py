@@ -213,11 +213,25 @@ def delete_first(typ: str, reg: Registration | None) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ operations
+def dependents(names: Sequence[str], dependencies: Mapping[str, Iterable[str]], root: str) -> list[str]:
+    """The resources that depend on `root`, directly or through others (their provider included), in `names`'
+    (dependency) order."""
+    found: set[str] = {root}
+    ordered: list[str] = []
+    for name in names:
+        if name != root and found & set(dependencies.get(name, ())):
+            found.add(name)
+            ordered.append(name)
+    return ordered
+
+
 @dataclass
 class Ops:
     """The steps an `up` takes, in order: (verb, name), verb one of create, update, same, replace (the creation
     half of a replacement) and delete. Deletes of create-before-delete replacements and of removed resources
-    come last, in reverse dependency order (`finish`)."""
+    come last, in reverse dependency order (`finish`): the engine deletes them only once every other step is done
+    (deployment_executor.go:328-332, performPostSteps), and not at all once a step failed (step_executor.go
+    :418,435-460: the first error cancels the deployment; `execute` below)."""
 
     steps: list[tuple[str, str]] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
@@ -229,10 +243,134 @@ class Ops:
             self.deferred.append(name)
         self.steps.append((change, name))
 
-    def finish(self, prior_names: list[str], current_names: Iterable[str]) -> list[tuple[str, str]]:
+    def finish(self, prior_names: list[str], current_names: Iterable[str],
+               prior_dependencies: Mapping[str, Iterable[str]] | None = None) -> list[tuple[str, str]]:
+        """The whole sequence. A delete-before-replace deletes first the prior resources that depend on it and that
+        this run replaces, in reverse dependency order (step_generator.go:2047-2131, calculateDependentReplacements
+        :3268: a dependent whose inputs or provider would change with it is condemned with it); those are not deleted
+        again later."""
         kept = set(current_names)
-        late = [n for n in reversed(prior_names) if n in self.deferred or n not in kept]
-        return self.steps + [("delete", n) for n in late]
+        replaced = {n for verb, n in self.steps if verb == "replace"}
+        early: set[str] = set()
+        steps: list[tuple[str, str]] = []
+        for verb, name in self.steps:
+            if verb == "delete":
+                if name in early:
+                    continue
+                if prior_dependencies is not None:
+                    condemned = [d for d in dependents(prior_names, prior_dependencies, name)
+                                 if d in replaced and d not in early]
+                    for dependent in reversed(condemned):
+                        steps.append(("delete", dependent))
+                        early.add(dependent)
+                early.add(name)
+            steps.append((verb, name))
+        late = [n for n in reversed(prior_names) if (n in self.deferred or n not in kept) and n not in early]
+        return steps + [("delete", n) for n in late]
+
+
+@dataclass
+class Executed:
+    """What an `up` did: the steps it ran (in order) and the first that failed, with its error. After a failure the
+    engine starts nothing more: no later step and none of the deletes that come last."""
+
+    done: list[tuple[str, str]]
+    failed: tuple[str, str] | None = None
+    error: str | None = None
+
+
+def execute(ops: Sequence[tuple[str, str]], perform: Callable[[str, str], str | None]) -> Executed:
+    """Run the steps in the engine's order; `perform(verb, name)` does one step and returns its error (None: done).
+    `same` steps are not performed."""
+    done: list[tuple[str, str]] = []
+    for verb, name in ops:
+        if verb == "same":
+            continue
+        error = perform(verb, name)
+        if error is not None:
+            return Executed(done, (verb, name), error)
+        done.append((verb, name))
+    return Executed(done)
+
+
+# ------------------------------------------------------------------------------------------------ refresh
+# What a Read does per provider (`pulumi refresh`, `pulumi up --refresh`): pkg/resource/deploy/step.go RefreshStep
+# calls the provider's Read for every custom resource; an error fails the step and the refresh (:1592-1597).
+# - docker Container and RemoteImage: the provider's client dials its `ssh://` host (kreuzwerker/terraform-provider-
+#   docker v4.5.0 resource_docker_container_funcs.go:758-768, :1133-1138; resource_docker_image_funcs.go:103-111;
+#   config.go:166-193): an unreachable host fails the Read.
+# - pulumi-command: v1.2.1 implements no Read (provider/pkg/provider has none; pulumi-go-provider infer keeps the
+#   state): nothing is dialled, nothing changes.
+# - alicloud: the cloud's answer (DescribeInstances): a released instance is gone from the state, a stopped one
+#   reads `Stopped` (inputs and outputs: the bridge extracts inputs from the read state).
+READ_DIALS_HOST = frozenset({"docker:index/container:Container", "docker:index/remoteImage:RemoteImage"})
+
+
+@dataclass
+class Refreshed:
+    """A refresh: the state it leaves (the prior state when it failed), what it read, and its first failed Read."""
+
+    state: list[Any]
+    read: list[str]
+    failed: str | None = None
+    error: str | None = None
+
+
+def refresh(resources: Sequence[Any], reachable: Callable[[str], bool],
+            read_cloud: Callable[[Any], Mapping[str, Any] | None] = lambda r: r.outputs,
+            targets: Callable[[Any], bool] = lambda _: True) -> Refreshed:
+    """`pulumi refresh` (or the refresh of `up --refresh`) of `resources` (a state: Registered-like, with type,
+    name, inputs, outputs, provider, custom). `reachable(host)`: whether a host answers over SSH. `read_cloud(r)`:
+    an alicloud resource's outputs as the cloud reads them now (None: gone). `targets`: `--target` / `--exclude`."""
+    by_name = {r.name: r for r in resources}
+    state: list[Any] = []
+    read: list[str] = []
+    for r in resources:
+        if not getattr(r, "custom", True) or r.type.startswith(PROVIDER_PREFIX) or not targets(r):
+            state.append(r)
+            continue
+        read.append(r.name)
+        if r.type in READ_DIALS_HOST:
+            provider = by_name.get(name_of(r.provider.rsplit("::", 1)[0])) if r.provider else None
+            host = provider_host(provider.inputs) if provider is not None else None
+            if host is not None and not reachable(host):
+                return Refreshed(list(resources), read, r.name,
+                                 f"{r.name}: refreshing: error during connect: ssh: connect to host {host} port 22: "
+                                 "Connection timed out")
+            state.append(r)
+        elif r.type.startswith("alicloud:"):
+            outputs = read_cloud(r)
+            if outputs is None:
+                continue  # deleted outside the program: the refresh drops it from the state
+            inputs = dict(r.inputs)
+            for key in ("status", "publicIp"):
+                if key in outputs and key in inputs:
+                    inputs[key] = outputs[key]
+            state.append(_with(r, inputs=inputs, outputs=dict(outputs)))
+        else:
+            state.append(r)
+    return Refreshed(state, read)
+
+
+def _with(r: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(r, **changes)
+
+
+def provider_host(provider_inputs: Mapping[str, Any]) -> str | None:
+    """The address a docker provider's `ssh://user@host:port` dials."""
+    host = str(unwrap(provider_inputs.get("host")) or "")
+    match = re.match(r"ssh://(?:[^@]+@)?([^:/]+)", host)
+    return match.group(1) if match else None
+
+
+def urn_glob(pattern: str, typ: str, name: str) -> bool:
+    """Whether `--target`/`--exclude` `pattern` matches the URN of a resource (deploy/deployment.go NewUrnTargets:
+    `**` any text, `*` any text without `:`; the URN's project, stack and parent types are matched as anything)."""
+    parts = [re.escape(p).replace(r"\*", "[^:]*") for p in pattern.split("**")]
+    regex = "^" + ".*".join(parts) + "$"
+    return re.match(regex, f"urn:pulumi:stack::project::parent${typ}::{name}") is not None
 
 
 @dataclass
@@ -250,9 +388,7 @@ def dialed_host(typ: str, inputs: Mapping[str, Any], provider_inputs: Mapping[st
     """The host a resource's provider Delete connects to, if any: a docker container (its provider's ssh host)
     and a remote command that has a `delete`. Local commands run here."""
     if typ == "docker:index/container:Container" and provider_inputs is not None:
-        host = str(unwrap(provider_inputs.get("host")) or "")
-        match = re.match(r"ssh://(?:[^@]+@)?([^:/]+)", host)
-        return match.group(1) if match else None
+        return provider_host(provider_inputs)
     if typ == "command:remote:Command" and unwrap(inputs.get("delete")):
         connection = unwrap(inputs.get("connection")) or {}
         return str(connection.get("host")) if isinstance(connection, Mapping) else None

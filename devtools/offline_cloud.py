@@ -33,7 +33,8 @@ from pulumi.runtime import settings as pulumi_settings
 
 from devtools import alibaba_shapes, engine_model, provider_rules, stack_file
 from devtools.alibaba_refusals import AlibabaRefused as AlibabaRefused
-from devtools.alibaba_refusals import _refuse_like_alibaba
+from devtools.alibaba_refusals import CloudRefusal as CloudRefusal
+from devtools.alibaba_refusals import _refuse_like_alibaba, refuse_against_account
 from devtools.alibaba_shapes import (
     DEFAULT_FAMILY_ZONES,
     DISK_FIELDS,
@@ -50,10 +51,6 @@ from infra.layout import PROJECT_DIR
 from infra.sources.alibaba import catalog, regions
 
 ROLL_SNAPSHOT = PROJECT_DIR / "tests" / "fixtures" / "roll"
-
-class CloudRefusal(RuntimeError):
-    """What Alibaba Cloud would answer with an error: the code it uses (where documented) and why."""
-
 
 @dataclass
 class Registered:
@@ -107,6 +104,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
     host_keys: dict[str, str] = field(default_factory=dict)
     replace: set[str] = field(default_factory=set)  # `pulumi up --replace` of these resource names
     registrations: dict[str, engine_model.Registration] = field(default_factory=dict)
+    # Ids and addresses the stack's resources held in earlier runs: a new instance (one recreated after a reclaim
+    # included) gets another id, and a started one another public IP, as Alibaba hands them out.
+    retired_ids: set[str] = field(default_factory=set)
+    retired_addresses: set[str] = field(default_factory=set)
     _ops: engine_model.Ops = field(default_factory=engine_model.Ops)
     # One registration at a time: the SDK sends them from executor threads (pulumi/runtime/resource.py).
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -117,14 +118,20 @@ class OfflineCloud(pulumi.runtime.Mocks):
         `changes`: the fields that differ next time (stock, prices, ...)."""
         fields: dict[str, Any] = {
             "stock": self.stock, "prices": self.prices, "external_file_systems": self.external_file_systems,
-            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied, **changes}
+            "currency": self.currency, "catalogue": self.catalogue, "bss_denied": self.bss_denied,
+            "retired_ids": self.retired_ids | {str(r.id) for r in [*self.prior, *self.resources] if r.id},
+            "retired_addresses": self.retired_addresses | {
+                str(r.outputs[k]) for r in [*self.prior, *self.resources] if r.type == "alicloud:ecs/instance:Instance"
+                for k in ("publicIp", "privateIp") if r.outputs.get(k)},
+            **changes}
         return OfflineCloud(prior=list(self.resources), **fields)
 
     # ------------------------------------------------------------------ the engine (devtools/engine_model.py)
     @property
     def ops(self) -> list[tuple[str, str]]:
         """What this `up` does, in order: (create | update | same | replace | delete, resource name)."""
-        return self._ops.finish([r.name for r in self.prior], engine_model.kept_names(self.resources))
+        dependencies = {r.name: r.registration.dependencies for r in self.prior if r.registration is not None}
+        return self._ops.finish([r.name for r in self.prior], engine_model.kept_names(self.resources), dependencies)
 
     def _engine_change(self, typ: str, name: str, inputs: Mapping[str, Any]) -> tuple[str, Registered | None]:
         reg = self.registrations.get(name)
@@ -364,9 +371,16 @@ class OfflineCloud(pulumi.runtime.Mocks):
             change, old = self._engine_change(typ, args.name, inputs)
             reg = self.registrations.get(args.name)
             if old is not None and change in ("same", "update"):
+                # The engine keeps the state's value of every input in ignore_changes (top-level names here:
+                # step_generator.go processIgnoreChanges), and the state records that value, not the program's.
+                ignored = set(reg.ignore_changes) if reg is not None else set()
+                inputs = {k: old.inputs[k] if k in ignored and k in old.inputs else v for k, v in inputs.items()}
                 # The engine keeps the resource: same id, its outputs (addresses, domains) as they were.
                 outputs = {**old.outputs, **inputs}
-                if typ == "alicloud:ecs/instance:Instance":
+                if typ == "alicloud:ecs/instance:Instance" and not self.preview:
+                    # A preview of an update does not start or stop anything: the computed outputs (public IP,
+                    # start_time) stay the state's (the provider's plan keeps a Computed attribute it does not
+                    # mark as changing), so a resume's new start_time shows only in the `up`.
                     addresses = lambda: self._instance_addresses(args.name)  # noqa: E731 (only if it restarts)
                     outputs.update(power_state(inputs, old.outputs, self._instances, addresses))
                 self.resources.append(Registered(typ, args.name, old.id, inputs, outputs, bool(args.custom),
@@ -376,6 +390,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
                 return old.id, outputs
             if old is not None:  # replaced: a new cloud resource with a new id
                 resource_id = f"{prefix}{_digest(args.typ + args.name + str(old.id), 17)}"
+            elif resource_id in self.retired_ids:  # created again (its predecessor went outside the program)
+                resource_id = f"{prefix}{_digest(args.typ + args.name + str(sorted(self.retired_ids)), 17)}"
             self._refuse(typ, args.name, inputs, replacing=old)
             if typ == "alicloud:ecs/instance:Instance":
                 outputs.update(self._instance_addresses(args.name))
@@ -439,86 +455,13 @@ class OfflineCloud(pulumi.runtime.Mocks):
         return {r.name: self.changes[r.name] for r in self.of_type("alicloud:ecs/instance:Instance")
                 if self.changes.get(r.name) != "same"}
 
-    # ------------------------------------------------------------------ refusals
     def _refuse(self, typ: str, name: str, inputs: Mapping[str, Any], replacing: Registered | None) -> None:
-        check = {
-            "alicloud:vpc/switch:Switch": self._refuse_vswitch,
-            "alicloud:ecs/instance:Instance": self._refuse_instance,
-            "alicloud:ecs/securityGroupRule:SecurityGroupRule": self._refuse_rule,
-            "alicloud:nas/fileSystem:FileSystem": self._refuse_file_system,
-            "alicloud:nas/mountTarget:MountTarget": self._refuse_mount_target,
-        }.get(typ)
         # A preview checks what it knows: a property that is another resource's unknown output is checked when
         # the `up` knows it (the providers' Check skips unknowns), so the check waits too.
-        if check is not None and not engine_model.has_unknown(dict(inputs)):
-            check(name, inputs)
+        if not engine_model.has_unknown(dict(inputs)):
+            refuse_against_account(self, typ, name, inputs)
 
-    def _refuse_vswitch(self, name: str, inputs: Mapping[str, Any]) -> None:
-        region = self.region()
-        zone = str(inputs.get("zoneId"))
-        # CreateVSwitch's ZoneId must be a zone of the region (DescribeZones lists them).
-        if zone not in REGION_ZONES.get(region, []):
-            raise CloudRefusal(f"InvalidZoneId.NotFound: vSwitch {name}: {zone} is not a zone of {region}")
-        cidr = ipaddress.IPv4Network(str(inputs.get("cidrBlock")))
-        vpc = self._by_id("alicloud:vpc/network:Network", inputs.get("vpcId"))
-        if vpc is not None and not cidr.subnet_of(ipaddress.IPv4Network(str(vpc.inputs.get("cidrBlock")))):
-            # CreateVSwitch: "The CIDR block of the vSwitch must be a subset of the CIDR block of the VPC".
-            raise CloudRefusal(f"InvalidCidrBlock.Malformed: vSwitch {name}: {cidr} is outside its VPC")
-        # CreateVSwitch error 400 InvalidCidrBlock.Overlapped, "Specified CIDR block overlapped with other subnets"
-        # (reference/alibaba-cloud-verified.md §7). A replaced vSwitch still exists while its replacement is created
-        # (Pulumi creates before it deletes, unless delete_before_replace).
-        for other in self.live("alicloud:vpc/switch:Switch"):
-            if other.inputs.get("vpcId") != inputs.get("vpcId"):
-                continue
-            if cidr.overlaps(ipaddress.ip_network(str(other.inputs.get("cidrBlock")))):
-                raise CloudRefusal(
-                    f"InvalidCidrBlock.Overlapped: vSwitch {name} ({cidr}) overlaps {other.name} "
-                    f"({other.inputs.get('cidrBlock')}) in the same VPC"
-                )
-
-    def _refuse_instance(self, name: str, inputs: Mapping[str, Any]) -> None:
-        type_name = str(inputs.get("instanceType"))
-        if catalog.lookup(type_name) is None:
-            raise CloudRefusal(f"InvalidInstanceType.NotFound: {name}: {type_name} is not an instance type")
-        vswitch = self._by_id("alicloud:vpc/switch:Switch", inputs.get("vswitchId"))
-        if vswitch is None:
-            raise CloudRefusal(f"InvalidVSwitchId.NotFound: {name}: no vSwitch {inputs.get('vswitchId')}")
-        zone = str(vswitch.inputs.get("zoneId"))
-        # RunInstances in a zone without stock of the type: "OperationDenied.NoStock" (reference/alibaba-cloud.md
-        # §stock; the stock-aware data sources omit exactly these zones).
-        if zone not in self.zones_with_stock(type_name, self.region()):
-            raise CloudRefusal(f"OperationDenied.NoStock: {name}: {type_name} has no stock in {zone}")
-
-    def _refuse_rule(self, name: str, inputs: Mapping[str, Any]) -> None:
-        # AuthorizeSecurityGroup: "如果指定的安全组规则已存在，此次调用成功，但不会增加规则"
-        # (if the rule exists, the call succeeds but adds no rule; help.aliyun.com/document_detail/25554.html).
-        # Two resources would then own one rule, and deleting either removes it for both: refused here so the
-        # program never declares one twice.
-        identity = _rule_identity(inputs)
-        for other in self.resources:
-            if other.type == "alicloud:ecs/securityGroupRule:SecurityGroupRule" and _rule_identity(other.inputs) \
-                    == identity:
-                raise CloudRefusal(f"duplicate security group rule: {name} is the same rule as {other.name}")
-
-    def _refuse_file_system(self, name: str, inputs: Mapping[str, Any]) -> None:
-        zone = inputs.get("zoneId")
-        if zone is not None and zone not in REGION_ZONES.get(self.region(), []):
-            raise CloudRefusal(f"InvalidZoneId.NotFound: NAS {name}: {zone} is not a zone of {self.region()}")
-
-    def _refuse_mount_target(self, name: str, inputs: Mapping[str, Any]) -> None:
-        fs_id = inputs.get("fileSystemId")
-        known = {r.id for r in self.live("alicloud:nas/fileSystem:FileSystem")} | set(self.external_file_systems)
-        if fs_id not in known:
-            raise CloudRefusal(f"InvalidFileSystem.NotFound: mount target {name}: no file system {fs_id}")
-        vswitch = self._by_id("alicloud:vpc/switch:Switch", inputs.get("vswitchId"))
-        if vswitch is None or vswitch.inputs.get("vpcId") != inputs.get("vpcId"):
-            # CreateMountTarget: VpcId and VSwitchId are required for a VPC mount target and must belong together.
-            raise CloudRefusal(f"InvalidVSwitchId.NotFound: mount target {name}: vSwitch not in VPC "
-                               f"{inputs.get('vpcId')}")
-        # Not refused: a mount target in another zone than a standard file system ("file systems in different
-        # zones in the same region communicate with ECS cloud servers", TF alicloud_nas_file_system `zone_id`).
-
-    def _by_id(self, typ: str, resource_id: Any) -> Registered | None:
+    def by_id(self, typ: str, resource_id: Any) -> Registered | None:
         for r in self.live(typ):
             if r.id == resource_id:
                 return r
@@ -532,7 +475,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
         self._instances += 1
         # Addresses of instances that still exist (a previous run's included) are never handed out twice.
         live = self.live("alicloud:ecs/instance:Instance")
-        taken = {r.outputs.get(k) for r in live for k in ("privateIp", "publicIp")}
+        taken = {r.outputs.get(k) for r in live for k in ("privateIp", "publicIp")} | self.retired_addresses
         if self.node_private_ips is not None:
             private = self.node_private_ips[index]
         else:
@@ -566,12 +509,6 @@ class OfflineCloud(pulumi.runtime.Mocks):
 def _refuse_by_rules(errors: Sequence[str]) -> None:  # the provider's schema validation (devtools/provider_rules)
     if errors:
         raise CloudRefusal("; ".join(errors))
-
-
-def _rule_identity(inputs: Mapping[str, Any]) -> tuple[str, ...]:
-    keys = ("securityGroupId", "type", "ipProtocol", "portRange", "nicType", "policy", "cidrIp", "ipv6CidrIp",
-            "sourceSecurityGroupId")
-    return tuple(str(inputs.get(k) or "") for k in keys)
 
 
 def _digest(text: str, length: int) -> str:

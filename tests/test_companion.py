@@ -126,7 +126,8 @@ def test_every_daily_operation_command_works_as_written(line: str, shell_env: di
     if line.endswith("companion pause"):
         assert "config set --stack multi --path roll-cluster:nodes.paused true\nup --stack multi" in calls
     if line.endswith("companion resume"):
-        assert "config rm --stack multi --path roll-cluster:nodes.paused\nup --refresh --stack multi" in calls
+        assert ("config rm --stack multi --path roll-cluster:nodes.paused\nrefresh --stack multi --yes --target "
+                "**alicloud:ecs/instance:Instance::*\nup --stack multi --replace **::training-job") in calls
     if line.endswith("companion cost"):
         assert "108.50 CNY/h" in result.stdout and "after destroy: NAS kept" in result.stdout
 

@@ -229,8 +229,8 @@ class NodesConfig(Section):
         description="Stop the cluster by itself when it idles: `afterJobMinutes` after the job ended (on Alibaba "
         f"{DEFAULT_AFTER_JOB_MINUTES} unless set; 0: never), `idleMinutes` with no job and idle GPUs. On Alibaba "
         "the head stops this stack's instances (StopCharging, through Alibaba's Python SDK) with an instance RAM "
-        "role that may stop only instances tagged with this stack; `pulumi up --refresh` starts them again as "
-        "after `paused`. On your own hosts it stops the job (freeing the GPUs), never the machines.",
+        "role that may stop only instances tagged with this stack; `python3 -m companion resume` starts them "
+        "again as after `paused`. On your own hosts it stops the job (freeing the GPUs), never the machines.",
     )
     hosts: list[HostConfig] | None = Field(
         None,

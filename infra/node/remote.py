@@ -62,14 +62,34 @@ def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str], sudo
     return "\n".join(exports) + f"\nexec {runner} -c {shlex.quote(body)} {shlex.quote('roll-cluster-' + step)}\n"
 
 
+# How a step's SSH session is watched: pulumi-command ignores cancellation while a command runs (pulumi-command v1.2.1
+# remote/commandOutputs.go:95, `session.Run(cmd)` without the context), so an interrupted `pulumi up` (a second
+# Ctrl-C) kills the provider and drops the connection, and sshd, which gives these sessions no pty, does not signal
+# the command: a 30-minute pull or the job's start gate would run on. The step runs in a process group of its own;
+# a watcher looks every SESSION_POLL_S seconds whether the SSH session (the runner's parent: sshd's session process,
+# or the one above sudo) still exists, and when it is gone stops the group: TERM, then KILL after STOP_GRACE_S. So a
+# step ends within SESSION_POLL_S + STOP_GRACE_S of an interrupt; every step is idempotent, and the next `up`
+# resumes it (a pull keeps its layers, the job step finds the job submitted and gates it again).
+SESSION_POLL_S = 2
+STOP_GRACE_S = 10
+
+
 def stdin_command(step: str, sudo: bool = False) -> str:
     """The short, constant command of a step whose text (`render`, sudo=False) arrives on stdin; with `sudo` the
-    whole text runs in a root bash, so its exports need no --preserve-env."""
+    whole text runs in a root bash, so its exports need no --preserve-env. The step is stopped when its SSH session
+    ends (see SESSION_POLL_S above)."""
     runner = "sudo -n bash" if sudo else "bash"
     # An empty stdin would eval nothing and exit 0: a step whose text never arrived would pass. It fails instead,
     # naming the step ($0 is the name after the -c text).
     check = '[ -n "$text" ] || { echo "$0: no script text arrived on stdin" >&2; exit 1; }'
-    return f"exec {runner} -c 'text=$(cat) && {check}; eval \"$text\"' {shlex.quote('roll-cluster-' + step)}"
+    # Compact (it is every step's command line and appears in pulumi-command's error of a failed step): p the SSH
+    # session's process (above sudo, when sudo runs the shell), s the step's process group, w the watcher's. The
+    # shell's own job notices go to /dev/null; the step keeps the original stderr (fd 3).
+    body = (f'text=$(cat) && {check}; p=$PPID; [ "$(ps -o comm= -p $p 2>/dev/null)" = sudo ] && '
+            'p=$(ps -o ppid= -p $p); exec 3>&2 2>/dev/null; set -m; (exec 2>&3 3>&-; eval "$text") & s=$!; '
+            f'(while kill -0 $p; do sleep {SESSION_POLL_S}; done; kill -- -$s; sleep {STOP_GRACE_S}; kill -9 -- -$s) '
+            '>/dev/null 2>&1 </dev/null & w=$!; wait $s; r=$?; kill -- -$w; exit $r')
+    return f"exec {runner} -c '{body}' {shlex.quote('roll-cluster-' + step)}"
 
 
 def exported_env(command_text: str) -> dict[str, str]:

@@ -64,7 +64,9 @@ def login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_
     Offline runs (plan, tests) never read a key or ask an agent."""
     if runmode.offline():
         local_key_warnings(private_key_path, public_key)
-        return ssh_access.LoginKey(private_key=OFFLINE_PRIVATE_KEY, identity_file=private_key_path, via_agent=False)
+        # The key file's path stands for its text: another key is another connection, as on a real run.
+        return ssh_access.LoginKey(private_key=f"{OFFLINE_PRIVATE_KEY} ({private_key_path})",
+                                   identity_file=private_key_path, via_agent=False)
     return ssh_access.login_key(
         private_key_path, public_key, Path(known_hosts.agent_public_key_path(stack)).expanduser()
     )

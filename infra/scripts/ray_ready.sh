@@ -4,9 +4,13 @@
 # with "Total available GPUs ... is less than total desired GPUs" when a node is late.
 #
 # The gate wants the alive nodes to be exactly EXPECTED_NODE_IPS, each with exactly GPUS_PER_NODE GPUs. An
-# unexpected alive node (say a replaced instance's raylet that Ray has not yet declared dead) keeps the gate
-# waiting: ROLL and verl place work on every GPU node Ray reports, and a departing node would take that work
-# with it. Ray marks such a node dead within its health-check window, so the wait normally ends by itself.
+# unexpected alive node keeps the gate waiting: ROLL and verl place work on every GPU node Ray reports, and a
+# departing node would take that work with it. Such a node is one the configuration no longer has: a node removed by
+# a scale-in, whose instance and teardown Pulumi deletes only after every other step of the `up` has finished
+# (pulumi deployment_executor.go performPostSteps), so never before this gate; or a replaced instance's raylet.
+# The gate takes it out of the cluster itself: a task pinned to that node (NodeAffinitySchedulingStrategy, hard)
+# removes its Ray start record, so the container's main process does not start Ray again, and runs a graceful
+# `ray stop` there. The node's teardown, later, then finds Ray stopped.
 #
 # Environment:
 #   CONTAINER_NAME           the head's training container                                             required
@@ -18,6 +22,7 @@
 #   ACCELERATOR_RESOURCE     the Ray resource counted: GPU, or NPU on Ascend                           GPU
 #   READY_TIMEOUT_S          bound on the whole wait                                                   900
 #   READY_POLL_INTERVAL_S    seconds between looks at the cluster                                      2
+#   RAY_RECORD_DIR           the Ray start record's directory in the containers (ray_common.sh)
 
 require_env CONTAINER_NAME HEAD_IP GCS_PORT EXPECTED_NODE_IPS GPUS_PER_NODE
 READY_TIMEOUT_S=${READY_TIMEOUT_S:-900}
@@ -31,20 +36,42 @@ require_int GCS_PORT GPUS_PER_NODE HEAD_GPUS READY_TIMEOUT_S READY_POLL_INTERVAL
 # Prints one line per change of the cluster's shape; on timeout the last line says why it is not ready (exit 3).
 RAY_READY_PY='
 import sys, time
-address, expected_text, gpus_text, timeout_text, interval_text, resource, head_gpus_text = sys.argv[1:8]
+address, expected_text, gpus_text, timeout_text, interval_text, resource, head_gpus_text, record_dir = sys.argv[1:9]
 expected = expected_text.split()
 gpus_per_node = float(gpus_text)
 head = address.rsplit(":", 1)[0]
 wanted = {ip: float(head_gpus_text) if ip == head else gpus_per_node for ip in expected}
 deadline = time.monotonic() + float(timeout_text)
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+
+@ray.remote(num_cpus=0, max_retries=0)
+def leave_cluster(record):
+    # On the unexpected node, in its container: forget how Ray was started (the main process would start it
+    # again), then a graceful "ray stop", detached: it ends this worker too.
+    import os, subprocess
+    for name in ("start", "settings"):
+        try:
+            os.remove(os.path.join(record, name))
+        except FileNotFoundError:
+            pass
+    subprocess.Popen(["ray", "stop"], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+stopping = set()
 
 def shape():
     alive = {}
     for node in ray.nodes():
         if node.get("Alive"):
             alive.setdefault(node["NodeManagerAddress"], []).append(node.get("Resources", {}).get(resource, 0.0))
+            if node["NodeManagerAddress"] not in expected and node["NodeID"] not in stopping:
+                stopping.add(node["NodeID"])
+                print("stopping Ray on %s: not a node of this cluster any more" % node["NodeManagerAddress"],
+                      flush=True)
+                leave_cluster.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    node_id=node["NodeID"], soft=False)).remote(record_dir)
     missing = [ip for ip in expected if ip not in alive]
     unexpected = sorted(ip for ip in alive if ip not in expected)
     duplicated = sorted(ip for ip, gpus in alive.items() if len(gpus) > 1)
@@ -98,7 +125,7 @@ wait_until_ready() {
   # `timeout` bounds the driver even if connecting to Ray hangs; the driver bounds its own wait.
   timeout "$((remaining + 120))" docker exec "$CONTAINER_NAME" python3 -c "$RAY_READY_PY" \
     "$HEAD_IP:$GCS_PORT" "$EXPECTED_NODE_IPS" "$GPUS_PER_NODE" "$remaining" "$READY_POLL_INTERVAL_S" "$ACCELERATOR_RESOURCE" \
-    "$HEAD_GPUS" \
+    "$HEAD_GPUS" "$RAY_RECORD_DIR" \
     2>>"$ROLL_STEP_LOG" | banner_lines "$lines_file" || status=$?
   if ((status != 0)); then
     reason=$(tail -n 1 "$lines_file")

@@ -15,6 +15,7 @@
 #     reports the runtimes of /etc/docker/daemon.json (the host's own copy, see host_init.sh)
 #   docker pull [--] IMAGE, docker image inspect [--format '{{.Id}}' | '{{.Architecture}}'] [--] IMAGE: images are names
 #     recorded under images/, built for this machine's CPU; a pull waits while the file pull-gate exists
+#     docker image ls --format F -- REPOSITORY, image rm -- IMAGE
 #   docker run ... --restart POLICY: like a container's own filesystem, /var/lib/roll-cluster is private to the
 #       container (a bind mount of <name>.lib in its mount namespace) and survives its restarts; its argv is kept
 #       in <name>.argv for a restart at "boot".
@@ -228,8 +229,24 @@ PY
 }
 
 docker_image() {
-  local format='' image arch
-  [[ "${1:-}" == inspect ]] || die "fake docker: image: only inspect"
+  local format='' image arch file
+  if [[ "${1:-}" == ls ]]; then
+    # docker image ls --format '{{.Repository}}:{{.Tag}}' -- REPOSITORY (prune_images.sh): the recorded images
+    [[ "${2:-}" == --format && "${4:-}" == -- ]] || die "fake docker: image ls: only --format F -- REPOSITORY"
+    for file in "$E2E_DOCKER_STATE/images/${5//\//_}":*; do
+      [[ -f "$file" ]] || continue
+      file=${file##*/}
+      printf '%s:%s\n' "$5" "${file##*:}"
+    done
+    return 0
+  fi
+  if [[ "${1:-}" == rm ]]; then
+    # docker image rm -- IMAGE: no container here runs from an image, so nothing refuses
+    [[ "${2:-}" == -- ]] || die "fake docker: image rm: only -- IMAGE"
+    rm -f "$E2E_DOCKER_STATE/images/${3//\//_}"
+    return 0
+  fi
+  [[ "${1:-}" == inspect ]] || die "fake docker: image: only inspect, ls and rm"
   shift
   if [[ "${1:-}" == --format || "${1:-}" == -f ]]; then
     format=$2

@@ -10,6 +10,9 @@
 #   STACK (required)     the stack, fully qualified (org/project/stack)
 #   RETAIN (required)    the value the last `up` recorded: true | false
 #   GUARD_RESOURCE       this resource's name, for the advice
+#   FILE_SYSTEM_ID       the file system's id: when the destroy keeps it, recorded as storage.existingFileSystemId in
+#                        the stack's configuration, so that the next `pulumi up` attaches it instead of creating a new
+#                        one (the stack's outputs, nasFileSystemId among them, are gone after the destroy)
 set -euo pipefail
 
 : "${GUARD_RESOURCE:=shared-fs-guard}"
@@ -46,4 +49,20 @@ check_retain() {
   fi
 }
 
+record_kept_file_system() {
+  local id=${FILE_SYSTEM_ID:-}
+  [[ "$RETAIN" == true && -n "$id" ]] || return 0
+  if [[ ! "$id" =~ ^[0-9a-z]{6,32}$ ]]; then
+    printf 'nas-guard: not recording the kept file system: FILE_SYSTEM_ID is not a NAS id\n' >&2
+    return 0
+  fi
+  # A failure here must not stop the destroy: the id is printed either way.
+  if pulumi config set --stack "$STACK" --path 'roll-cluster:storage.existingFileSystemId' -- "$id" >/dev/null 2>&1; then
+    printf 'nas-guard: kept NAS file system %s; recorded as roll-cluster:storage.existingFileSystemId, so the next pulumi up attaches it\n' "$id"
+  else
+    printf 'nas-guard: kept NAS file system %s; to attach it again: pulumi config set --stack %s --path roll-cluster:storage.existingFileSystemId %s\n' "$id" "$STACK" "$id" >&2
+  fi
+}
+
 check_retain
+record_kept_file_system

@@ -13,7 +13,12 @@
 #
 # Environment (defaults in brackets):
 #   HOST (required), SSH_USER [root], SSH_PORT [22], SSH_KEY_PATH [ssh's default keys]
-#   KNOWN_HOSTS_FILE [ssh's default]   the stack's known-hosts file (infra/node/known_hosts.py)
+#   HOST_PUBLIC_KEY ['']          the node's host public key (`ssh-ed25519 AAAA...`), as the state records it: when
+#                             set, the node is checked against it alone (StrictHostKeyChecking=yes, a known-hosts
+#                             file of one line written here), so the teardown needs no local file: it works after
+#                             the stack's known-hosts file was rewritten without this node (scale-in, replacement)
+#                             and from any machine (a clone, CI)
+#   KNOWN_HOSTS_FILE [ssh's default]   the stack's known-hosts file (infra/node/known_hosts.py), without HOST_PUBLIC_KEY
 #   HOST_KEY_CHECKING [yes with KNOWN_HOSTS_FILE, else accept-new]   StrictHostKeyChecking
 #   HOST_KEY_ORIGIN [generated with HOST_KEY_CHECKING=yes, else recorded]   where the node's key in KNOWN_HOSTS_FILE
 #                             came from: `generated` by the program (its own instances), or `recorded` at first
@@ -37,15 +42,30 @@ ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}-${NODE_NAME//\//_}.log"
 : "${SSH_PORT:=22}"
 : "${SSH_KEY_PATH:=}"
 : "${KNOWN_HOSTS_FILE:=}"
+: "${HOST_PUBLIC_KEY:=}"
 : "${HOST_KEY_CHECKING:=}"
 : "${HOST_KEY_ORIGIN:=}"
 : "${REACH_ATTEMPTS:=2}"
 : "${REACH_TIMEOUT_S:=20}"
 : "${TEARDOWN_TIMEOUT_S:=300}"
 
+# use_recorded_host_key: check the node against HOST_PUBLIC_KEY only, in a known-hosts file of one line.
+use_recorded_host_key() {
+  [[ "$HOST_PUBLIC_KEY" =~ ^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521))\ [A-Za-z0-9+/]+=*(\ .*)?$ ]] ||
+    fail "HOST_PUBLIC_KEY must be an OpenSSH public key (ssh-ed25519 AAAA...), got '$HOST_PUBLIC_KEY'"
+  local key_type key_data
+  read -r key_type key_data _ <<<"$HOST_PUBLIC_KEY"
+  RECORDED_KNOWN_HOSTS=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-teardown-known-hosts.XXXXXX")
+  printf '%s %s %s\n' "$(known_hosts_pattern)" "$key_type" "$key_data" >"$RECORDED_KNOWN_HOSTS"
+  KNOWN_HOSTS_FILE=$RECORDED_KNOWN_HOSTS
+  HOST_KEY_CHECKING=yes
+  HOST_KEY_ORIGIN=generated
+}
+
 check_settings() {
   require_env HOST REMOTE_COMMAND
   require_int SSH_PORT REACH_ATTEMPTS REACH_TIMEOUT_S TEARDOWN_TIMEOUT_S
+  if [[ -n "$HOST_PUBLIC_KEY" ]]; then use_recorded_host_key; fi
   if [[ -z "$HOST_KEY_CHECKING" ]]; then
     if [[ -n "$KNOWN_HOSTS_FILE" ]]; then HOST_KEY_CHECKING=yes; else HOST_KEY_CHECKING=accept-new; fi
   fi
@@ -116,6 +136,7 @@ refuse_teardown() {
   local kind=$1 error=$2 file=$KNOWN_HOSTS_FILE key=$SSH_KEY_PATH resource=${TEARDOWN_RESOURCE:-this teardown}
   local not_run="the node answers, so it does NOT count as gone: $ROLL_STEP did not run there, and what it stops may still be running"
   if [[ -z "$file" ]]; then file="ssh's default known-hosts file (~/.ssh/known_hosts)"; fi
+  if [[ -n "$HOST_PUBLIC_KEY" ]]; then file="the stack's state (this teardown's HOST_PUBLIC_KEY)"; fi
   if [[ -z "$key" ]]; then key="ssh's default keys"; fi
   case $kind in
     host-key-changed)
@@ -137,6 +158,12 @@ refuse_teardown() {
       ;;
   esac
 }
+
+RECORDED_KNOWN_HOSTS=''
+remove_recorded_known_hosts() {
+  if [[ -n "$RECORDED_KNOWN_HOSTS" ]]; then rm -f -- "$RECORDED_KNOWN_HOSTS"; fi
+}
+trap remove_recorded_known_hosts EXIT
 
 NODE_GONE=false
 probe_node() {
