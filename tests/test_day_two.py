@@ -327,12 +327,18 @@ def _access(path: str, public: str) -> dict[str, Any]:
     return {"roll-cluster:access": {"sshPrivateKeyPath": path, "sshPublicKey": public}}
 
 
-def test_rotating_the_login_key_on_a_running_stack_then_destroying_from_a_clone(tmp_path: Path) -> None:
+def _world_with_two_keys(tmp_path: Path) -> tuple[World, tuple[str, str], tuple[str, str]]:
+    """A world whose user holds an old and a new login key pair, logging in with the old one."""
     world = World(tmp_path)
     old_path, old_public = _login_key(tmp_path, "old-key")
     new_path, new_public = _login_key(tmp_path, "new-key")
     world.identities = {old_path: old_public, new_path: new_public}
     world.login = old_path
+    return world, (old_path, old_public), (new_path, new_public)
+
+
+def test_rotating_the_login_key_on_a_running_stack_then_destroying_from_a_clone(tmp_path: Path) -> None:
+    world, (old_path, old_public), (new_path, new_public) = _world_with_two_keys(tmp_path)
     first = _up(world, "multi", _access(old_path, old_public))
     _formed(world, first)
     world.login = new_path  # the user points the stack at the new key pair
@@ -350,11 +356,7 @@ def test_rotating_the_login_key_on_a_running_stack_then_destroying_from_a_clone(
 
 
 def test_a_rotation_without_the_previous_key_fails_naming_it(tmp_path: Path) -> None:
-    world = World(tmp_path)
-    old_path, old_public = _login_key(tmp_path, "old-key")
-    new_path, new_public = _login_key(tmp_path, "new-key")
-    world.identities = {old_path: old_public, new_path: new_public}
-    world.login = old_path
+    world, (old_path, old_public), (new_path, new_public) = _world_with_two_keys(tmp_path)
     first = _up(world, "multi", _access(old_path, old_public))
     Path(old_path).unlink()
     world.login = new_path

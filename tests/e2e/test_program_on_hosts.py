@@ -201,9 +201,9 @@ time.sleep(2)
 GATE_CHECKPOINTS = "/tmp/roll-gate-checkpoints"  # the head's private /tmp: only the head runs the stand-in
 
 
-def test_the_start_gate_fails_a_dying_job_passes_a_training_one_and_a_rerun_resumes(network, cluster):
-    hosts, commands = cluster
-    # Ray up (idempotent: a no-op after the first test) so that this test also runs alone.
+def ray_up_with_the_stand_in_launcher(network, hosts, commands) -> None:
+    """Ray up (idempotent: a no-op after the first test, so that a test also runs alone) and the stand-in ROLL
+    launcher in the head's workspace."""
     network.run(hosts[0], commands.head).check()
     for result in network.run_parallel(list(zip(hosts[1:], commands.workers, strict=True))):
         result.check()
@@ -211,6 +211,11 @@ def test_the_start_gate_fails_a_dying_job_passes_a_training_one_and_a_rerun_resu
     launcher = hosts[0].private_path("/workspace/ROLL/examples/start_agentic_pipeline.py")
     launcher.parent.mkdir(parents=True, exist_ok=True)
     launcher.write_text(ROLL_TRAINING_LAUNCHER)
+
+
+def test_the_start_gate_fails_a_dying_job_passes_a_training_one_and_a_rerun_resumes(network, cluster):
+    hosts, commands = cluster
+    ray_up_with_the_stand_in_launcher(network, hosts, commands)
     network.run(hosts[0], f"rm -rf {GATE_CHECKPOINTS}").check()
 
     def rendered(exp_name: str) -> ProgramCommands:
@@ -262,13 +267,7 @@ def test_the_start_gate_fails_a_dying_job_passes_a_training_one_and_a_rerun_resu
 
 def test_the_start_gate_stops_a_job_that_prints_nothing_within_the_configured_minutes(network, cluster):
     hosts, commands = cluster
-    network.run(hosts[0], commands.head).check()
-    for result in network.run_parallel(list(zip(hosts[1:], commands.workers, strict=True))):
-        result.check()
-    network.run(hosts[0], commands.ready).check()
-    launcher = hosts[0].private_path("/workspace/ROLL/examples/start_agentic_pipeline.py")
-    launcher.parent.mkdir(parents=True, exist_ok=True)
-    launcher.write_text(ROLL_TRAINING_LAUNCHER)
+    ray_up_with_the_stand_in_launcher(network, hosts, commands)
     silent = render_cluster(
         [h.ip for h in hosts], str(network.client_key), ports=(8100, 8101, 8102),
         ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
