@@ -14,6 +14,7 @@ import json
 import statistics
 import time
 
+from devtools.engine_model import state_json
 from devtools.offline_cloud import OfflineCloud, OfflineRun, run_program
 from devtools.schedule import (
     NO_OPTIONS,
@@ -54,7 +55,7 @@ STATE_SIZES = (2, 64, 256)
 def state_bytes(cloud: OfflineCloud) -> int:
     """What Pulumi would store for the resources the program registered: each one's inputs and outputs as JSON
     (the mocks' outputs repeat the inputs, without the commands' stdout)."""
-    return sum(len(json.dumps(r.inputs, default=str)) + len(json.dumps(r.outputs, default=str))
+    return sum(len(json.dumps(r.inputs, default=state_json)) + len(json.dumps(r.outputs, default=state_json))
                for r in cloud.resources)
 
 

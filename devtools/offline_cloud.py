@@ -667,6 +667,7 @@ def run_program(
     engine_model.record_registrations(pulumi_settings.SETTINGS.monitor, cloud.registrations)
     steps_module.RECORDED.clear()
     steps_module.NOTES.clear()
+    steps_module.LIBRARIES.clear()
 
     def program() -> dict[str, Any]:
         runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pytest
 
 from infra.autostop import AUTOSTOP_SCRIPTS
-from infra.node.remote import render_plain
+from infra.node.remote import local_library, render_plain
 
 ROLE = "roll-cluster-multi-autostop"
 CREDENTIALS = {"AccessKeyId": "STS.NTemporary", "AccessKeySecret": "temporary-secret", "SecurityToken": "tok+en/=="}
@@ -89,7 +89,7 @@ def _run(
         "ECS_ENDPOINT": endpoint, "METADATA_URL": endpoint, "AUTOSTOP_STATE_DIR": str(state), "NODE_NAME": "node-0",
         **env,
     }
-    command = render_plain("autostop", AUTOSTOP_SCRIPTS, values)
+    command = render_plain("autostop", AUTOSTOP_SCRIPTS, values, library=local_library())
     return subprocess.run(["bash", "-c", command], env=_node(tmp, job_state, gpu_load), capture_output=True,
                           text=True, timeout=60)
 
