@@ -13,9 +13,13 @@ import argparse
 import json
 import statistics
 import time
+from typing import Any
+
+import pulumi
 
 from devtools.engine_model import state_json
-from devtools.offline_cloud import OfflineCloud, OfflineRun, run_program
+from devtools.engine_model import PROVIDER_PREFIX
+from devtools.offline_cloud import OfflineCloud, OfflineRun, Registered, _run_to_completion, run_program, unwrap
 from devtools.schedule import (
     NO_OPTIONS,
     NO_SNAPSHOT_PREFETCH,
@@ -49,6 +53,55 @@ def measure(stack: str, nodes: int, repeat: int) -> tuple[float, int]:
     return statistics.median(walls), resources
 
 
+OVERHEAD_SIZES = (1, 64)
+
+
+def run_bare(resources: list[Registered]) -> float:
+    """The bare SDK's floor: a minimal program registering the same resources (type, name, the inputs the program
+    gave them, as plain values; components as components, providers as providers) with the same dependencies under
+    the same mocks, with no configuration, rendering, Output chains or checks of its own. Its wall time in
+    seconds."""
+    cloud = OfflineCloud()
+    pulumi.runtime.set_mocks(cloud, project="roll-cluster", stack="multi", preview=False, organization="organization")
+
+    def program() -> dict[str, Any]:
+        made: dict[str, pulumi.Resource] = {}
+        for r in resources:
+            names = r.registration.dependencies if r.registration is not None else frozenset()
+            opts = pulumi.ResourceOptions(depends_on=[made[n] for n in sorted(names) if n in made])
+            if not r.custom:
+                made[r.name] = pulumi.ComponentResource(r.type, r.name, opts=opts)
+            elif r.type.startswith(PROVIDER_PREFIX):
+                made[r.name] = pulumi.ProviderResource(r.type.removeprefix(PROVIDER_PREFIX), r.name,
+                                                       dict(unwrap(r.inputs)), opts)
+            else:
+                made[r.name] = pulumi.CustomResource(r.type, r.name, dict(unwrap(r.inputs)), opts)
+        return {}
+
+    started = time.perf_counter()
+    _run_to_completion(program)
+    return time.perf_counter() - started
+
+
+def measure_overhead(stack: str, repeat: int) -> tuple[float, list[tuple[float, float, float, float]]]:
+    """The program's time per node over the bare SDK's for the same resources per node, from 1 to 64 nodes: the
+    median of `repeat` ratios, each from runs side by side (program and floor, at both sizes). Also each repeat's
+    (program at 1, program at 64, floor at 1, floor at 64) seconds."""
+    runs = []
+    for _ in range(repeat):
+        row: list[float] = []
+        floors: list[float] = []
+        for nodes in OVERHEAD_SIZES:
+            cloud = OfflineCloud()
+            started = time.perf_counter()
+            run_program(stack, cloud=cloud, config={"roll-cluster:nodes": {"count": nodes}, **FITS})
+            row.append(time.perf_counter() - started)
+            floors.append(run_bare(list(cloud.resources)))
+        runs.append((row[0], row[1], floors[0], floors[1]))
+    ratios = [(p64 - p1) / (f64 - f1) for p1, p64, f1, f64 in runs]
+    return statistics.median(ratios), runs
+
+
 STATE_SIZES = (2, 64, 256)
 
 
@@ -57,6 +110,17 @@ def state_bytes(cloud: OfflineCloud) -> int:
     (the mocks' outputs repeat the inputs, without the commands' stdout)."""
     return sum(len(json.dumps(r.inputs, default=state_json)) + len(json.dumps(r.outputs, default=state_json))
                for r in cloud.resources)
+
+
+def input_bytes(cloud: OfflineCloud) -> int:
+    """The resources' inputs alone, as the state keeps them (what a `pulumi preview --diff` compares)."""
+    return sum(len(json.dumps(r.inputs, default=state_json)) for r in cloud.resources)
+
+
+def measure_inputs(stack: str, nodes: int) -> int:
+    cloud = OfflineCloud()
+    run_program(stack, cloud=cloud, config={"roll-cluster:nodes": {"count": nodes}, **FITS})
+    return input_bytes(cloud)
 
 
 def measure_state(stack: str, nodes: int) -> tuple[int, int]:

@@ -111,7 +111,7 @@ def library_step(ctx: StepContext) -> command.remote.CopyToRemote:
             opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.depends_on)),
         )
         LIBRARIES[ctx.node] = found
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def remote_step(

@@ -164,6 +164,17 @@ def state_json(value: Any) -> Any:
     return str(value)
 
 
+def as_stored(value: Any) -> Any:
+    """`value` with every asset and archive as the state stores it (state_json), so that inputs compare by content."""
+    if isinstance(value, dict):
+        return {k: as_stored(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_stored(v) for v in value]
+    if isinstance(value, (pulumi.FileArchive, pulumi.FileAsset, pulumi.StringAsset)):
+        return state_json(value)
+    return value
+
+
 def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
     """The detailed diff's paths: nested keys and list elements that differ (`triggers[0]`, `connection.host`)."""
     old, new = unwrap(old), unwrap(new)

@@ -355,7 +355,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
     # ---------------------------------------------------------------- resources
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         with self._lock:
-            inputs = dict(args.inputs)
+            # Assets and archives as the state keeps them: a path and a hash (engine_model.state_json).
+            inputs = engine_model.as_stored(dict(args.inputs))
             outputs = dict(inputs)
             prefix = ID_PREFIX.get(args.typ, "res-")
             resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"

@@ -1,8 +1,8 @@
 """Turn node scripts under infra/scripts/ into the command string a pulumi-command step runs.
 
 The scripts reach a node once, as its script library (`library_archive`, copied by the node's `<node>-scripts`
-step, a pulumi-command `remote.CopyToRemote`): every script under a name made of its content's hash
-(`ray_head-<sha256 prefix>.sh`), in LIBRARY_DIR on the node (a user other than root: LIBRARY_HOME_DIR in its
+step, a pulumi-command `remote.CopyToRemote`): every script in a directory named by its content's hash
+(`<sha256 prefix>/ray_head.sh`), in LIBRARY_DIR on the node (a user other than root: LIBRARY_HOME_DIR in its
 home). A step's command names the files it runs, so what Pulumi stores for a step is its environment and a few
 lines, not the scripts' text; a changed script has a new name, so exactly the steps that run it change (and the
 library step, which adds the new file beside the old one: a teardown recorded earlier still finds its file).
@@ -13,9 +13,10 @@ login shell (sh or bash), so it only uses POSIX syntax before handing the script
 
     export ROLL_STEP='docker'
     export NODE_NAME='roll-cluster-dev-0'
-    exec bash -c 'for f in <dir>/lib-<hash>.sh <dir>/install_docker-<hash>.sh; do [ -r "$f" ] || ...; done
-    . <dir>/lib-<hash>.sh
-    . <dir>/install_docker-<hash>.sh' roll-cluster-docker
+    exec bash -c 'for roll_script in <dir>/<hash>/lib.sh <dir>/<hash>/install_docker.sh; do [ -r ... ] || ...
+    unset roll_script
+    . <dir>/<hash>/lib.sh
+    . <dir>/<hash>/install_docker.sh' roll-cluster-docker
 
 Values are single-quoted with shlex.quote; secrets may be Outputs and keep their secretness in the result.
 
@@ -89,9 +90,11 @@ def _heredoc_end(line: str) -> str | None:
 
 
 def compact_text(names: Sequence[str]) -> str:
-    """script_text without comment-only and blank lines (here-documents kept whole): what the user data carries."""
+    """script_text without comment-only and blank lines (here-documents kept whole; the `# ---- name ----` headers
+    stay): what the user data carries."""
     kept: list[str] = []
     for name in [LIB_SCRIPT, *names]:
+        kept.append(f"# ---- {name} ----")
         heredoc: str | None = None
         for line in _without_shebang(name):
             if heredoc is not None:
@@ -109,9 +112,10 @@ def compact_text(names: Sequence[str]) -> str:
 
 @cache
 def library_name(name: str) -> str:
-    """The file a script has in the library: its stem and the hash of its content (`ray_head-<hash>.sh`)."""
+    """The file a script has in the library: its name in a directory named by the hash of its content
+    (`<hash>/ray_head.sh`)."""
     digest = hashlib.sha256(script_path(name).read_bytes()).hexdigest()[:HASH_CHARS]
-    return f"{Path(name).stem}-{digest}.sh"
+    return f"{digest}/{name}"
 
 
 def library_scripts() -> list[str]:
@@ -141,6 +145,7 @@ def staged_library() -> str:
         (PROJECT_DIR / STAGING_DIR).mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=".building-", dir=PROJECT_DIR / STAGING_DIR))
         for name in names:
+            (building / library_name(name)).parent.mkdir(exist_ok=True)
             shutil.copyfile(script_path(name), building / library_name(name))
             os.chmod(building / library_name(name), 0o644)
         shutil.rmtree(target, ignore_errors=True)
@@ -224,8 +229,8 @@ def exported_env(command_text: str) -> dict[str, str]:
 
 
 def sourced_scripts(command_text: str) -> list[str]:
-    """The library files a rendered step runs, in order (`lib-<hash>.sh`, ...)."""
-    return [line.rsplit("/", 1)[1] for line in command_text.splitlines() if line.startswith(". ")]
+    """The library files a rendered step runs, in order (`<hash>/lib.sh`, ...)."""
+    return ["/".join(line.rsplit("/", 2)[1:]) for line in command_text.splitlines() if line.startswith(". ")]
 
 
 # Whether a section of the stack config is held as a secret (`pulumi config set --secret --path ...`): then every
