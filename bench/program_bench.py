@@ -17,8 +17,7 @@ from typing import Any
 
 import pulumi
 
-from devtools.engine_model import state_json
-from devtools.engine_model import PROVIDER_PREFIX
+from devtools.engine_model import PROVIDER_PREFIX, state_json
 from devtools.offline_cloud import OfflineCloud, OfflineRun, Registered, _run_to_completion, run_program, unwrap
 from devtools.schedule import (
     NO_OPTIONS,
