@@ -136,11 +136,6 @@ def remote_step(
     """
     resource_name = resource_name or f"{ctx.node}-{step}"
     static_env: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node, **ctx.node_env, **env}
-    full_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = static_env
-    if dynamic_env is not None:
-        full_env = pulumi.Output.all(pulumi.Output.from_input(static_env), dynamic_env).apply(
-            lambda parts: {**parts[0], **parts[1]}
-        )
     library = remote.library_dir(ctx.user)
     depends_on: list[pulumi.Resource] = [*ctx.depends_on, library_step(ctx), *(r for _, r in after)]
     if delete_scripts:
@@ -155,7 +150,7 @@ def remote_step(
         # The text (exports, secrets among them, and the scripts) on stdin, off every command line and error
         # message (infra/node/remote.py); a changed text is an update that re-runs `create`, as before.
         create=remote.stdin_command(step, sudo=ctx.user != "root"),
-        stdin=remote.render(step, scripts, full_env, library=library),
+        stdin=remote.render(step, scripts, static_env, library=library, more_env=dynamic_env),
         triggers=list(triggers) if triggers is not None else None,
         # Without this pulumi-command sends PULUMI_COMMAND_STDOUT/STDERR as SSH env requests, which a stock sshd
         # refuses with a warning per step (AcceptEnv); the scripts never read them.
@@ -189,9 +184,14 @@ def teardown_step(
     create does nothing. The delete environment holds no secrets (a container name, a job id): it is a plain
     environment variable of a local process."""
     node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
-    delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {}))
-    remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
-                                   sudo=ctx.user != "root", library=remote.library_dir(ctx.user))
+    delete_values: pulumi.Input[Mapping[str, pulumi.Input[str]]]
+    if delete_env is None or isinstance(delete_env, Mapping):
+        delete_values = {**node_only, **(delete_env or {})}  # values known or not: render resolves them
+    else:
+        delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), delete_env).apply(
+            lambda p: {**p[0], **p[1]})
+    remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values, sudo=ctx.user != "root",
+                                   library=remote.library_dir(ctx.user))
     resource = command.local.Command(
         resource_name,
         delete=f"bash infra/scripts/{TEARDOWN_SCRIPT}",  # no `dir`: see components/known_hosts.py

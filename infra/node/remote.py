@@ -241,11 +241,20 @@ SECRET_CONFIG: dict[str, bool] = {"set": False}
 
 def render(
     step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]], sudo: bool = False,
-    library: str = LIBRARY_DIR,
-) -> pulumi.Output[str]:
-    """The command for a step whose environment may hold Outputs (IPs, secrets), or be one Output as a whole."""
+    library: str = LIBRARY_DIR, more_env: pulumi.Output[dict[str, str]] | None = None,
+) -> pulumi.Input[str]:
+    """The command for a step whose environment may hold Outputs (IPs, secrets), or be one Output as a whole;
+    `more_env`, a whole environment known only later, is merged over it. An environment of plain strings renders at
+    once, with no Output to resolve (most steps: the program's time per node is mostly Pulumi's work per Output)."""
+    if more_env is None and isinstance(env, Mapping) and all(isinstance(value, str) for value in env.values()):
+        text = render_plain(step, scripts, env, sudo, library)  # type: ignore[arg-type]
+        return pulumi.Output.secret(text) if SECRET_CONFIG["set"] else text
     resolved: pulumi.Output[Mapping[str, str]] = pulumi.Output.from_input(env)  # type: ignore[arg-type]
-    command = resolved.apply(lambda values: render_plain(step, scripts, values, sudo, library))
+    if more_env is None:
+        command = resolved.apply(lambda values: render_plain(step, scripts, values, sudo, library))
+    else:
+        command = pulumi.Output.all(resolved, more_env).apply(
+            lambda parts: render_plain(step, scripts, {**parts[0], **parts[1]}, sudo, library))
     return pulumi.Output.secret(command) if SECRET_CONFIG["set"] else command
 
 
