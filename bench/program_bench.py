@@ -1,9 +1,10 @@
 """The whole program under the offline cloud at 1, 8, 32 and 64 nodes (wall time, resources registered), its CPU
-time per node against the bare SDK's floor for the same resources (`run_bare`), the state's and the inputs' size per
-node at 2, 64 and 256 nodes, and the modelled time from `pulumi up` to the first training step (devtools/schedule.py) at 2, 16, 64 and 256 nodes on
-each path: a new cluster as configured, a new cluster with the image in the region's registry and the model on
-the shared storage, and a warm start from a baked image; with Pulumi's parallelism at least the node count (as
-the docs' commands set it) and at a laptop's default (4 x 8 CPUs = 32 slots); and with the modelled options.
+time per node against the bare SDK's floor for the same resources (`run_bare`), the state's and the inputs' size
+per node at 2, 64 and 256 nodes, and the modelled time from `pulumi up` to the first training step
+(devtools/schedule.py) at 2, 16, 64 and 256 nodes on each path: a new cluster as configured, a new cluster with
+the image in the region's registry and the model on the shared storage, and a warm start from a baked image; with
+Pulumi's parallelism at least the node count (as the docs' commands set it) and at a laptop's default (4 x 8 CPUs
+= 32 slots); and with the modelled options.
 
     python -m bench [--repeat 3] [--stack multi]
 """
