@@ -38,6 +38,7 @@ import re
 import shlex
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -58,6 +59,7 @@ LIBRARY_HOME_DIR = ".roll-cluster/scripts"
 # one directory per library content, holding exactly the hashed files (a FileArchive is a path, and Pulumi's state
 # keeps its path and hash, not its content).
 STAGING_DIR = ".roll-cluster/library"
+STALE_STAGING_S = 24 * 3600
 HASH_CHARS = 16  # 64 bits of sha256: a name per content, with no practical chance of two contents sharing one
 
 
@@ -153,6 +155,11 @@ def staged_library() -> str:
             building.rename(target)
         except OSError:  # another run staged it at the same moment: the same files
             shutil.rmtree(building, ignore_errors=True)
+        # Libraries of earlier versions of the scripts, staged over a day ago: nothing reads them any more (the
+        # state keeps the archive's hash, and `pulumi destroy` copies nothing).
+        for old in (PROJECT_DIR / STAGING_DIR).iterdir():
+            if old != target and time.time() - old.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(old, ignore_errors=True)
     # The trailing slash: pulumi-command copies the directory's files into remotePath (remote/copyController.go
     # sftpCopy: "dir/ | dest/x for x in dir").
     return relative + "/"
