@@ -345,6 +345,11 @@ class TestNetwork:
         self.power_off(host)
         self._launch_init(host)
         self._wait_for_ssh(host)
+        # A node's script library is on its disk and survives the reboot; the tier's /var/lib is an overlay in a
+        # tmpfs that does not: put back what the library steps had copied.
+        for name, user, remote_path, source in sorted(self._libraries):
+            if name == host.name:
+                self.copy_library(host, Path(source), remote_path, user).check()
 
     def _wait_for_ssh(self, host: TestHost, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
