@@ -1,5 +1,6 @@
 """The step resources: every remote step is a pulumi-command `remote.Command` running scripts under infra/scripts
-rendered by infra/node/remote.py, with an optional local teardown whose delete runs on the node over ssh.
+rendered by infra/node/remote.py, with an optional local teardown whose delete runs on the node over ssh. The
+scripts reach each node once, by its script library step (`library_step`), which every step of the node depends on.
 
 The record of each step (infra/node/steps.py) is kept alongside, for the offline plan and the tests.
 """
@@ -17,6 +18,7 @@ import pulumi_command as command
 from infra.node import known_hosts, remote, ssh_access
 from infra.node.steps import (
     DIAL_ERROR_LIMIT,
+    LIBRARIES,
     PER_DIAL_TIMEOUT_S,
     RUNNING_NODE_DIAL_ERROR_LIMIT,
     TEARDOWN_REACH_ATTEMPTS,
@@ -91,6 +93,28 @@ def context_for(
                        identity=machine.identity)
 
 
+def library_step(ctx: StepContext) -> command.remote.CopyToRemote:
+    """The node's script library (infra/node/remote.py): every script under a name made of its content's hash,
+    copied over SFTP into the library directory. One per node and run, made by the node's first step.
+
+    pulumi-command's CopyToRemote copies on create, and on update only when the archive's hash or the remote path
+    changed (remote/copyController.go Update); it has no delete, so the files of an older library stay beside the
+    new ones (what a teardown recorded before a script change runs). A new machine behind the same step (a replaced
+    instance) must get its copy although the archive is the same: its identity is a trigger, which replaces."""
+    found = LIBRARIES.get(ctx.node)
+    if found is None:
+        found = command.remote.CopyToRemote(
+            f"{ctx.node}-scripts",
+            connection=connection(ctx.host, ctx.key, ctx.user, ctx.port, ctx.host_key, DIAL_ERROR_LIMIT),
+            source=remote.library_archive(),
+            remote_path=remote.library_remote_path(ctx.user),
+            triggers=[ctx.identity],
+            opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.depends_on)),
+        )
+        LIBRARIES[ctx.node] = found
+    return found
+
+
 def remote_step(
     ctx: StepContext,
     step: str,
@@ -113,12 +137,8 @@ def remote_step(
     """
     resource_name = resource_name or f"{ctx.node}-{step}"
     static_env: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node, **ctx.node_env, **env}
-    full_env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = static_env
-    if dynamic_env is not None:
-        full_env = pulumi.Output.all(pulumi.Output.from_input(static_env), dynamic_env).apply(
-            lambda parts: {**parts[0], **parts[1]}
-        )
-    depends_on: list[pulumi.Resource] = [*ctx.depends_on, *(r for _, r in after)]
+    library = remote.library_dir(ctx.user)
+    depends_on: list[pulumi.Resource] = [*ctx.depends_on, library_step(ctx), *(r for _, r in after)]
     if delete_scripts:
         # The step depends on its teardown, so Pulumi deletes the step first and then runs the teardown; a job's
         # teardown (stop the job) thus runs before Ray's (stop Ray), which runs before the container goes. The
@@ -131,7 +151,7 @@ def remote_step(
         # The text (exports, secrets among them, and the scripts) on stdin, off every command line and error
         # message (infra/node/remote.py); a changed text is an update that re-runs `create`, as before.
         create=remote.stdin_command(step, sudo=ctx.user != "root"),
-        stdin=remote.render(step, scripts, full_env),
+        stdin=remote.render(step, scripts, static_env, library=library, more_env=dynamic_env),
         triggers=list(triggers) if triggers is not None else None,
         # Without this pulumi-command sends PULUMI_COMMAND_STDOUT/STDERR as SSH env requests, which a stock sshd
         # refuses with a warning per step (AcceptEnv); the scripts never read them.
@@ -165,9 +185,14 @@ def teardown_step(
     create does nothing. The delete environment holds no secrets (a container name, a job id): it is a plain
     environment variable of a local process."""
     node_only: dict[str, pulumi.Input[str]] = {"NODE_NAME": ctx.node}
-    delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), pulumi.Output.from_input(delete_env or {}))
-    remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values.apply(lambda p: {**p[0], **p[1]}),
-                                   sudo=ctx.user != "root")
+    delete_values: pulumi.Input[Mapping[str, pulumi.Input[str]]]
+    if delete_env is None or isinstance(delete_env, Mapping):
+        delete_values = {**node_only, **(delete_env or {})}  # values known or not: render resolves them
+    else:
+        delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), delete_env).apply(
+            lambda p: {**p[0], **p[1]})
+    remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values, sudo=ctx.user != "root",
+                                   library=remote.library_dir(ctx.user))
     resource = command.local.Command(
         resource_name,
         delete=f"bash infra/scripts/{TEARDOWN_SCRIPT}",  # no `dir`: see components/known_hosts.py

@@ -24,23 +24,32 @@ reference/pulumi-engine-semantics.md):
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import re
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
+import pulumi
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from pulumi.runtime import rpc
 
 from devtools import provider_rules
 from devtools.mock_secrets import unwrap
+from infra.layout import PROJECT_DIR
 
 UNKNOWN = rpc.UNKNOWN
 PROVIDER_PREFIX = "pulumi:providers:"
 COMMAND_TYPES = ("command:local:Command", "command:remote:Command")
+# pulumi-command's remote.CopyToRemote (the node's script library): `triggers` replaces (replaceOnChanges,
+# remote/copy.go); an update copies again when the archive's hash or the remote path changed (copyController.go
+# Update); it has no delete.
+COPY_TYPE = "command:remote:CopyToRemote"
 
 # kreuzwerker/terraform-provider-docker v4.5.0 internal/provider/resource_docker_container.go: every field is
 # ForceNew except these (restart 272, must_run, memory*, cpu_* ; the rest of this list is UNCONFIRMED: taken
@@ -68,7 +77,7 @@ def forces_new(typ: str, path: str) -> bool:
         return top not in DOCKER_CONTAINER_UPDATABLE
     if typ == "docker:index/remoteImage:RemoteImage":
         return top in DOCKER_IMAGE_FORCE_NEW
-    if typ in COMMAND_TYPES:
+    if typ in COMMAND_TYPES or typ == COPY_TYPE:
         return top == "triggers"
     return False
 
@@ -128,6 +137,44 @@ def contains(pattern: str, path: str) -> bool:
     return all(w in ("*", h) for w, h in zip(want, have, strict=False))
 
 
+ARCHIVE_SIG = "0def7320c3a5731c473e5ecbe6d01bc7"  # sdk/go/common/resource/archive/archive.go ArchiveSig
+ASSET_SIG = "c44067f5952c0a294b673a41bacd8c17"  # sdk/go/common/resource/asset/asset.go AssetSig
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+
+@functools.cache
+def _content_hash(path_text: str) -> str:
+    path = Path(path_text) if Path(path_text).is_absolute() else PROJECT_DIR / path_text
+    digest = hashlib.sha256()
+    for item in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if item.is_file():
+            digest.update(str(item.relative_to(path) if path.is_dir() else item.name).encode())
+            digest.update(item.read_bytes())
+    return digest.hexdigest()
+
+
+def state_json(value: Any) -> Any:
+    """json.dumps' `default`: an asset or archive as Pulumi's state keeps it (archive.go / asset.go Serialize: its
+    signature, hash and path; a path's content is never stored, a StringAsset's text is), anything else as str."""
+    if isinstance(value, (pulumi.FileArchive, pulumi.FileAsset)):
+        sig = ARCHIVE_SIG if isinstance(value, pulumi.FileArchive) else ASSET_SIG
+        return {SIG_KEY: sig, "hash": _content_hash(value.path), "path": value.path}
+    if isinstance(value, pulumi.StringAsset):
+        return {SIG_KEY: ASSET_SIG, "hash": hashlib.sha256(value.text.encode()).hexdigest(), "text": value.text}
+    return str(value)
+
+
+def as_stored(value: Any) -> Any:
+    """`value` with every asset and archive as the state stores it (state_json), so that inputs compare by content."""
+    if isinstance(value, dict):
+        return {k: as_stored(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_stored(v) for v in value]
+    if isinstance(value, (pulumi.FileArchive, pulumi.FileAsset, pulumi.StringAsset)):
+        return state_json(value)
+    return value
+
+
 def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
     """The detailed diff's paths: nested keys and list elements that differ (`triggers[0]`, `connection.host`)."""
     old, new = unwrap(old), unwrap(new)
@@ -149,7 +196,7 @@ def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
             else:
                 found.extend(changed_paths(old[index], new[index], path))
         return found
-    if json.dumps(old, sort_keys=True, default=str) != json.dumps(new, sort_keys=True, default=str):
+    if json.dumps(old, sort_keys=True, default=state_json) != json.dumps(new, sort_keys=True, default=state_json):
         return [prefix]
     return []
 

@@ -361,7 +361,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
     # ---------------------------------------------------------------- resources
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         with self._lock:
-            inputs = dict(args.inputs)
+            # Assets and archives as the state keeps them: a path and a hash (engine_model.state_json).
+            inputs = engine_model.as_stored(dict(args.inputs))
             outputs = dict(inputs)
             prefix = ID_PREFIX.get(args.typ, "res-")
             resource_id: str | None = f"{prefix}{_digest(args.typ + args.name, 17)}"
@@ -596,6 +597,7 @@ def run_program(
     engine_model.record_registrations(pulumi_settings.SETTINGS.monitor, cloud.registrations)
     steps_module.RECORDED.clear()
     steps_module.NOTES.clear()
+    steps_module.LIBRARIES.clear()
 
     def program() -> dict[str, Any]:
         runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.node.remote import render_plain, render_user_data
+from infra.node.remote import local_library, render_plain, render_user_data
 from infra.sources.alibaba.user_data import encode_user_data
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ class FakeNode:
 
     def run_step(self, step: str, scripts: list[str], **overrides: str) -> Result:
         """Run a remote step as pulumi-command does: the command render_plain makes, through a shell."""
-        command = render_plain(step, scripts, self.step_env(**overrides))
+        command = render_plain(step, scripts, self.step_env(**overrides), library=local_library())
         return self._run(["bash", "-c", command], self.machine_env())
 
     def run_user_data(self, script: str, **overrides: str) -> Result:

@@ -18,7 +18,7 @@ from alibaba_standin import CREDENTIALS, AlibabaStandIn
 from autostop_sdk import ensure_autostop_sdk
 
 from infra.autostop import AUTOSTOP_SCRIPTS, SDK_REQUIREMENTS, STOPPER, file_b64
-from infra.node.remote import render_plain
+from infra.node.remote import local_library, render_plain
 
 ROLE = "roll-cluster-multi-cn-hangzhou-0123456789-autostop"
 JOB = "roll-multi-7"  # what the job step recorded on the head (CURRENT_JOB_FILE)
@@ -81,7 +81,7 @@ def _run(
         _installed(tmp)
     # The stopper as install keeps it beside the watcher's state.
     (state / "stop_instances.py").write_text(STOPPER.read_text())
-    command = render_plain("autostop", AUTOSTOP_SCRIPTS, values)
+    command = render_plain("autostop", AUTOSTOP_SCRIPTS, values, library=local_library())
     return subprocess.run(["bash", "-c", command], env=_node(tmp, job_state, gpu_load), capture_output=True,
                           text=True, timeout=120)
 

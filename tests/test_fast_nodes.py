@@ -232,9 +232,10 @@ def test_too_few_pulumi_slots_bootstrap_the_nodes_in_waves() -> None:
 def test_the_modelled_options_are_figures_for_the_docs_not_a_path_the_program_builds() -> None:
     # docs/performance.md's 'Modelled options, not built' gives these (the benchmark's NOT BUILT rows): even with
     # P2P, a maintained base image, tuned pulls, requirements in the image and snapshot prefetch, Pulumi's state
-    # saves at 64 nodes (a self-managed backend) keep the figure far from the targets.
+    # saves at 64 nodes (a self-managed backend; a few minutes since the scripts reach each node once) stay on
+    # the path.
     assert at(64, "in-region", OPTIONS) - schedule.state_write_minutes(64) == pytest.approx(20.3, abs=0.1)
-    assert schedule.state_write_minutes(64) > 20
+    assert schedule.state_write_minutes(64) > 1
     assert at(64, "in-region", OPTIONS) < at(64, "in-region") - 20  # driver, backend and code off the path
 
 
@@ -251,7 +252,7 @@ def test_the_terms_that_grow_with_the_count_come_from_their_sources() -> None:
     records, config = records_and_config("multi")
     # The ECS API: past 60 RunInstances a minute (assumed) the last instance waits for the next minute.
     assert [schedule.api_wait_minutes(n) for n in (1, 60, 61, 64, 256)] == [0.0, 0.0, 1.0, 1.0, 4.0]
-    # Pulumi's state: 20 + 15 resources per node, each saving the whole state twice, one save at a time, at the
+    # Pulumi's state: 20 + 16 resources per node, each saving the whole state twice, one save at a time, at the
     # assumed 20 MB/s: quadratic in the node count.
     state = schedule.MEASURED_STATE
     resources = state["resources-fixed"] + 64 * state["resources-per-node"]

@@ -16,7 +16,7 @@ import pytest
 from offline_helpers import env_of, run, step_command
 from test_ray_commands import run_job_status
 
-from infra.node.remote import render_plain
+from infra.node.remote import local_library, render_plain
 
 SPOT = {"roll-cluster:nodes": {"spot": True}}
 RECLAIM = "/mnt/shared/.roll-cluster/reclaimed/multi"
@@ -50,7 +50,8 @@ def metadata() -> Iterator[str]:
 def _look(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
     env = {"SPOT_ACTION": "once", "RECLAIM_DIR": str(tmp_path / "reclaimed"), "NODE_NAME": "node-1",
            "METADATA_URL": url, "SPOT_STATE_DIR": str(tmp_path / "state")}
-    return subprocess.run(["bash", "-c", render_plain("spot-notice", ("spot_notice.sh",), env)],
+    command = render_plain("spot-notice", ("spot_notice.sh",), env, library=local_library())
+    return subprocess.run(["bash", "-c", command],
                           env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log")},
                           capture_output=True, text=True, timeout=60)
 
@@ -117,7 +118,8 @@ def test_without_systemd_the_watcher_runs_detached_a_reinstall_replaces_it_and_i
            "SYSTEMD_RUN_DIR": str(tmp_path / "no-systemd")}
 
     def install() -> int:
-        result = subprocess.run(["bash", "-c", render_plain("spot-notice", ("spot_notice.sh",), env)],
+        command = render_plain("spot-notice", ("spot_notice.sh",), env, library=local_library())
+        result = subprocess.run(["bash", "-c", command],
                                 env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log")},
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and "spot notice watcher running (no systemd: process" in result.stdout, result

@@ -415,7 +415,7 @@ def test_the_webshop_base_walks_the_webshop_setup_of_the_code_step() -> None:
     result = run_program(stack_name, replace_config=config, cloud=OfflineCloud(), secrets=secrets)
     scripts = [
         text for resource in result.cloud.resources if resource.type == "command:remote:Command"
-        for path, text in leaves(resource.inputs) if path == ".stdin" and "check_webshop_settings" in text
+        for path, text in leaves(resource.inputs) if path == ".stdin" and "/roll_env_setup.sh\n" in text
     ]
     assert scripts, "no code step renders roll_env_setup.sh"
     env, _ = exports(scripts[0])

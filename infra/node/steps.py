@@ -51,6 +51,8 @@ class StepRecord:
 
 
 RECORDED: list[StepRecord] = []
+# The script library step of each node (components/remote_steps.py library_step), by node name; reset per run.
+LIBRARIES: dict[str, Any] = {}
 # Facts the offline plan shows that are not resource inputs (placement notes, the job spec); reset per run.
 NOTES: dict[str, Any] = {}
 

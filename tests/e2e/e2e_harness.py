@@ -194,6 +194,7 @@ class TestNetwork:
         self.ssh_config = STATE_ROOT / "client" / "ssh_config"
         self.client_bin = STATE_ROOT / "client" / "bin"
         self._inits: list[subprocess.Popen[bytes]] = []
+        self._libraries: set[tuple[str, str, str, str]] = set()  # (host, user, remote path, source) copied
         self._init_of: dict[str, subprocess.Popen[bytes]] = {}
         self._init_argv: dict[str, tuple[list[str], dict[str, str]]] = {}
 
@@ -223,6 +224,7 @@ class TestNetwork:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 init.wait(timeout=10)
         self._inits.clear()
+        self._libraries.clear()
 
     def _write_client(self) -> None:
         self.client_key.parent.mkdir(parents=True, exist_ok=True)
@@ -301,6 +303,8 @@ class TestNetwork:
             "PidFile none\n"
             "MaxStartups 100\n"
             "MaxSessions 100\n"
+            # A stock sshd's SFTP subsystem (pulumi-command's CopyToRemote copies the script library over SFTP).
+            "Subsystem sftp internal-sftp\n"
             # The docker stand-in first in PATH for every session of this host (a stock login shell keeps it).
             f"SetEnv PATH={host.root / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
         )
@@ -341,6 +345,11 @@ class TestNetwork:
         self.power_off(host)
         self._launch_init(host)
         self._wait_for_ssh(host)
+        # A node's script library is on its disk and survives the reboot; the tier's /var/lib is an overlay in a
+        # tmpfs that does not: put back what the library steps had copied.
+        for name, user, remote_path, source in sorted(self._libraries):
+            if name == host.name:
+                self.copy_library(host, Path(source), remote_path, user).check()
 
     def _wait_for_ssh(self, host: TestHost, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -390,9 +399,31 @@ class TestNetwork:
         """Run `command` on `host` as pulumi-command does: one SSH session whose login shell runs the string."""
         return self.start_command(host, command, user).wait(timeout)
 
+    def copy_library(self, host: TestHost, source: Path, remote_path: str, user: str = "root") -> CommandResult:
+        """What pulumi-command's CopyToRemote does with a directory whose path ends in `/` (remote/copyController.go
+        sftpCopy, copyDir): over SFTP as `user`, make `remote_path` and its parents, then each subdirectory and
+        file of `source` in it (a relative `remote_path` is in the user's home)."""
+        batch = []
+        parts = remote_path.strip("/").split("/")
+        prefix = "/" if remote_path.startswith("/") else ""
+        for index in range(1, len(parts) + 1):
+            batch.append(f"-mkdir {prefix}{'/'.join(parts[:index])}")
+        for item in sorted(source.rglob("*")):
+            target = f"{remote_path.rstrip('/')}/{item.relative_to(source)}"
+            batch.append(f"-mkdir {target}" if item.is_dir() else f"put {item} {target}")
+        result = RunningCommand(host.name, ["sftp", "-F", str(self.ssh_config), "-b", "-", f"{user}@{host.ip}"],
+                                stdin_text="\n".join(batch) + "\n").wait(120)
+        if result.returncode == 0:
+            self._libraries.add((host.name, user, remote_path, str(source)))
+        return result
+
     def start_command(self, host: TestHost, command: str, user: str = "root") -> RunningCommand:
         # A program step (program_commands.StepCommand) reads its text on the session's stdin, as from
-        # pulumi-command.
+        # pulumi-command, and sources the node's script library, which its library step copied first.
+        library = getattr(command, "library", None)
+        if library is not None and (host.name, library.user, library.remote_path, str(library.source)) \
+                not in self._libraries:
+            self.copy_library(host, library.source, library.remote_path, library.user).check()
         return RunningCommand(host.name, self.ssh_argv(host, command, user), stdin_text=getattr(command, "stdin", None))
 
     def run_parallel(self, runs: Sequence[tuple[TestHost, str]], timeout: float = 300) -> list[CommandResult]:

@@ -9,12 +9,13 @@ from collections.abc import Mapping, Sequence
 
 from e2e_harness import TestHost
 
-from infra.node.remote import render_plain
+from infra.node.remote import local_library, render_plain
 from infra.ray import commands as rc
 
 
 def _render(step: rc.StepScripts, host: TestHost, env: Mapping[str, str], secrets: Mapping[str, str] | None) -> str:
-    return render_plain(step.step, step.scripts, {**env, "NODE_NAME": host.name, **(secrets or {})})
+    return render_plain(step.step, step.scripts, {**env, "NODE_NAME": host.name, **(secrets or {})},
+                        library=local_library())
 
 
 def head(settings: rc.RaySettings, host: TestHost, secrets: Mapping[str, str] | None = None) -> str:

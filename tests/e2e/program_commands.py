@@ -16,7 +16,7 @@ from typing import Any
 
 from devtools.offline_cloud import OfflineCloud, run_program, stack_config, unwrap
 from infra.layout import PROJECT_DIR
-from infra.node import steps
+from infra.node import remote, steps
 
 # V100 types of the catalog by GPUs per node: the GPU count is a test parameter (Ray is told --num-gpus).
 TYPE_WITH_GPUS = {1: "ecs.gn6v-c8g1.2xlarge", 2: "ecs.gn6v-c8g1.4xlarge", 4: "ecs.gn6v-c8g1.8xlarge",
@@ -130,25 +130,48 @@ def render_cluster(
     )
 
 
+@dataclass(frozen=True)
+class LibraryCopy:
+    """A node's script library step (pulumi-command CopyToRemote): the staged directory whose files it copies over
+    SFTP, as the connection's user, into `remote_path` (infra/node/remote.py)."""
+
+    source: Path
+    remote_path: str
+    user: str = "root"
+
+
+def library_copy(inputs: Mapping[str, Any]) -> LibraryCopy:
+    """The copy a CopyToRemote's inputs specify (its archive's path is relative to the project)."""
+    return LibraryCopy(PROJECT_DIR / str(inputs["source"]["path"]), str(inputs["remotePath"]),
+                       str(inputs["connection"]["user"]))
+
+
 class StepCommand(str):
     """A remote step as pulumi-command runs it: the command (`create`) and the text it reads on the SSH session's
-    stdin (infra/node/remote.py); the harness's runner sends `stdin` (e2e_harness.RunningCommand)."""
+    stdin (infra/node/remote.py); the harness's runner sends `stdin` (e2e_harness.RunningCommand). `library`: the
+    node's script library the step sources, which the harness copies to the host first, as the node's library step
+    (every step depends on it) would have."""
 
     stdin: str | None
+    library: LibraryCopy | None
 
-    def __new__(cls, command: str, stdin: str | None = None) -> StepCommand:
+    def __new__(cls, command: str, stdin: str | None = None, library: LibraryCopy | None = None) -> StepCommand:
         made = super().__new__(cls, command)
         made.stdin = stdin
+        made.library = library
         return made
 
     def prefixed(self, exports: str) -> StepCommand:
         """The same step with `exports` run first (variables the step's bash inherits)."""
-        return StepCommand(exports + self, self.stdin)
+        return StepCommand(exports + self, self.stdin, self.library)
 
 
 def ssh_command(inputs: Mapping[str, Any]) -> StepCommand:
     text = inputs.get("stdin")
-    return StepCommand(str(inputs["create"]), None if text is None else str(text))
+    user = str(inputs["connection"]["user"])
+    # The library every node's step registers (tests/test_script_library.py checks the program registers this one).
+    library = LibraryCopy(PROJECT_DIR / remote.staged_library(), remote.library_remote_path(user), user)
+    return StepCommand(str(inputs["create"]), None if text is None else str(text), library)
 
 
 def _local_command(inputs: Mapping[str, Any], checkout: Path = PROJECT_DIR) -> str:
@@ -173,8 +196,9 @@ class ProgramStep:
     """One step the program registered, as the test tier runs it.
 
     kind: "remote" (`command` over SSH on `node`), "local" (`command` with `env` on the machine running `pulumi
-    up`), "image" (the RemoteImage: the image must be on the node) or "container" (the docker.Container, turned
-    into the `docker run` it stands for: `command`)."""
+    up`), "copy" (the node's script library, copied over SFTP: `library`), "image" (the RemoteImage: the image
+    must be on the node) or "container" (the docker.Container, turned into the `docker run` it stands for:
+    `command`)."""
 
     key: str  # "node-0/docker"
     node: str
@@ -184,6 +208,7 @@ class ProgramStep:
     env: dict[str, str]
     user: str = "root"  # the SSH user of a remote step (its connection's)
     resource: str = ""  # the Pulumi resource the step is (cloud.ops names it)
+    library: LibraryCopy | None = None  # kind "copy": the node's script library
 
 
 @dataclass(frozen=True)
@@ -239,6 +264,11 @@ def render_hosts_program(
     )
     cloud = result.cloud
     steps: list[ProgramStep] = []
+    # Each node's script library first (its CopyToRemote: every remote step of the node depends on it).
+    libraries = {r.name.removesuffix("-scripts"): library_copy(dict(unwrap(r.inputs)))
+                 for r in cloud.of_type("command:remote:CopyToRemote")}
+    for node, copy in libraries.items():
+        steps.append(ProgramStep(f"{node}/scripts", node, "copy", (), "", {}, copy.user, f"{node}-scripts", copy))
     for record in result.steps:
         inputs = dict(unwrap(cloud.named(record.resource_name).inputs))
         command, env, login = "", {}, "root"
@@ -251,7 +281,8 @@ def render_hosts_program(
             kind, command = "image", f"docker image inspect {shlex.quote(inputs['name'])} >/dev/null"
         else:
             kind, command = "container", docker_run_command(inputs)
-        steps.append(ProgramStep(f"{record.node}/{record.step}", record.node, kind, record.depends_on, command, env,
+        depends_on = (*record.depends_on, f"{record.node}/scripts") if kind == "remote" else record.depends_on
+        steps.append(ProgramStep(f"{record.node}/{record.step}", record.node, kind, depends_on, command, env,
                                  login, record.resource_name))
     names = {r.name for r in cloud.resources}
     ray_names = ["node-0-ray-head", *sorted(n for n in names if n.endswith("-ray-worker"))]

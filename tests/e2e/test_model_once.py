@@ -35,7 +35,7 @@ FILES = {
     "tokenizer.json": b'{"version": "1.0"}\n',
     "model.safetensors": os.urandom(3 * 1024 * 1024),
 }
-BOOTSTRAP = ("prepare-host", "docker", "pull-image", "gpu-ready", "image", "container")
+BOOTSTRAP = ("scripts", "prepare-host", "docker", "pull-image", "gpu-ready", "image", "container")
 # What the frameworks do with a model id (ROLL's download_model with HUGGINGFACE_HUB, vLLM's weight download): the
 # hub client's snapshot_download into the cache the container's environment names; then the files' digests.
 READER = """

@@ -109,6 +109,9 @@ def run_step(network: TestNetwork, hosts: dict[str, TestHost], step: ProgramStep
         env = {**os.environ, **step.env, "INTERVAL_S": "1",
                "PATH": f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         return RunningCommand("the admin machine", ["bash", "-c", f"cd {REPO} && {step.command}"], env=env).wait(300)
+    if step.kind == "copy" and step.library is not None:
+        # As pulumi-command's CopyToRemote: over SFTP, as the connection's user.
+        return network.copy_library(host, step.library.source, step.library.remote_path, step.library.user)
     if step.kind == "remote":
         # As pulumi-command logs in: the step's connection user (its scripts run under `sudo -n` when not root).
         return network.run(host, step.command, timeout=300, user=step.user)

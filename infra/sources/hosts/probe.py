@@ -77,7 +77,7 @@ def probe_command(accelerator: Accelerator, target: HostTarget) -> str:
         # Nothing under /var/log: the look leaves only its log in /tmp, per node for hosts that share one /tmp.
         "ROLL_LOG_DIR": f"/tmp/roll-cluster-probe-{target.name}",
     }
-    return remote.render_plain(PROBE_STEP, PROBE_SCRIPTS, env, sudo=target.user != "root")
+    return remote.render_inline(PROBE_STEP, PROBE_SCRIPTS, env, sudo=target.user != "root")
 
 
 def ssh_argv(target: HostTarget, access: HostAccess, checking: str) -> list[str]:
