@@ -82,8 +82,9 @@ class TrainingJob(pulumi.ComponentResource):
         fetched: list[tuple[str, pulumi.Resource]] = []  # the job waits for the model step, the reward server not
         if model_cache.fetched_once(config, spec.models):
             # The job's models into the caches on the shared storage, once, on the head, before the job (every
-            # node reads them there) and beside the code and Ray steps (infra/model_cache.py). Runs again for a new
-            # job (its id) or a new container; a run that finds the files downloads nothing.
+            # node reads them there) and beside the code and Ray steps (infra/model_cache.py). Runs again when the
+            # models change (its environment names them) or the container does; not for every new job of the same
+            # models, so that a training setting changes the job step alone (a run would find the files anyway).
             model = remote_steps.remote_step(
                 remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True),
                 model_cache.MODEL_STEP,
@@ -91,7 +92,7 @@ class TrainingJob(pulumi.ComponentResource):
                 {**args.secret_env, **model_cache.step_env(config, spec.models, spec.workdir),
                  "RAY_EXTRA_ENV_NAMES": " ".join(sorted(args.secret_env))},
                 after=[(f"{args.head.name}/container", args.head.bootstrap.container)],
-                triggers=[args.head.bootstrap.container.id, self.job_id],
+                triggers=[args.head.bootstrap.container.id],
             )
             fetched = [(f"{args.head.name}/{model_cache.MODEL_STEP}", model)]
             # Every node reads the models already in the shared caches into its page cache, beside the pull, the
