@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from infra.autostop import AUTOSTOP_SCRIPTS, SDK_REQUIREMENTS, file_b64
-from infra.node.remote import render_plain
+from infra.node.remote import local_library, render_plain
 
 SDK_ROOT = Path(os.environ.get("ROLL_TEST_AUTOSTOP_SDK_ROOT", "/var/cache/roll-cluster-tests"))
 
@@ -30,7 +30,7 @@ def ensure_autostop_sdk() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time (parallel test runs)
         command = render_plain("autostop-sdk", AUTOSTOP_SCRIPTS, {
             "AUTOSTOP_ACTION": "sdk", "AUTOSTOP_SDK_DIR": str(target),
-            "AUTOSTOP_SDK_REQUIREMENTS_B64": file_b64(SDK_REQUIREMENTS)})
+            "AUTOSTOP_SDK_REQUIREMENTS_B64": file_b64(SDK_REQUIREMENTS)}, library=local_library())
         env = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in ("PATH", "HOME")}
         result = subprocess.run(["bash", "-c", command], env={**env, "ROLL_LOG_DIR": str(log_dir)},
                                 capture_output=True, text=True, timeout=900)

@@ -95,7 +95,12 @@ elif step == "job-delete":
     if world["jobs"].get(job) == "RUNNING":
         world["jobs"][job] = "STOPPED"
     # job_stop.sh deletes the job it stopped (or found stopped or failed), so that its id can be submitted again.
-    if "forget_ended_job" in text and world["jobs"].get(job) in ("STOPPED", "FAILED"):
+    # The step's text names the library files it sources (<library>/<hash>/<script>.sh): read what they hold.
+    import re
+    sourced = "".join(open(os.path.join(os.environ["DAY_TWO_SCRIPTS"], name)).read()
+                      for name in re.findall(r"/([A-Za-z0-9_]+[.]sh)\b", text)
+                      if os.path.exists(os.path.join(os.environ["DAY_TWO_SCRIPTS"], name)))
+    if "forget_ended_job" in text + sourced and world["jobs"].get(job) in ("STOPPED", "FAILED"):
         del world["jobs"][job]
 json.dump(world, open(world_file, "w"))
 '''
@@ -208,8 +213,8 @@ class World:
 
     def env(self, home: Path | None = None) -> dict[str, str]:
         return {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "HOME": str(home or self.home),
-                "DAY_TWO_WORLD": str(self.file), "ROLL_LOG_DIR": str(self.root / "logs"),
-                "TMPDIR": str(self.root)}
+                "DAY_TWO_WORLD": str(self.file), "DAY_TWO_SCRIPTS": str(SCRIPTS),
+                "ROLL_LOG_DIR": str(self.root / "logs"), "TMPDIR": str(self.root)}
 
     # ------------------------------------------------------------------ queries
     def at(self, host: str) -> Machine | None:

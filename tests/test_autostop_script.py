@@ -219,7 +219,8 @@ def test_after_a_boot_it_acts_only_once_the_step_installed_it_again_and_its_cloc
         "REGION_ID": "cn-hangzhou", "RAM_ROLE": ROLE, "ECS_ENDPOINT": standin.ecs_url,
         "METADATA_URL": standin.metadata_url, "AUTOSTOP_STATE_DIR": str(tmp_path / "state"),
         "AUTOSTOP_SDK_DIR": str(sdk), "BOOT_ID_FILE": str(tmp_path / "boot_id"),
-        "CURRENT_JOB_FILE": str(tmp_path / "current-job"), "AUTOSTOP_AFTER_JOB_MINUTES": "30", **watch_env})
+        "CURRENT_JOB_FILE": str(tmp_path / "current-job"), "AUTOSTOP_AFTER_JOB_MINUTES": "30", **watch_env},
+        library=local_library())
     watcher = subprocess.Popen(["bash", "-c", command], env=_node(tmp_path, "SUCCEEDED", "0"), text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -303,7 +303,8 @@ case "$1 $2" in
 esac
 """)
     docker.chmod(0o755)
-    text = remote.render_plain("prune-images", ["prune_images.sh"], {"IMAGE": "registry.example/roll:v3"})
+    text = remote.render_plain("prune-images", ["prune_images.sh"], {"IMAGE": "registry.example/roll:v3"},
+                              library=remote.local_library())
     done = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}",
                                "ROLL_LOG_DIR": str(tmp_path / "logs")})
