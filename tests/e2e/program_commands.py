@@ -107,7 +107,8 @@ def render_cluster(
     workers = [f"node-{rank}-ray-worker" for rank in range(1, len(ips))]
     job = inputs("training-job") if "training-job" in names else None
     ray_steps = ["node-0-ray-head", *workers]
-    teardowns = [inputs(f"{name}-teardown")["environment"] for name in ["training-job", *ray_steps]
+    # Every local teardown that reaches a node (autostop's watcher too, on by default on Alibaba).
+    teardowns = [inputs(f"{name}-teardown")["environment"] for name in ["training-job", "autostop", *ray_steps]
                  if f"{name}-teardown" in names]
     return ProgramCommands(
         head=ssh_command(inputs("node-0-ray-head")),

@@ -242,25 +242,21 @@ def run_teardown(network: TestNetwork, env: Mapping[str, str]) -> CommandResult:
 
 def test_destroy_against_a_host_whose_key_changed_fails_and_stops_nothing(network, cluster, tmp_path):
     # Another machine answers at the worker's address (as after a replacement outside the program): the real ssh
-    # refuses it, and the teardown must fail naming the known-hosts file, not count the node as gone.
-    from e2e_harness import ADMIN_HOME
-
+    # refuses it against the host key the state recorded for the node (the teardown's HOST_PUBLIC_KEY), and the
+    # teardown must fail naming where that key comes from, not count the node as gone.
     _, worker, commands = cluster
     (worker_teardown,) = [env for env in commands.teardowns if env["HOST"] == worker.ip]
-    recorded = (ADMIN_HOME / ".ssh" / "roll-cluster" / "multi.known_hosts").read_text().splitlines()
     other_key = tmp_path / "other_host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True)
     other_public = " ".join(other_key.with_name("other_host_key.pub").read_text().split()[:2])
-    changed = tmp_path / "changed.known_hosts"
-    changed.write_text("".join(f"{worker.ip} {other_public}\n" if line.split()[0] == worker.ip else line + "\n"
-                               for line in recorded))
-    assert other_public in changed.read_text()
+    assert worker_teardown["HOST_PUBLIC_KEY"].split()[1] != other_public.split()[1]
     ray_record = f"docker exec {CONTAINER} ls /var/lib/roll-cluster/ray"
     assert "start" in network.run(worker, ray_record).check().stdout.split()  # Ray is recorded to run there
-    result = run_teardown(network, {**worker_teardown, "KNOWN_HOSTS_FILE": str(changed)})
+    result = run_teardown(network, {**worker_teardown, "HOST_PUBLIC_KEY": other_public})
     assert result.returncode == 1, result.output
     assert "nothing left to stop there" not in result.output  # not counted as gone
-    assert f"the host key of {worker.ip} does not match" in result.output and str(changed) in result.output
+    assert f"the host key of {worker.ip} does not match" in result.output
+    assert "the stack's state (this teardown's HOST_PUBLIC_KEY)" in result.output
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.output  # ssh's own words, from the step log
     # Nothing was stopped: `ray stop` would have removed the record (see the next test).
     assert "start" in network.run(worker, ray_record).check().stdout.split()
