@@ -5,17 +5,33 @@ the tier takes its commands from the Pulumi program under mocks instead; the har
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from e2e_harness import TestHost
+from e2e_harness import RAY_VENV, TestHost
 
 from infra.node.remote import local_library, render_plain
 from infra.ray import commands as rc
 
 
+def hosts_library() -> str:
+    """The staged script library where the hosts see it: the repository may lie under /tmp (a CI clone), and every
+    host mounts a private /tmp; the tier's cache beside Ray's virtualenv is shared with them and outlives a run
+    (commands may be rendered before the session's hosts start and wipe the tier's state)."""
+    source = Path(local_library())
+    target = RAY_VENV.parent / "library" / source.name  # the name is the library's hash: a changed script, a new copy
+    if not target.is_dir():
+        staging = target.with_name(target.name + ".copying")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(source, staging)
+        staging.rename(target)
+    return str(target)
+
+
 def _render(step: rc.StepScripts, host: TestHost, env: Mapping[str, str], secrets: Mapping[str, str] | None) -> str:
     return render_plain(step.step, step.scripts, {**env, "NODE_NAME": host.name, **(secrets or {})},
-                        library=local_library())
+                        library=hosts_library())
 
 
 def head(settings: rc.RaySettings, host: TestHost, secrets: Mapping[str, str] | None = None) -> str:
