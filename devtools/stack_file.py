@@ -45,7 +45,6 @@ def yaml_kind(value: Any) -> str:
         type(value), type(value).__name__)
 
 
-SECRET_PLACEHOLDER = runmode.UNDECRYPTED  # what validation recognises as "set, not read offline"
 
 
 def secure_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -57,7 +56,7 @@ def secure_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     def replace(value: Any) -> tuple[Any, bool]:
         if isinstance(value, Mapping):
             if set(value) == {"secure"} and isinstance(value["secure"], str):
-                return SECRET_PLACEHOLDER, True
+                return runmode.UNDECRYPTED, True  # what validation reads as "set, not read offline"
             found = False
             replaced = {}
             for key, item in value.items():
