@@ -45,8 +45,6 @@ def yaml_kind(value: Any) -> str:
         type(value), type(value).__name__)
 
 
-
-
 def secure_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The stack file's `secure:` values (what `pulumi config set --secret` writes: `key: {secure: <ciphertext>}`,
     also inside a section set with --path) replaced by a placeholder, and the keys that hold one: the offline plan
