@@ -204,7 +204,7 @@ def main() -> None:
     print(f"{'program 1':>10} {'program 64':>11} {'floor 1':>8} {'floor 64':>9} {'ratio':>6}")
     for p1, p64, f1, f64 in runs:
         print(f"{p1:>10.2f} {p64:>11.2f} {f1:>8.2f} {f64:>9.2f} {(p64 - p1) / (f64 - f1):>6.2f}")
-    print("\nPulumi's state (inputs and outputs as JSON, without stdout): devtools/schedule.py MEASURED_STATE")
+    print("\nPulumi's state (inputs and outputs as JSON, without stdout): devtools/schedule_figures.py MEASURED_STATE")
     print(f"{'nodes':>5} {'resources':>10} {'MB':>8} {'KB per node':>12} {'inputs KB/node':>15}")
     _, base_bytes = measure_state(args.stack, 1)
     base_inputs = measure_inputs(args.stack, 1)
