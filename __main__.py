@@ -10,7 +10,8 @@ resource is registered.
 import pulumi
 
 from components import known_hosts, node_source
-from components.autostop import Autostop, AutostopRole, spot_notices
+from components.alibaba.autostop_role import AutostopRole
+from components.autostop import Autostop, spot_notices
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs

@@ -7,7 +7,7 @@ Order on a node (nothing here waits for another node):
                                   (driver installs since first boot, in parallel with all of the above)
 
 With nodes.bake the head takes a detour before its container: bake-prep (the framework's requirements committed
-into the local training image, disks flushed) -> bake-image (the ECS custom image, components/baked_image.py)
+into the local training image, disks flushed) -> bake-image (the ECS custom image, components/alibaba/baked_image.py)
 -> container. The container comes after the image so that no node booted from it finds this node's container.
 On a node booted from a baked image every step finds its work done and says so (docs/performance.md, 'Baked images').
 

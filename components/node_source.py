@@ -1,6 +1,6 @@
 """The node source's resources: what `nodes.source` needs registered before the machines can be bootstrapped.
 
-`alibaba` registers its network, key pair, NAS and instances (components/alibaba_cluster.py); `hosts` registers
+`alibaba` registers its network, key pair, NAS and instances (components/alibaba/cluster.py); `hosts` registers
 nothing and hands on the user's machines as they are (infra/sources/hosts/source.py).
 """
 
@@ -15,7 +15,7 @@ def provision(source: NodeSource) -> ProvisionedCluster:
     from infra.sources.alibaba.source import AlibabaSource
 
     if isinstance(source, AlibabaSource):
-        from components import alibaba_cluster
+        from components.alibaba import cluster as alibaba_cluster
 
         return alibaba_cluster.provision(source)
     from infra.sources.hosts.source import HostsSource

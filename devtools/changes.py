@@ -36,7 +36,7 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
      "checks again; a job whose configuration depends on the node count is replaced as for training.*"),
     # Alibaba: the provider's ForceNew fields of the instance (devtools/provider_rules/alicloud.json: data_disks.*
     # with category and bursting_enabled, spot_strategy, spot_price_limit, system_disk_category) and the program's
-    # replace_on_changes (vswitchId, instanceType, dataDisks for its performanceLevel: components/gpu_node.py).
+    # replace_on_changes (vswitchId, instanceType, dataDisks for its performanceLevel: components/alibaba/gpu_node.py).
     # tests/test_alibaba_real_account.py holds the offline cloud to these rows.
     ("nodes.dataDiskGb (0 to N too), nodes.dataDiskCategory, nodes.dataDiskPerformanceLevel, nodes.dataDiskBursting, "
      "nodes.spot, nodes.spotPriceLimit (Alibaba); nodes.image set later with a data disk larger than "

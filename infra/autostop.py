@@ -26,7 +26,7 @@ from infra.node.remote import SCRIPTS_DIR
 from infra.permissions import permission_lines
 from infra.ray.commands import RAY_COMMON_SCRIPT
 
-STACK_TAG = "roll-cluster-stack"  # the tag every instance carries (components/gpu_node.py)
+STACK_TAG = "roll-cluster-stack"  # the tag every instance carries (components/alibaba/gpu_node.py)
 AUTOSTOP_SCRIPTS = (RAY_COMMON_SCRIPT, "autostop.sh")
 STOP_ACTIONS = ("ecs:StopInstances", "ecs:StopInstance")  # the batch API the watcher calls, and its single form
 STOPPER = SCRIPTS_DIR / "stop_instances.py"  # runs on the head host with Alibaba's SDK (autostop.sh)
@@ -112,7 +112,8 @@ def reclaim_dir(config: ClusterConfig, stack: str) -> str:
 
 
 def spot_nodes(config: ClusterConfig) -> list[int]:
-    """The ranks that are spot instances (components/gpu_node.py: the head only with nodes.spotHead or alone)."""
+    """The ranks that are spot instances (components/alibaba/gpu_node.py: the head only with nodes.spotHead or
+    alone)."""
     if not config.nodes.spot or config.nodes.source == "hosts":
         return []
     return [rank for rank in range(config.nodes.count) if rank > 0 or config.nodes.head_on_spot]

@@ -7,7 +7,7 @@ instance families with local SSDs (i series), all big data instance families (d 
 re6p-redis, and ebmre6p instance families." Of the GPU families, gn5 (local NVMe SSDs) is the one concerned.
 
 Such an instance, stopped (nodes.paused or autostop), keeps billing its compute and GPUs: the program asks for
-StopCharging only where it applies (components/gpu_node.py, the autostop watcher) and the cost output says so.
+StopCharging only where it applies (components/alibaba/gpu_node.py, the autostop watcher) and the cost output says so.
 Whether ECS refuses StoppedMode=StopCharging for such a family or ignores it is UNCONFIRMED; neither is asked.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from offline_helpers import INSTANCE, env_of, run, step_command
 
-from components import gpu_node
+from components.alibaba import gpu_node
 from infra.config import ClusterConfig
 from infra.cost import cost_summary
 from infra.economical import economical_mode, stopped_mode

@@ -72,9 +72,9 @@ def test_no_module_under_infra_registers_a_resource() -> None:
 
 def test_the_checker_sees_a_registration_where_there_is_one() -> None:
     # Guards the test above against passing because it can see nothing.
-    assert "alicloud.ecs.Instance" in registrations(REPO / "components" / "gpu_node.py")
+    assert "alicloud.ecs.Instance" in registrations(REPO / "components" / "alibaba" / "gpu_node.py")
     assert "command.local.Command" in registrations(REPO / "components" / "known_hosts.py")
-    assert "class GpuNode" in registrations(REPO / "components" / "gpu_node.py")
+    assert "class GpuNode" in registrations(REPO / "components" / "alibaba" / "gpu_node.py")
 
 
 def test_components_holds_exactly_the_component_resources() -> None:

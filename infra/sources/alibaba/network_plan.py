@@ -1,4 +1,4 @@
-"""The cluster network's addresses and inbound rules, as data: what components/network.py registers and the plan
+"""The cluster network's addresses and inbound rules, as data: what components/alibaba/network.py registers and the plan
 shows."""
 
 from __future__ import annotations

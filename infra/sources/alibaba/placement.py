@@ -176,7 +176,7 @@ def _available(config: ClusterConfig, type_name: str) -> Any:
     """
     answer = alicloud.ecs.get_instance_types(
         instance_type=type_name, instance_charge_type="PostPaid", spot_strategy=config.nodes.spot_strategy,
-        # The nodes' system disk (components/gpu_node.py): a zone without ESSD for the type is no zone for it
+        # The nodes' system disk (components/alibaba/gpu_node.py): a zone without ESSD for the type is no zone for it
         # (DescribeAvailableResource SystemDiskCategory, TF service_alicloud_ecs.go:459-460; RunInstances would
         # answer OperationDenied.ZoneSystemCategoryNotMatch).
         system_disk_category="cloud_essd",

@@ -1,6 +1,6 @@
 """The `alibaba` node source: new GPU ECS instances in a VPC of their own, placed by stock, with optional NAS.
 
-This module decides (placement.py, at plan time) and registers nothing; components/alibaba_cluster.py registers the
+This module decides (placement.py, at plan time) and registers nothing; components/alibaba/cluster.py registers the
 network, key pair, NAS and instances it chose. What it hands on is the same as any other source's
 (infra/sources/base.py).
 """

@@ -3,7 +3,7 @@
 The first-boot user data (infra/scripts/first_boot.sh) installs the node's SSH host key, which the program
 generated so that its clients can verify the node (infra/node/known_hosts.py), and `access.sshPublicKey` for
 root (every key type works this way; an ECS key pair is added only for the types ImportKeyPair accepts, see
-components/alibaba_cluster.py). The GPU driver comes from Alibaba's auto-install script, started by the same user
+components/alibaba/cluster.py). The GPU driver comes from Alibaba's auto-install script, started by the same user
 data with driver and CUDA versions that suit the container image (plus nvidia-fabricmanager on NVSwitch types),
 or from the image itself (`nodes.gpuDriver: preinstalled`).
 

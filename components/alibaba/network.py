@@ -10,7 +10,7 @@ any stock look-up. To move a cluster on purpose, bump `nodes.placementGeneration
 of two CIDRs, so its replacement is created beside the old one (Alibaba refuses overlapping vSwitch CIDRs in a
 VPC: CreateVSwitch `InvalidCidrBlock.Overlapped`, reference/alibaba-cloud-verified.md §7) and the default
 create-before-delete works; the NAS mount target (vswitch_id is ForceNew) and the instances follow it: the
-instances by replace_on_changes on vswitchId and instanceType (components/gpu_node.py; the provider itself would
+instances by replace_on_changes on vswitchId and instanceType (components/alibaba/gpu_node.py; the provider itself would
 move them in place, stopped, and refuse another zone).
 """
 

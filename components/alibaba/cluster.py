@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 import pulumi
 import pulumi_alicloud as alicloud
 
-from components.baked_image import bake_image
-from components.gpu_node import GpuNode, GpuNodeArgs
-from components.network import Network
-from components.shared_storage import SharedStorage, SharedStorageArgs
+from components.alibaba.baked_image import bake_image
+from components.alibaba.gpu_node import GpuNode, GpuNodeArgs
+from components.alibaba.network import Network
+from components.alibaba.shared_storage import SharedStorage, SharedStorageArgs
 from infra.cost import cost_summary
 from infra.economical import economical_mode
 from infra.node import ssh_access
