@@ -10,7 +10,6 @@ resource is registered.
 import pulumi
 
 from components import known_hosts, node_source
-from components.alibaba.autostop_role import AutostopRole
 from components.autostop import Autostop, spot_notices
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
@@ -34,9 +33,9 @@ if not runmode.offline():  # the offline plan prints the same line with its own 
         pulumi.log.warn(slots_warning)
 
 pause.freeze_while_paused(config)  # nodes.paused: nothing that needs a running node changes
-# nodes.autostop on Alibaba: the head's RAM role first; the instances wait for it (nothing bills before RAM agreed).
-autostop_role = (AutostopRole("autostop-access", config, stack)
-                 if config.nodes.autostop.enabled and config.nodes.source != "hosts" else None)
+# nodes.autostop where it stops the machines: the head's access first; the instances wait for it (nothing bills
+# before it exists).
+autostop_role = node_source.autostop_role(source, config, stack)
 cluster = node_source.provision(source)
 if not runmode.offline():  # the update opens with the plan's summary (the offline plan prints its own)
     pulumi.log.info(summary.for_update(config, stack, facts.machine_type, facts.location,

@@ -11,18 +11,24 @@ which source it was. A source is one module under infra/sources/<name>/ that imp
   source's own stack outputs and plan lines (`ProvisionedCluster`).
 
 Optional abilities (stock-aware placement, shared storage, baked images) stay inside the source that has them;
-the caller only sees their results in `ProvisionedCluster`. Adding another cloud or Kubernetes is one more module
-and one line each in infra/sources/__init__.py and components/node_source.py, as in SkyPilot's sky/provision/<cloud>/.
+the caller only sees their results in `ProvisionedCluster`, and asks what a source can do through its declared
+`Capabilities` (as SkyPilot's CloudImplementationFeatures, dstack's ComputeWith*Support), never its name. Adding
+another cloud or Kubernetes is one folder and one line in the registry (infra/sources/__init__.py), plus one in
+components/node_source.py if it registers resources: docs/adding-a-source.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import pulumi
 from pulumi.errors import RunError
+
+if TYPE_CHECKING:  # the configuration imports this package (the Alibaba catalog): only annotations name it
+    from infra.config import ClusterConfig
+    from infra.node.ssh_access import LoginKey
 
 Accelerator = Literal["nvidia", "ascend"]
 
@@ -30,6 +36,49 @@ Accelerator = Literal["nvidia", "ascend"]
 class SourceError(RunError):
     """A configuration the source cannot serve, found before any resource exists (message names the key).
     A pulumi RunError: the CLI shows the message without a traceback."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a node source can do, declared once in its folder. Everything outside infra/sources/<name>/,
+    components/<name>/ and the registry asks these (through the registry, by the source's name), never which
+    source it is; a new source states each one."""
+
+    # The nodes are machines the user already has (nodes.hosts): nothing is rented or created in a cloud, they
+    # and their disks outlive `pulumi destroy`, and the plan cannot model their disks and network.
+    existing_machines: bool
+    # nodes.instanceTypes picks the machines from a catalog of instance types (infra/sources/alibaba/catalog.py)
+    # booted from images (osImage, image, gpuDriver), whose memory bounds /dev/shm.
+    instance_types: bool
+    # The provider needs `alicloud:region`.
+    region: bool
+    # The program creates the nodes' firewall (access.adminCidrs, allowWorld, the dashboard's `admin-cidrs` mode)
+    # and installs the login key (access.sshPublicKey).
+    firewall: bool
+    # nodes.paused stops the machines, and what needs a running node keeps its state meanwhile (infra/pause.py).
+    pause: bool
+    # Autostop stops the machines (with a role the head holds: AutostopRole); without it, only the job.
+    autostop_stops_machines: bool
+    # nodes.spot: spot machines, whose reclaim notice reaches jobStatus (spot_notice.sh).
+    spot: bool
+    # storage.nas: the program creates the shared storage (a NAS in the cluster's network).
+    managed_shared_storage: bool
+    # storage.nfsServer / sharedHostPath: the user's own shared storage.
+    user_shared_storage: bool
+    # The first `up` needs cloud permissions, which the plan lists per feature (infra/permissions.py).
+    permissions: bool
+    # The accelerators its machines can have (nodes.accelerator).
+    accelerators: tuple[Accelerator, ...] = ("nvidia",)
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """One node source in the registry (infra/sources/__init__.py): its name (nodes.source), what it can do, and
+    how to make it (imported when asked: each source pulls in its own provider SDK, which the others need not load)."""
+
+    name: str
+    capabilities: Capabilities
+    make: Callable[[ClusterConfig, str, LoginKey], NodeSource]
 
 
 @dataclass(frozen=True)
@@ -103,4 +152,14 @@ class NodeSource(Protocol):
 
     def facts(self) -> ClusterFacts:
         """What every node has, before any resource; raises SourceError naming the key."""
+        ...
+
+
+@runtime_checkable
+class ProvisionsItself(NodeSource, Protocol):
+    """A source that registers no resource (your own hosts): it hands on its machines itself, so it needs no entry
+    in components/node_source.py."""
+
+    def provision(self) -> ProvisionedCluster:
+        """The machines, rank 0 (the Ray head) first; registers nothing."""
         ...
