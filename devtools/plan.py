@@ -63,6 +63,12 @@ def offline_labels(value: Any) -> Any:
     return value
 
 
+def _existing_machines(config: object) -> bool:
+    """Whether the nodes are the user's own machines (the source's declared capability): the plan then lists them,
+    and models no boot time, image pull or backend, as their disks and network are unknown to it."""
+    return isinstance(config, ClusterConfig) and config.nodes.capabilities.existing_machines
+
+
 def render(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
     """The plan's text; lookup: what the registry's manifest said of the image's size (None: not asked)."""
     run.outputs.update(offline_labels(run.outputs))
@@ -74,7 +80,7 @@ def render(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup
         # `pulumi preview`/`up` refuse these (infra/config/first_time.py); the offline plan runs on.
         lines.append(section("Before pulumi up (refused there: set your own values)"))
         lines += [f"  WARNING {warning}" for warning in warnings]
-    on_hosts = steps.NOTES.get("source") == "hosts"
+    on_hosts = _existing_machines(steps.NOTES.get("config"))
     if on_hosts:
         lines += _hosts_section(run)
     else:
@@ -316,7 +322,7 @@ def manifest_gb(config: ClusterConfig, lookup: registry.Lookup | None) -> float 
 def image_lookup(config: Any, asked: bool) -> registry.Lookup | None:
     """Ask the registry for the training image's manifest when the plan needs its size: new cloud nodes pull it,
     and container.imageSizeGb does not say it. asked: not --no-registry."""
-    if (not isinstance(config, ClusterConfig) or steps.NOTES.get("source") == "hosts"
+    if (not isinstance(config, ClusterConfig) or _existing_machines(config)
             or config.nodes.image is not None or config.container.image_size_gb is not None):
         return None
     if not asked or registry.disabled():
@@ -472,7 +478,7 @@ def on_request_warning(ctx: PlanContext) -> list[str]:
 
 
 def image_warnings(ctx: PlanContext) -> list[str]:
-    if steps.NOTES.get("source") == "hosts" or ctx.config.nodes.image is not None:
+    if _existing_machines(ctx.config) or ctx.config.nodes.image is not None:
         return []
     return image_path.warnings(ctx.config, manifest_gb(ctx.config, ctx.lookup))
 
@@ -483,7 +489,7 @@ def parallelism_warnings(ctx: PlanContext) -> list[str]:
 
 
 def backend_warnings(ctx: PlanContext) -> list[str]:
-    if steps.NOTES.get("source") == "hosts":
+    if _existing_machines(ctx.config):
         return []
     return [line.removeprefix("  WARNING  ") for line in
             backend_lines(ctx.config, ctx.slots, manifest_gb(ctx.config, ctx.lookup))]
@@ -527,7 +533,7 @@ def changes(run: OfflineRun) -> list[str]:
 
 
 def time_line(ctx: PlanContext) -> list[str]:
-    if steps.NOTES.get("source") == "hosts":
+    if _existing_machines(ctx.config):
         return ["not modelled for own hosts (their disks and network are unknown to the plan)"]
     image_gb = manifest_gb(ctx.config, ctx.lookup)
     path = schedule.configured_path(ctx.config)
@@ -560,7 +566,7 @@ def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registr
         return heading + "\n"
     ctx = PlanContext(run, config, lookup, slots, how)
     spec = steps.NOTES.get("job_spec")
-    on_hosts = steps.NOTES.get("source") == "hosts"
+    on_hosts = _existing_machines(config)
     per_node = int(out.get("gpus") or 0) // max(1, config.nodes.count)
     minutes = None if on_hosts else bootstrap_minutes(run, lookup)
     result = summary.Summary(

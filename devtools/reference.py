@@ -85,7 +85,10 @@ def _type_name(annotation: Any) -> str:
 
 
 def _type(field: FieldInfo) -> str:
-    parts = [_type_name(field.annotation)]
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    enum = extra.get("enum")  # a string checked against a registry (nodes.source): its values, as a Literal's
+    parts = ["one of " + ", ".join(f"`{value}`" for value in enum) if isinstance(enum, list)
+             else _type_name(field.annotation)]
     bounds = _bounds(field)
     if bounds:
         parts.append(bounds)

@@ -85,13 +85,13 @@ def watcher_env(
     auto = config.nodes.autostop
     env = {
         "AUTOSTOP_ACTION": "install",
-        "AUTOSTOP_MODE": "ray" if config.nodes.source == "hosts" else "instances",
+        "AUTOSTOP_MODE": "instances" if config.nodes.capabilities.autostop_stops_machines else "ray",
         "AUTOSTOP_AFTER_JOB_MINUTES": str(auto.after_job_minutes or 0),
         "AUTOSTOP_IDLE_MINUTES": str(auto.idle_minutes or 0),
         "CONTAINER_NAME": config.container.name,
         "DASHBOARD_PORT": str(config.ray.dashboard_port),
     }
-    if config.nodes.source != "hosts":
+    if config.nodes.capabilities.autostop_stops_machines:
         env.update(INSTANCE_IDS=" ".join(instance_ids), REGION_ID=region, RAM_ROLE=ram_role,
                    STOPPED_MODE=stopped_mode(instance_type),
                    AUTOSTOP_STOPPER_B64=file_b64(STOPPER), AUTOSTOP_SDK_REQUIREMENTS_B64=file_b64(SDK_REQUIREMENTS),
@@ -106,7 +106,7 @@ def reclaim_dir(config: ClusterConfig, stack: str) -> str:
     """Where spot nodes record Alibaba's reclaim notice (infra/scripts/spot_notice.sh) and `jobStatus` looks: on
     the shared storage, the same path on every host and in every container. Empty: no spot node, or no shared
     storage to carry a worker's notice to the head (then jobStatus cannot say RECLAIMED)."""
-    if not config.nodes.spot or not config.storage.shared or config.nodes.source == "hosts":
+    if not config.nodes.spot or not config.storage.shared or not config.nodes.capabilities.spot:
         return ""
     return f"{SHARED_MOUNT}/.roll-cluster/reclaimed/{stack}"
 
@@ -114,7 +114,7 @@ def reclaim_dir(config: ClusterConfig, stack: str) -> str:
 def spot_nodes(config: ClusterConfig) -> list[int]:
     """The ranks that are spot instances (components/alibaba/gpu_node.py: the head only with nodes.spotHead or
     alone)."""
-    if not config.nodes.spot or config.nodes.source == "hosts":
+    if not config.nodes.spot or not config.nodes.capabilities.spot:
         return []
     return [rank for rank in range(config.nodes.count) if rank > 0 or config.nodes.head_on_spot]
 

@@ -107,10 +107,10 @@ def autostop_note(config: ClusterConfig) -> str:
     """When autostop fires, in words (the plan and the `cost` output)."""
     auto = config.nodes.autostop
     if not auto.enabled:
-        if config.nodes.source == "hosts":
+        if config.nodes.capabilities.existing_machines:
             return "off: nothing stops the job on your hosts"
         return "off (nodes.autostop.afterJobMinutes: 0): the cluster bills until `pulumi destroy` or nodes.paused"
-    what = ("stops the job (own hosts: never the machines)" if config.nodes.source == "hosts"
+    what = ("stops the job (own hosts: never the machines)" if not config.nodes.capabilities.autostop_stops_machines
             else "stops every instance of this stack (StopCharging)")
     when = []
     if auto.after_job_minutes:

@@ -23,7 +23,7 @@ NODE_BOUND_TYPES = ("command:remote:", "command:local:", "docker:", "pulumi:prov
 def freeze_while_paused(config: ClusterConfig) -> None:
     """Before any resource: with nodes.paused, the node-bound resources registered after this ignore changes to
     every input they are given (ignore_changes on the input names), so the update does not touch them."""
-    if config.nodes.source != "alibaba" or not config.nodes.paused:
+    if not config.nodes.capabilities.pause or not config.nodes.paused:
         return
 
     def freeze(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult | None:

@@ -63,7 +63,7 @@ BAKE = Permission(
 
 def needed(config: ClusterConfig) -> list[Permission]:
     """The permissions this stack's features need, in the order the first `up` uses them. Own hosts: none."""
-    if config.nodes.source == "hosts":
+    if not config.nodes.capabilities.permissions:
         return []
     found = [BASE, PRICES]
     if config.storage.nas:

@@ -83,7 +83,7 @@ def render(summary: Summary, width: int = WIDTH, max_lines: int = MAX_LINES) -> 
 def placement(config: ClusterConfig, machine_type: str, location: str, per_node: int, model: str) -> str:
     nodes = config.nodes.count
     noun = "node" if nodes == 1 else "nodes"
-    if config.nodes.source == "hosts":
+    if config.nodes.capabilities.existing_machines:
         return f"{nodes} own {'host' if nodes == 1 else 'hosts'} x {per_node} {model}; no cloud resource"
     return f"{nodes} {noun} x {machine_type} ({per_node} x {model} each) in {location}"
 
@@ -122,7 +122,7 @@ def cost(figures: Mapping[str, Any] | None, bootstrap_minutes: float | None, bas
 def exposure(config: ClusterConfig) -> list[str]:
     """Who can reach what: the security group's inbound rules and the dashboard's mode, in words."""
     port = config.ray.dashboard_port
-    if config.nodes.source == "hosts":
+    if not config.nodes.capabilities.firewall:
         return ["your hosts' firewalls decide (no rule is changed); Ray listens on their private addresses",
                 f"Ray dashboard on the head's 127.0.0.1:{port} only: reach it with `python3 -m companion dashboard`"]
     cidrs = ", ".join(config.access.admin_cidrs) or "nobody"
@@ -138,7 +138,8 @@ def exposure(config: ClusterConfig) -> list[str]:
 def checkpoints_note(config: ClusterConfig) -> list[str]:
     """Where the checkpoints go, and whether they survive `pulumi destroy`."""
     if config.storage.shared:
-        kept = ("they survive pulumi destroy" if config.nodes.source == "hosts" or config.storage.retain_on_destroy
+        yours = config.nodes.capabilities.user_shared_storage  # the user's storage: never deleted by the stack
+        kept = ("they survive pulumi destroy" if yours or config.storage.retain_on_destroy
                 or config.storage.existing_file_system_id else "DELETED with the NAS on pulumi destroy")
         return [f"checkpoints on the shared storage ({SHARED_MOUNT}): {kept}"]
     return ["checkpoints on each node's disk: they DIE WITH THE NODE on pulumi destroy (leave storage.nas and "

@@ -17,6 +17,7 @@ import annotated_types
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from infra import sources
 from infra.config.access import AccessConfig
 from infra.config.base import (
     PROJECT,
@@ -129,7 +130,7 @@ class ClusterConfig(Section):
     def _shm_fits_memory(cls, container: ContainerConfig, info: ValidationInfo) -> ContainerConfig:
         # /dev/shm is a tmpfs in the node's memory: sized beyond it, the node swaps or the OOM killer stops Ray.
         nodes: NodesConfig | None = info.data.get("nodes")
-        if nodes is None or nodes.source != "alibaba":
+        if nodes is None or not nodes.capabilities.instance_types:
             return container  # own hosts: the first look compares with each host's MemTotal
         known = [t for t in (catalog.lookup(n) for n in nodes.instance_types) if t is not None]
         small = min(known, key=lambda t: t.memory_gib, default=None)
@@ -161,7 +162,7 @@ class ClusterConfig(Section):
     def _ray_ports_free_on_hosts(cls, ray: RayConfig, info: ValidationInfo) -> RayConfig:
         # On own hosts sshd listens on each host's port, in the host network namespace the container shares.
         nodes: NodesConfig | None = info.data.get("nodes")
-        if nodes is None or nodes.source != "hosts" or not nodes.hosts:
+        if nodes is None or not nodes.capabilities.existing_machines or not nodes.hosts:
             return ray
         ssh = {host.port or nodes.host_defaults.port: index for index, host in enumerate(nodes.hosts)}
         problems: list[tuple[KeyPath, str]] = []
@@ -180,7 +181,7 @@ class ClusterConfig(Section):
         if nodes is None:
             return access
         problems: list[tuple[KeyPath, str]] = []
-        if nodes.source == "alibaba":
+        if nodes.capabilities.firewall:
             if not access.admin_cidrs:
                 given = "[]" if "admin_cidrs" in access.model_fields_set else "nothing"
                 problems.append((("adminCidrs",), "required with nodes.source alibaba: must list at least 1 item, "
@@ -210,8 +211,9 @@ class ClusterConfig(Section):
         if not isinstance(data, dict):
             return data
         nodes, access = data.get("nodes"), data.get("access")
-        on_hosts = isinstance(nodes, dict) and nodes.get("source") == "hosts"
-        if on_hosts and isinstance(access, dict) and "dashboard" not in access:
+        capable = sources.capabilities(nodes.get("source")) if isinstance(nodes, dict) else None
+        no_firewall = capable is not None and not capable.firewall
+        if no_firewall and isinstance(access, dict) and "dashboard" not in access:
             data = {**data, "access": {**access, "dashboard": "tunnel"}}
         return data
 
@@ -240,7 +242,7 @@ class ClusterConfig(Section):
             used = dict(zip((ray.gcs_port, ray.dashboard_port, ray.client_port),
                             (f"ray.{key}" for key in RAY_PORT_KEYS), strict=True))
             used.update({port: name for port, name in RAY_FIXED_PORTS.items()})
-            if nodes is not None and nodes.source == "hosts":
+            if nodes is not None and nodes.capabilities.existing_machines:
                 used.update({h.port or nodes.host_defaults.port: "the hosts' SSH port" for h in nodes.hosts or []})
             else:
                 used[22] = "SSH"
@@ -274,7 +276,7 @@ class ClusterConfig(Section):
     def _storage_for_source(cls, storage: StorageConfig, info: ValidationInfo) -> StorageConfig:
         nodes: NodesConfig | None = info.data.get("nodes")
         problems: list[tuple[KeyPath, str]] = []
-        if nodes is not None and nodes.source == "hosts":
+        if nodes is not None and not nodes.capabilities.managed_shared_storage:
             existing = storage.existing_file_system_id is not None
             if existing:
                 problems.append((("existingFileSystemId",), "applies to nodes.source alibaba only (a NAS file system "
@@ -287,15 +289,16 @@ class ClusterConfig(Section):
                 if name in storage.model_fields_set:
                     problems.append(((key,), "applies to nodes.source alibaba only (a NAS file system in the "
                                      "cluster's VPC); with `hosts` use nfsServer or sharedHostPath: remove it"))
-        elif nodes is not None:
+        if nodes is not None and not nodes.capabilities.user_shared_storage:
             for name, key in (("nfs_server", "nfsServer"), ("nfs_path", "nfsPath"),
                               ("shared_host_path", "sharedHostPath")):
                 if name in storage.model_fields_set:
                     problems.append(((key,), "applies to nodes.source hosts only (with `alibaba` use nas: true): "
                                      "remove it"))
-            if "nas" not in storage.model_fields_set and storage.retain_on_destroy and not problems:
-                # Checkpoints survive `pulumi destroy` by default: on Alibaba they go to a kept NAS (issue 27).
-                storage = storage.model_copy(update={"nas": True})
+        if nodes is not None and nodes.capabilities.managed_shared_storage and "nas" not in storage.model_fields_set \
+                and storage.retain_on_destroy and not problems:
+            # Checkpoints survive `pulumi destroy` by default: on Alibaba they go to a kept NAS (issue 27).
+            storage = storage.model_copy(update={"nas": True})
         if storage.nfs_server is not None and storage.shared_host_path is not None:
             problems.append((("sharedHostPath",), "must not be set together with nfsServer: /mnt/shared is either "
                              "the NFS export or your shared directory; got both"))
@@ -639,10 +642,11 @@ def parse_cluster_config(raw: Mapping[str, str | None], region: str | None) -> C
             continue
         data[key] = value
     nodes = data.get("nodes")
-    on_hosts = isinstance(nodes, dict) and nodes.get("source") == "hosts"
-    if region is None and not on_hosts:
+    capable = sources.capabilities(nodes.get("source")) if isinstance(nodes, dict) else None
+    regionless = capable is not None and not capable.region
+    if region is None and not regionless:
         problems.append("alicloud:region: required (pulumi config set alicloud:region cn-hangzhou); got nothing")
-    elif region is not None and not on_hosts:
+    elif region is not None and not regionless:
         data["region"] = region
     try:
         config = ClusterConfig.model_validate(data)

@@ -8,10 +8,12 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from infra import sources
 from infra.config.base import KeyPath, Section, _gpus, _problem, _Problems, _shown
 from infra.config.hosts import HostConfig, HostDefaults
 from infra.config.values import SSH_USER
 from infra.sources.alibaba import catalog
+from infra.sources.base import Capabilities
 
 _SSH_USER = SSH_USER
 # Public image names of other systems (ECS DescribeImages ImageName): an osImage pattern that matches them selects
@@ -86,8 +88,8 @@ class AutostopConfig(Section):
 
 
 class NodesConfig(Section):
-    source: Literal["alibaba", "hosts"] = Field(
-        "alibaba",
+    source: str = Field(
+        sources.DEFAULT,
         description="Where the nodes come from: `alibaba`, new GPU ECS instances in a VPC of their own "
         "(infra/sources/alibaba); `hosts`, machines you already have, listed in `hosts` and reached over SSH "
         "(infra/sources/hosts; nothing is created in any cloud). With `hosts` the Alibaba-only keys (instanceTypes, "
@@ -95,6 +97,7 @@ class NodesConfig(Section):
         "dataDiskBursting, osImage, gpuDriver, driverVersion, cudaVersion, "
         "cudnnVersion, internetBandwidthMbps, paused, spotHead, image, bake, placementGeneration) are refused; see "
         "docs/own-hosts.md.",
+        json_schema_extra={"enum": list(sources.names())},
     )
     count: int = Field(
         1, ge=1, le=256,
@@ -267,14 +270,23 @@ class NodesConfig(Section):
         "`acceleratorModel`), false otherwise.",
     )
 
+    @field_validator("source", mode="before")
+    @classmethod
+    def _registered(cls, source: Any) -> Any:
+        # The registry (infra/sources/__init__.py) says which sources exist.
+        if sources.capabilities(source) is None:
+            raise _problem(f"must be one of {', '.join(_shown(name) for name in sources.names())}; got "
+                           f"{_shown(source)}")
+        return source
+
     @model_validator(mode="before")
     @classmethod
     def _keys_of_the_source(cls, data: Any) -> Any:
         """Each source has keys of its own: a key of the other source is refused (it would be silently unused)."""
         if not isinstance(data, dict):
             return data
-        source = data.get("source", "alibaba")
-        if source == "hosts":
+        capable = sources.capabilities(data.get("source", sources.DEFAULT))
+        if capable is not None and capable.existing_machines:
             wrong = [key for key in ALIBABA_ONLY_NODE_KEYS if key in data]
             if wrong:
                 raise _Problems(*(
@@ -286,7 +298,7 @@ class NodesConfig(Section):
             data = {**data, "gpuDriver": "preinstalled"}  # a driver on hosts is checked, never installed
             if "count" not in data and isinstance(hosts, list) and hosts:
                 data["count"] = len(hosts)
-        elif source == "alibaba":
+        elif capable is not None and capable.instance_types:
             if "instanceTypes" not in data:
                 data = {**data, "instanceTypes": _NOT_GIVEN}  # reported as missing by _types_given
             wrong = [key for key in HOSTS_ONLY_NODE_KEYS if key in data]
@@ -308,7 +320,7 @@ class NodesConfig(Section):
     @field_validator("instance_types")
     @classmethod
     def _gpu_types(cls, types: list[str], info: ValidationInfo) -> list[str]:
-        if not types and info.data.get("source", "alibaba") == "alibaba":
+        if not types and _capable(info.data.get("source", sources.DEFAULT)).instance_types:
             raise _problem("must list at least 1 item (ECS GPU instance types such as `ecs.gn7i-c8g1.2xlarge`; "
                            "required with nodes.source alibaba); got []", "..", "instanceTypes")
         problems: list[tuple[KeyPath, str]] = []
@@ -445,7 +457,7 @@ class NodesConfig(Section):
     def _autostop_on_by_default(cls, data: Any) -> Any:
         """On Alibaba, autostop stops the cluster DEFAULT_AFTER_JOB_MINUTES after the job ended unless
         afterJobMinutes says otherwise (0: never)."""
-        if not isinstance(data, dict) or data.get("source", "alibaba") != "alibaba":
+        if not isinstance(data, dict) or not _capable(data.get("source", sources.DEFAULT)).autostop_stops_machines:
             return data
         autostop = data.get("autostop", {})
         if isinstance(autostop, dict) and "afterJobMinutes" not in autostop:
@@ -532,7 +544,8 @@ class NodesConfig(Section):
     @field_validator("gpu_driver")
     @classmethod
     def _preinstalled_needs_image(cls, driver: str, info: ValidationInfo) -> str:
-        if driver == "preinstalled" and info.data.get("source") == "alibaba" and info.data.get("image") is None:
+        if driver == "preinstalled" and _capable(info.data.get("source")).instance_types \
+                and info.data.get("image") is None:
             raise _problem("`preinstalled` needs nodes.image, an image with the NVIDIA driver: the public images "
                            "have none, so no GPU would work; got \"preinstalled\" without nodes.image")
         return driver
@@ -540,7 +553,8 @@ class NodesConfig(Section):
     @field_validator("accelerator")
     @classmethod
     def _ascend_needs_hosts(cls, accelerator: str, info: ValidationInfo) -> str:
-        if accelerator == "ascend" and info.data.get("source") == "alibaba":
+        capable = sources.capabilities(info.data.get("source"))
+        if accelerator == "ascend" and capable is not None and accelerator not in capable.accelerators:
             raise _problem("`ascend` needs nodes.source hosts (Alibaba ECS sells no Ascend servers); got \"ascend\" "
                            "with source \"alibaba\"")
         return accelerator
@@ -548,7 +562,7 @@ class NodesConfig(Section):
     @field_validator("hosts")
     @classmethod
     def _hosts(cls, hosts: list[HostConfig] | None, info: ValidationInfo) -> list[HostConfig] | None:
-        if info.data.get("source") != "hosts":
+        if not _capable(info.data.get("source")).existing_machines:
             return hosts
         if not hosts:
             raise _problem("required with nodes.source hosts: at least one host `{address, privateAddress, user, "
@@ -589,7 +603,7 @@ class NodesConfig(Section):
                 cidr = ipaddress.ip_network(network, strict=False)
             except ValueError:
                 raise _problem(f"must be a CIDR such as `10.0.0.0/16`; got {_shown(network)}") from None
-        if info.data.get("source") != "hosts" or not hosts:
+        if not _capable(info.data.get("source")).existing_machines or not hosts:
             return network
         head = ipaddress.ip_address(hosts[0].private_ip)
         if cidr is None:
@@ -621,16 +635,21 @@ class NodesConfig(Section):
     @field_validator("accelerators_per_node")
     @classmethod
     def _count_needed(cls, count: int | None, info: ValidationInfo) -> int | None:
-        if count is None and info.data.get("source") == "hosts":
+        if count is None and _capable(info.data.get("source")).existing_machines:
             raise _problem("required with nodes.source hosts: the GPUs or NPUs every host has (e.g. 8), counted "
                            "on each host before anything runs; got nothing", "..", "acceleratorsPerNode")
         return count
 
     @property
+    def capabilities(self) -> Capabilities:
+        """What the source can do (declared in infra/sources/<source>/, found through the registry)."""
+        return _capable(self.source)
+
+    @property
     def gpus_per_node(self) -> int | None:
         """Accelerators per node: given for hosts; from the catalog for ECS (None when no candidate type is in it:
         the live answer decides)."""
-        if self.source == "hosts":
+        if self.capabilities.existing_machines:
             return self.accelerators_per_node
         return _catalog_gpus(self.instance_types)
 
@@ -653,6 +672,19 @@ class NodesConfig(Section):
         if not self.spot:
             return "NoSpot"
         return "SpotWithPriceLimit" if self.spot_price_limit is not None else "SpotAsPriceGo"
+
+
+# What a source no longer registered (a test's), or a value the `source` check refuses, can do: nothing.
+_NO_CAPABILITIES = Capabilities(
+    existing_machines=False, instance_types=False, region=False, firewall=False, pause=False,
+    autostop_stops_machines=False, spot=False, managed_shared_storage=False, user_shared_storage=False,
+    permissions=False, accelerators=(),
+)
+
+
+def _capable(source: object) -> Capabilities:
+    """The capabilities of the source named `source` (a raw value too); none for a name no source has."""
+    return sources.capabilities(source) or _NO_CAPABILITIES
 
 
 def _catalog_gpus(instance_types: list[str]) -> int | None:
