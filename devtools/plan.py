@@ -37,7 +37,7 @@ from infra.frameworks.base import FIRST_STEP_PATTERNS
 from infra.node import remote, steps
 from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
-from infra.sources.base import SourceError
+from infra.sources.base import ClusterFacts, SourceError
 
 RULE = "alicloud:ecs/securityGroupRule:SecurityGroupRule"
 
@@ -566,12 +566,14 @@ def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registr
         return heading + "\n"
     ctx = PlanContext(run, config, lookup, slots, how)
     spec = steps.NOTES.get("job_spec")
+    facts: ClusterFacts | None = steps.NOTES.get("facts")
+    machine_type, location = (facts.machine_type, facts.location) if facts else ("unknown", "unknown")
     on_hosts = _existing_machines(config)
     per_node = int(out.get("gpus") or 0) // max(1, config.nodes.count)
     minutes = None if on_hosts else bootstrap_minutes(run, lookup)
     result = summary.Summary(
         heading=heading,
-        placement=[summary.placement(config, str(out.get("instanceType")), str(out.get("zone")), per_node,
+        placement=[summary.placement(config, machine_type, location, per_node,
                                      str(out.get("gpuModel")))],
         job=[summary.job(config, getattr(spec, "job_id", None))],
         cost=summary.cost(out.get("cost"), minutes, "the offline catalog's estimate"),

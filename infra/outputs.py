@@ -33,7 +33,7 @@ def export_all(
     head = nodes[0]
     head_host = pulumi.Output.from_input(head.machine.ssh_host)
     steps.NOTES.update(cluster.notes)
-    steps.NOTES.update(auto_start=config.training.auto_start, config=config)
+    steps.NOTES.update(auto_start=config.training.auto_start, config=config, facts=facts)
     job.spec.apply(lambda spec: steps.NOTES.__setitem__("job_spec", spec))
     key = login.identity_file
     hosts = known.path
