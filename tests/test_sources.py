@@ -157,3 +157,70 @@ def test_the_checker_leaves_other_sources_alone() -> None:
     assert SHELL_TEST.search('  [ "$KIND" = "alibaba" ] && stop')
     assert SHELL_TEST.search('    alibaba) stop_instances ;;')
     assert not SHELL_TEST.search('  banner "stopping job $JOB_ID (own hosts: the machines stay up)"')
+
+
+# ----------------------------------------------------------------------------------------- docs/adding-a-source.md
+DOC = REPO / "docs" / "adding-a-source.md"
+
+
+def _section(title: str) -> str:
+    text = DOC.read_text()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else None]
+
+
+def documented_files() -> set[str]:
+    """The first column of the files table."""
+    return {m.group(1) for m in re.finditer(r"^\| `([^`]+)` \|", _section("The files"), re.MULTILINE)}
+
+
+def _relative(module: Any) -> str:
+    return str(Path(module.__file__).resolve().relative_to(REPO))
+
+
+def registry_files() -> set[str]:
+    """What the registry routes through, from the code: the registries, the interface, each source's entry module
+    and its NodeSource, the resources folder of a source with resources, the `nodes` section and its reference."""
+    import importlib
+
+    import infra.config.nodes
+    import infra.sources.base
+
+    found = {_relative(sources), _relative(node_source), _relative(infra.sources.base), _relative(infra.config.nodes),
+             "docs/configuration.md"}
+    for name, entry in sources.SOURCES.items():
+        found.add(_relative(importlib.import_module(entry.make.__module__)).replace(f"/{name}/", "/<name>/"))
+    if node_source.RESOURCES:
+        found.add("components/<name>/")
+    found.add("infra/sources/<name>/source.py")  # the NodeSource `make` builds (imported only when made)
+    return found
+
+
+def test_the_doc_lists_exactly_the_files_a_source_touches() -> None:
+    assert documented_files() == registry_files()
+
+
+def test_every_documented_file_exists_for_every_source() -> None:
+    missing = []
+    for path in documented_files():
+        names = list(node_source.RESOURCES) if path.startswith("components/<name>") else list(sources.SOURCES)
+        for name in names if "<name>" in path else [""]:
+            if not (REPO / path.replace("<name>", name)).exists():
+                missing.append(path.replace("<name>", name))
+    assert missing == []
+
+
+def test_the_doc_states_every_capability_and_entry_point() -> None:
+    import infra.sources.base
+
+    table = _section("The capabilities")
+    fields = [f.name for f in dataclasses.fields(Capabilities)]
+    assert sorted(re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)) == sorted(fields)
+    files = _section("The files")
+    points = {"CAPABILITIES": sources.alibaba, "ENTRY": sources.alibaba, "SOURCES": sources,
+              "RESOURCES": node_source, "SourceResources": node_source, "SourceEntry": infra.sources.base,
+              "ProvisionsItself": infra.sources.base, "NodeSource": infra.sources.base}
+    assert [p for p, module in points.items() if f"`{p}`" not in files or not hasattr(module, p)] == []
+    assert all(hasattr(module, "CAPABILITIES") and hasattr(module, "ENTRY") for module in (sources.alibaba,
+                                                                                             sources.hosts))
