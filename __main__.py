@@ -19,9 +19,12 @@ from infra.frameworks import adapter_for
 from infra.node import accelerators, steps
 from infra.sources import source_for
 
-config, secrets = stack_config.load()
+# This run's step records, notes and run-wide settings, handed to what needs them; whoever ran the program (the
+# offline plan, the tests) reads it back from this namespace (devtools/offline_cloud.py).
+run_context = steps.RunContext()
+config, secrets = stack_config.load(run_context)
 stack = pulumi.get_stack()
-login = steps.login_key(config.access.ssh_private_key_path, config.access.ssh_public_key, stack)
+login = steps.login_key(config.access.ssh_private_key_path, config.access.ssh_public_key, stack, run_context)
 source = source_for(config, stack, login)
 facts = source.facts()
 stack_config.check_framework(config, stack, facts.accelerators_per_node, facts.bf16)
@@ -60,6 +63,7 @@ for machine in cluster.machines:
             accelerator=accelerators.accelerator(facts.accelerator),
             private_key=private_key,
             login=login,
+            run=run_context,
             known_hosts=known,
             registry_password=secrets.registry_password,
             code_env=code.env(config.container.name) if code else None,
@@ -81,6 +85,7 @@ ray = RayCluster(
         gpus_per_node=facts.accelerators_per_node,
         private_key=private_key,
         login=login,
+        run=run_context,
         secret_env=secret_env,
     ),
 )
@@ -95,17 +100,19 @@ job = TrainingJob(
         bf16=facts.bf16,
         private_key=private_key,
         login=login,
+        run=run_context,
         secret_env=secret_env,
     ),
 )
 
-spot_notices(config, stack, ray_nodes, private_key, login)  # RECLAIMED in jobStatus (spot nodes, shared storage)
+# RECLAIMED in jobStatus (spot nodes, shared storage)
+spot_notices(config, stack, ray_nodes, private_key, login, run_context)
 if config.nodes.autostop.enabled:
     Autostop(
         "autostop-cluster", config, stack, ray_nodes, autostop_role, cluster.outputs.get("instanceType"),
         after=[(f"{ray_nodes[0].name}/job", job.submission)] if job.submission is not None
         else [(f"{ray_nodes[0].name}/ray-ready", ray.ready)],
-        private_key=private_key, login=login,
+        private_key=private_key, login=login, run=run_context,
     )
 
-outputs.export_all(config, facts, cluster, ray_nodes, job, login, known)
+outputs.export_all(config, facts, cluster, ray_nodes, job, login, known, run_context)

@@ -37,7 +37,6 @@ from devtools.schedule import (
     Path,
     first_step,
 )
-from infra.node import steps
 
 SIZES = (1, 8, 32, 64)
 LAPTOP_SLOTS = 32  # Pulumi's default on an 8-CPU machine: 4 x NumCPU
@@ -171,7 +170,7 @@ def measure_state(stack: str, nodes: int) -> tuple[int, int]:
 
 
 def first_step_rows(result: OfflineRun) -> list[tuple[str, list[float]]]:
-    config = steps.NOTES["config"]
+    config = result.notes["config"]
     records = list(result.steps)
 
     def row(path: Path, options: Options, slots: int | None = None) -> list[float]:

@@ -15,7 +15,7 @@ from components.alibaba.autostop_role import AutostopRole
 from components.ray_cluster import RayNode
 from infra import autostop
 from infra.config import ClusterConfig
-from infra.node import ssh_access
+from infra.node import ssh_access, steps
 
 
 class Autostop(pulumi.ComponentResource):
@@ -30,6 +30,7 @@ class Autostop(pulumi.ComponentResource):
         after: Sequence[tuple[str, pulumi.Resource]],
         private_key: pulumi.Output[str] | None,
         login: ssh_access.LoginKey,
+        run: steps.RunContext,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """The watcher on the head; on Alibaba (`role`: AutostopRole, registered before the nodes) the head gets
@@ -51,7 +52,7 @@ class Autostop(pulumi.ComponentResource):
         env = pulumi.Output.all(ids, instance_type or "").apply(
             lambda v: autostop.watcher_env(config, [str(i) for i in v[0]], config.region or "", ram_role, str(v[1]))
         )
-        ctx = remote_steps.context_for(head.machine, private_key, self, login=login, running=True)
+        ctx = remote_steps.context_for(head.machine, private_key, self, login=login, run=run, running=True)
         ctx = dataclasses.replace(ctx, depends_on=[*ctx.depends_on, *role_attached])
         self.watcher = remote_steps.remote_step(
             ctx, "autostop", autostop.AUTOSTOP_SCRIPTS, {}, dynamic_env=env, after=after,
@@ -64,20 +65,20 @@ class Autostop(pulumi.ComponentResource):
 
 def spot_notices(
     config: ClusterConfig, stack: str, nodes: Sequence[RayNode], private_key: pulumi.Output[str] | None,
-    login: ssh_access.LoginKey,
+    login: ssh_access.LoginKey, run: steps.RunContext,
 ) -> list[pulumi.Resource]:
     """The spot notice watcher on every spot node (infra/scripts/spot_notice.sh), where shared storage can carry
     its record to the head's `jobStatus`. A child of each node's bootstrap: it runs once the node is ready."""
     directory = autostop.reclaim_dir(config, stack)
     if not directory:
         return []
-    steps: list[pulumi.Resource] = []
+    watchers: list[pulumi.Resource] = []
     for rank in autostop.spot_nodes(config):
         node = nodes[rank]
-        ctx = remote_steps.context_for(node.machine, private_key, node.bootstrap, login=login, running=True)
-        steps.append(remote_steps.remote_step(
+        ctx = remote_steps.context_for(node.machine, private_key, node.bootstrap, login=login, run=run, running=True)
+        watchers.append(remote_steps.remote_step(
             ctx, "spot-notice", autostop.SPOT_NOTICE_SCRIPTS, {"SPOT_ACTION": "install", "RECLAIM_DIR": directory},
             after=[(node.bootstrap.ready_key, node.bootstrap.ready)],
             triggers=[node.machine.identity],
         ))
-    return steps
+    return watchers

@@ -77,6 +77,7 @@ class NodeBootstrapArgs:
     nas_server: pulumi.Input[str] | None
     private_key: pulumi.Output[str] | None  # None: through ssh-agent
     login: ssh_access.LoginKey
+    run: steps.RunContext  # the program's run: the steps are recorded there
     known_hosts: known_hosts_module.KnownHosts
     registry_password: pulumi.Output[str] | None
     code_env: dict[str, str] | None
@@ -104,7 +105,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         machine = args.machine
         node_name = machine.name
         ctx = remote_steps.with_login_key(
-            remote_steps.context_for(machine, args.private_key, self, login=args.login, first=True),
+            remote_steps.context_for(machine, args.private_key, self, login=args.login, run=args.run, first=True),
             config.access.ssh_public_key)
         has_data_disk = machine.data_disk is not None or machine.data_disk_serial is not None
         checking = known_hosts_module.host_key_checking(machine)
@@ -198,7 +199,7 @@ class NodeBootstrap(pulumi.ComponentResource):
                 add_previous_output_in_env=False,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[pull, args.known_hosts.written]),
             )
-            steps.record(node_name, kind.ready_step, "local", ["local/gpu_ready.sh", "gpu_check.sh"],
+            args.run.record(node_name, kind.ready_step, "local", ["local/gpu_ready.sh", "gpu_check.sh"],
                          [f"{node_name}/pull-image"], f"{node_name}-gpu-ready")
 
         # The prefetch runs beside docker, the pull and the container, but never while gpu-ready may reboot the
@@ -229,7 +230,8 @@ class NodeBootstrap(pulumi.ComponentResource):
                 after=[(f"{node_name}/{kind.ready_step}", accelerators_ready)],
             )
             baked, self.baked_image_id = machine.bake([bake_prep], self)
-            steps.record(node_name, "bake-image", "cloud", [], [f"{node_name}/bake-prep"], baked.pulumi_resource_name)
+            args.run.record(node_name, "bake-image", "cloud", [], [f"{node_name}/bake-prep"],
+                            baked.pulumi_resource_name)
             before_container.append(baked)
             container_after.append(f"{node_name}/bake-image")
 
@@ -266,8 +268,8 @@ class NodeBootstrap(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(on_node, pulumi.ResourceOptions(
                 depends_on=[pull, accelerators_ready], replacement_trigger=machine.identity)),
         )
-        steps.record(node_name, "image", "docker", [], [f"{node_name}/pull-image", f"{node_name}/{kind.ready_step}"],
-                     f"{node_name}-image")
+        args.run.record(node_name, "image", "docker", [],
+                        [f"{node_name}/pull-image", f"{node_name}/{kind.ready_step}"], f"{node_name}-image")
         self.container_name = config.container.name
         volumes = [
             docker.ContainerVolumeArgs(host_path=DATA_MOUNT, container_path=DATA_MOUNT),
@@ -335,13 +337,13 @@ class NodeBootstrap(pulumi.ComponentResource):
                     deleted_with=machine.deleted_with),
             ),
         )
-        steps.record(node_name, "container", "docker", [], [*container_after, f"{node_name}/image"],
+        args.run.record(node_name, "container", "docker", [], [*container_after, f"{node_name}/image"],
                      f"{node_name}-container")
         self.ready = self.container
         self.ready_key = f"{node_name}/container"
         # The older images of the repository go once the container runs the new one; nothing waits for this.
         remote_steps.remote_step(
-            remote_steps.context_for(machine, args.private_key, self, login=args.login, running=True),
+            remote_steps.context_for(machine, args.private_key, self, login=args.login, run=args.run, running=True),
             "prune-images",
             ["prune_images.sh"],
             {"IMAGE": config.container.pull_image},
@@ -350,7 +352,7 @@ class NodeBootstrap(pulumi.ComponentResource):
         )
         if args.code_env is not None:
             self.ready = remote_steps.remote_step(
-                remote_steps.context_for(machine, args.private_key, self, login=args.login, running=True),
+                remote_steps.context_for(machine, args.private_key, self, login=args.login, run=args.run, running=True),
                 "code",
                 list(args.code_scripts),
                 args.code_env,

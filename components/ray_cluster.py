@@ -19,7 +19,7 @@ from components.bootstrap import NodeBootstrap
 from infra.config import ClusterConfig
 from infra.frameworks import head_reserved_gpus
 from infra.layout import DATA_MOUNT
-from infra.node import accelerators, ssh_access
+from infra.node import accelerators, ssh_access, steps
 from infra.ray import commands as ray_commands
 from infra.sources.base import Machine
 
@@ -42,6 +42,7 @@ class RayClusterArgs:
     gpus_per_node: int
     private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
     login: ssh_access.LoginKey  # the identity the local teardowns (ray stop) give the system ssh
+    run: steps.RunContext  # the program's run: the steps are recorded there
     secret_env: dict[str, pulumi.Output[str]]  # WANDB_API_KEY, HF_TOKEN: reach jobs via the raylet's environment
 
 
@@ -126,7 +127,8 @@ class RayCluster(pulumi.ComponentResource):
         all_ips = pulumi.Output.all(*[n.private_ip for n in args.nodes])
         # A cluster-level step (it runs on the head): it reruns when nodes come or go, the head's own steps don't.
         self.ready = remote_steps.remote_step(
-            remote_steps.context_for(head.machine, args.private_key, self, login=args.login, running=True),
+            remote_steps.context_for(head.machine, args.private_key, self, login=args.login, run=args.run,
+                                     running=True),
             ray_commands.READY_STEP.step,
             ray_commands.READY_STEP.scripts,
             {},
@@ -141,7 +143,7 @@ class RayCluster(pulumi.ComponentResource):
     @staticmethod
     def _context(ray_node: RayNode, args: RayClusterArgs) -> remote_steps.StepContext:
         return remote_steps.context_for(ray_node.machine, args.private_key, ray_node.bootstrap, login=args.login,
-                                 running=True)
+                                        run=args.run, running=True)
 
 
 

@@ -18,14 +18,13 @@ import pulumi_command as command
 from infra.node import known_hosts, remote, ssh_access
 from infra.node.steps import (
     DIAL_ERROR_LIMIT,
-    LIBRARIES,
     PER_DIAL_TIMEOUT_S,
     RUNNING_NODE_DIAL_ERROR_LIMIT,
     TEARDOWN_REACH_ATTEMPTS,
     TEARDOWN_REACH_TIMEOUT_S,
     TEARDOWN_SCRIPT,
     TEARDOWN_TIMEOUT_S,
-    record,
+    RunContext,
 )
 from infra.sources.base import Machine
 
@@ -59,6 +58,7 @@ class StepContext:
     host: pulumi.Input[str]
     key: pulumi.Output[str] | None
     parent: pulumi.Resource
+    run: RunContext  # the program's run: its step records, its libraries, whether commands are secrets
     node_env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     user: str = "root"
     port: int = 22
@@ -78,12 +78,13 @@ class StepContext:
 
 def context_for(
     machine: Machine, key: pulumi.Output[str] | None, parent: pulumi.Resource, *, login: ssh_access.LoginKey,
-    first: bool = False, running: bool = False,
+    run: RunContext, first: bool = False, running: bool = False,
 ) -> StepContext:
     """The step context of one machine. `login`: how the system ssh of the local teardowns logs in (the same
     identity as gpu-ready and the docker provider). `first`: the machine's first steps also wait for the machine
     itself. `running`: the steps run on a node known to be up (after gpu-ready), with short dial limits."""
-    return StepContext(node=machine.name, host=machine.ssh_host, key=key, parent=parent, user=machine.ssh_user,
+    return StepContext(node=machine.name, host=machine.ssh_host, key=key, parent=parent, run=run,
+                       user=machine.ssh_user,
                        port=machine.ssh_port, depends_on=machine.depends_on if first else (),
                        host_key=machine.host_key, identity_file=login.identity_file,
                        known_hosts_file=known_hosts.known_hosts_path(pulumi.get_stack()),
@@ -101,7 +102,7 @@ def library_step(ctx: StepContext) -> command.remote.CopyToRemote:
     changed (remote/copyController.go Update); it has no delete, so the files of an older library stay beside the
     new ones (what a teardown recorded before a script change runs). A new machine behind the same step (a replaced
     instance) must get its copy although the archive is the same: its identity is a trigger, which replaces."""
-    found = LIBRARIES.get(ctx.node)
+    found = ctx.run.libraries.get(ctx.node)
     if found is None:
         found = command.remote.CopyToRemote(
             f"{ctx.node}-scripts",
@@ -111,7 +112,7 @@ def library_step(ctx: StepContext) -> command.remote.CopyToRemote:
             triggers=[ctx.identity],
             opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.depends_on)),
         )
-        LIBRARIES[ctx.node] = found
+        ctx.run.libraries[ctx.node] = found
     return found
 
 
@@ -151,7 +152,8 @@ def remote_step(
         # The text (exports, secrets among them, and the scripts) on stdin, off every command line and error
         # message (infra/node/remote.py); a changed text is an update that re-runs `create`, as before.
         create=remote.stdin_command(step, sudo=ctx.user != "root"),
-        stdin=remote.render(step, scripts, static_env, library=library, more_env=dynamic_env),
+        stdin=remote.render(step, scripts, static_env, library=library, more_env=dynamic_env,
+                            secret=ctx.run.secret_config),
         triggers=list(triggers) if triggers is not None else None,
         # Without this pulumi-command sends PULUMI_COMMAND_STDOUT/STDERR as SSH env requests, which a stock sshd
         # refuses with a warning per step (AcceptEnv); the scripts never read them.
@@ -164,7 +166,7 @@ def remote_step(
             replacement_trigger=replacement_trigger,
         ),
     )
-    record(ctx.node, step, "remote", scripts, [k for k, _ in after], resource_name)
+    ctx.run.record(ctx.node, step, "remote", scripts, [k for k, _ in after], resource_name)
     return resource
 
 
@@ -192,7 +194,7 @@ def teardown_step(
         delete_values = pulumi.Output.all(pulumi.Output.from_input(node_only), delete_env).apply(
             lambda p: {**p[0], **p[1]})
     remote_command = remote.render(f"{step}-delete", delete_scripts, delete_values, sudo=ctx.user != "root",
-                                   library=remote.library_dir(ctx.user))
+                                   library=remote.library_dir(ctx.user), secret=ctx.run.secret_config)
     resource = command.local.Command(
         resource_name,
         delete=f"bash infra/scripts/{TEARDOWN_SCRIPT}",  # no `dir`: see components/known_hosts.py
@@ -260,5 +262,5 @@ def with_login_key(ctx: StepContext, public_key: str | None) -> StepContext:
         add_previous_output_in_env=True,
         opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.depends_on)),
     )
-    record(ctx.node, "login-key", "local", ["local/login_key.sh"], [], name)
+    ctx.run.record(ctx.node, "login-key", "local", ["local/login_key.sh"], [], name)
     return dataclasses.replace(ctx, depends_on=[*ctx.depends_on, step])

@@ -23,7 +23,7 @@ from infra import model_cache
 from infra.config import ClusterConfig, TrainingConfig
 from infra.frameworks import JobSpec, adapter_for
 from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
-from infra.node import remote, ssh_access
+from infra.node import ssh_access, steps
 from infra.ray import commands as ray_commands
 from infra.stack_config import cluster_shape
 
@@ -38,6 +38,7 @@ class TrainingJobArgs:
     bf16: bool
     private_key: pulumi.Output[str] | None  # None: through ssh-agent (infra/node/ssh_access.py)
     login: ssh_access.LoginKey  # the identity the local teardowns (job stop, reward-server stop) give the system ssh
+    run: steps.RunContext  # the program's run: its steps, whether the configuration is a secret
     secret_env: dict[str, pulumi.Output[str]]  # the job's prepare step (e.g. a dataset download) may need them
 
     @property
@@ -63,7 +64,7 @@ class TrainingJob(pulumi.ComponentResource):
         spec = adapter.job(shape)
         # A training section held as a secret keeps everything derived from it secret: the job's id (and the
         # outputs built from it), its rendered configuration in the triggers, its commands (infra/node/remote.py).
-        keep_secret = remote.SECRET_CONFIG["set"]
+        keep_secret = args.run.secret_config
         self.rendered_config = (pulumi.Output.secret(spec.rendered_config) if keep_secret and spec.rendered_config
                                 else spec.rendered_config)
         # Built now, from the configuration alone: `pulumi preview` shows it in full (the jobConfig output). Where
@@ -71,7 +72,8 @@ class TrainingJob(pulumi.ComponentResource):
         # step below exports to the entrypoint's shell.
         self.spec = pulumi.Output.secret(spec) if keep_secret else pulumi.Output.from_input(spec)
         self.job_id = self.spec.apply(lambda spec: spec.job_id)
-        ctx = remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True)
+        ctx = remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, run=args.run,
+                                       running=True)
         after: list[tuple[str, pulumi.Resource]] = [(f"{args.head.name}/ray-ready", args.ray.ready)]
         settings = args.ray.settings
         submission = self.spec.apply(lambda spec: to_submission(spec, config.training))
@@ -86,7 +88,8 @@ class TrainingJob(pulumi.ComponentResource):
             # models change (its environment names them) or the container does; not for every new job of the same
             # models, so that a training setting changes the job step alone (a run would find the files anyway).
             model = remote_steps.remote_step(
-                remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, running=True),
+                remote_steps.context_for(args.head.machine, args.private_key, self, login=args.login, run=args.run,
+                                         running=True),
                 model_cache.MODEL_STEP,
                 model_cache.MODEL_SCRIPTS,
                 {**args.secret_env, **model_cache.step_env(config, spec.models, spec.workdir),
@@ -102,7 +105,8 @@ class TrainingJob(pulumi.ComponentResource):
             for node in args.nodes:
                 started_at = [node.machine.started] if node.machine.started is not None else []
                 prefetch = remote_steps.remote_step(
-                    remote_steps.context_for(node.machine, args.private_key, node.bootstrap, login=args.login),
+                    remote_steps.context_for(node.machine, args.private_key, node.bootstrap, login=args.login,
+                                             run=args.run),
                     model_cache.PREFETCH_STEP,
                     model_cache.PREFETCH_SCRIPTS,
                     model_cache.prefetch_env(spec.models, node.bootstrap.shared_host_dir),

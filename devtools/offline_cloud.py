@@ -48,6 +48,7 @@ from devtools.mock_secrets import is_secret, reveal, unwrap
 from devtools.stack_file import secure_values
 from infra import runmode
 from infra.layout import PROJECT_DIR
+from infra.node.steps import RunContext
 from infra.sources.alibaba import catalog, regions
 
 ROLL_SNAPSHOT = PROJECT_DIR / "tests" / "fixtures" / "roll"
@@ -544,6 +545,8 @@ class OfflineRun:
     steps: list[Any]
     # The outputs Pulumi would store as secrets (the values above are resolved, their secretness dropped).
     secret_outputs: set[str] = field(default_factory=set)
+    # What the program noted for the plan (its RunContext's notes: placement, the job spec, config warnings).
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def run_program(
@@ -561,8 +564,6 @@ def run_program(
     replace_config: values that replace the stack file's keys whole.
     secrets: secret values by key ("roll-cluster:hfToken").
     """
-    from infra.node import steps as steps_module
-
     cloud = cloud or OfflineCloud()
     values = stack_config(stack)
     for key, value in (config or {}).items():
@@ -595,18 +596,18 @@ def run_program(
 
     pulumi.runtime.register_stack_transformation(capture_options)
     engine_model.record_registrations(pulumi_settings.SETTINGS.monitor, cloud.registrations)
-    steps_module.RECORDED.clear()
-    steps_module.NOTES.clear()
-    steps_module.LIBRARIES.clear()
+    namespace: dict[str, Any] = {}
 
     def program() -> dict[str, Any]:
-        runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")
+        # The program's own namespace holds its RunContext (__main__.py): read back, never shared through a module.
+        namespace.update(runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__"))
         root = pulumi_settings.get_root_resource()
         return dict(getattr(root, "outputs", {}) or {})
 
     secret_outputs: set[str] = set()
     outputs = _run_to_completion(program, secret_outputs)
-    return OfflineRun(stack, cloud, outputs, list(steps_module.RECORDED), secret_outputs)
+    context: RunContext = namespace["run_context"]
+    return OfflineRun(stack, cloud, outputs, list(context.steps), secret_outputs, context.notes)
 
 
 def _run_to_completion(program: Callable[[], dict[str, Any]], secret_outputs: set[str] | None = None

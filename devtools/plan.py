@@ -75,18 +75,18 @@ def render(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup
     lines: list[str] = [
         f"roll-cluster offline plan: stack {run.stack} (no cloud contacted; see devtools/offline_cloud.py)"
     ]
-    warnings = steps.NOTES.get("config_warnings") or []
+    warnings = run.notes.get("config_warnings") or []
     if warnings:
         # `pulumi preview`/`up` refuse these (infra/config/first_time.py); the offline plan runs on.
         lines.append(section("Before pulumi up (refused there: set your own values)"))
         lines += [f"  WARNING {warning}" for warning in warnings]
-    on_hosts = _existing_machines(steps.NOTES.get("config"))
+    on_hosts = _existing_machines(run.notes.get("config"))
     if on_hosts:
         lines += _hosts_section(run)
     else:
         lines += _cloud_sections(run, lookup)
     # When autostop fires and the permissions the stack's features need.
-    if isinstance(plan_config := steps.NOTES.get("config"), ClusterConfig):
+    if isinstance(plan_config := run.notes.get("config"), ClusterConfig):
         lines += [section("Autostop and permissions"), *autostop_plan_lines(plan_config)]
     lines += _steps_section(run, first_boot=not on_hosts, parallel=parallel, lookup=lookup)
     lines += _container_and_ray_sections(run)
@@ -99,10 +99,10 @@ def _hosts_section(run: OfflineRun) -> list[str]:
     out = run.outputs
     lines = [section("Hosts (nodes.source hosts: existing machines, no cloud resource is created)")]
     lines.append(f"  accelerators  {out.get('gpus')} x {out.get('gpuModel')} in {len(out.get('nodes') or [])} hosts")
-    lines.append(f"  first look    {steps.NOTES.get('host_look')}")
-    for host in steps.NOTES.get("hosts") or []:
+    lines.append(f"  first look    {run.notes.get('host_look')}")
+    for host in run.notes.get("hosts") or []:
         lines.append(f"  {host['name']:8} ssh {host['ssh']:28} private {host['private']:16} NIC {host['interface']}")
-    shared = steps.NOTES.get("shared_storage")
+    shared = run.notes.get("shared_storage")
     lines.append(f"  shared        {shared or 'none: /mnt/shared is not mounted; checkpoints stay on each host'}")
     # Own hosts: destroy stops the job, Ray and the container, and deletes no file on them (issue 27).
     where = "the shared storage" if shared else "each host's data dir"
@@ -114,27 +114,27 @@ def _cloud_sections(run: OfflineRun, lookup: registry.Lookup | None = None) -> l
     cloud, out = run.cloud, run.outputs
     lines: list[str] = []
     lines.append(section("Placement"))
-    tried = steps.NOTES.get("placement_tried") or []
+    tried = run.notes.get("placement_tried") or []
     for note in tried:
         lines.append(f"  skipped  {note}")
-    for note in steps.NOTES.get("placement_kept") or []:
+    for note in run.notes.get("placement_kept") or []:
         lines.append(f"  {note}")
     lines.append(f"  zone          {out.get('zone')}")
     lines.append(f"  instance type {out.get('instanceType')}  ({out.get('gpuModel')}, "
                  f"{out.get('gpus')} GPUs in {len(out.get('nodes') or [])} nodes)")
-    lines.append(f"  OS image      {steps.NOTES.get('image_name')}")
+    lines.append(f"  OS image      {run.notes.get('image_name')}")
     request = catalog.on_request(str(out.get("instanceType") or ""))
     if request:
         lines.append(f"  on request    {out.get('instanceType')} is of a family Alibaba sells only on request: "
                      f"{request} before `pulumi up`, or the account gets no instance whatever the stock")
-    if steps.NOTES.get("fabric_manager"):
+    if run.notes.get("fabric_manager"):
         lines.append("  NVSwitch      8 GPUs on NVSwitch: nvidia-fabricmanager (driver version) runs on every node")
-    if steps.NOTES.get("ssh_login"):
-        lines.append(f"  SSH login     {steps.NOTES.get('ssh_login')}")
-    if steps.NOTES.get("ssh_client"):
-        lines.append(f"  SSH clients   {steps.NOTES.get('ssh_client')}")
+    if run.notes.get("ssh_login"):
+        lines.append(f"  SSH login     {run.notes.get('ssh_login')}")
+    if run.notes.get("ssh_client"):
+        lines.append(f"  SSH clients   {run.notes.get('ssh_client')}")
     lines.extend(price_lines(out.get("hourlyPrice")))
-    for note in steps.NOTES.get("unchecked") or []:  # infra/sources/alibaba/unchecked.py
+    for note in run.notes.get("unchecked") or []:  # infra/sources/alibaba/unchecked.py
         lines.append(f"  ! {note}")
     lines.extend(cost_lines(out.get("cost"), out.get("hourlyPrice"), run, lookup))
 
@@ -151,19 +151,19 @@ def _cloud_sections(run: OfflineRun, lookup: registry.Lookup | None = None) -> l
         lines.append(f"    {r.inputs.get('ipProtocol'):4} {r.inputs.get('portRange'):12} from {source:32} "
                      f"{r.inputs.get('description')}")
     lines.append(section("Shared storage"))
-    existing = steps.NOTES.get("nas_existing")
+    existing = run.notes.get("nas_existing")
     if existing:
         lines.append(f"  NAS {existing} (existing, attached: never created or deleted here), mounted at /mnt/shared "
                      "on every node and container")
     for r in cloud.of_type("alicloud:nas/fileSystem:FileSystem"):
-        keep = "kept on pulumi destroy" if steps.NOTES.get("nas_retained") else "DELETED on pulumi destroy"
+        keep = "kept on pulumi destroy" if run.notes.get("nas_retained") else "DELETED on pulumi destroy"
         lines.append(f"  NAS {r.inputs.get('protocolType')} {r.inputs.get('storageType')} in {r.inputs.get('zoneId')}, "
                      f"mounted at /mnt/shared on every node and container; {keep}")
     if cloud.of_type("alicloud:nas/mountTarget:MountTarget"):
         lines.append(f"  mount target in the cluster's vSwitch; access rule: {cloud_rule_cidr(run)} read-write, "
                      "created before the mount target")
-    if steps.NOTES.get("checkpoints"):
-        lines.append(f"  {steps.NOTES['checkpoints']}")
+    if run.notes.get("checkpoints"):
+        lines.append(f"  {run.notes['checkpoints']}")
 
     lines.append(section("Nodes"))
     for r in cloud.of_type("alicloud:ecs/instance:Instance"):
@@ -194,7 +194,7 @@ def _steps_section(run: OfflineRun, first_boot: bool, parallel: int | None = Non
             lines.append(f"    {record.step:14} {scripts:44} <- {deps}")
     if first_boot:
         lines.append("  (first boot: infra/scripts/first_boot.sh as user data; it starts the GPU driver installer)")
-    config = steps.NOTES.get("config")
+    config = run.notes.get("config")
     if config is not None and first_boot:  # the schedule model is of new cloud nodes (boot, driver, pull)
         lines += image_and_time(config, run.steps, parallel, lookup)
     return lines
@@ -245,7 +245,7 @@ def _changes_section() -> list[str]:
 def _job_and_outputs_sections(run: OfflineRun) -> list[str]:
     cloud, out = run.cloud, run.outputs
     lines: list[str] = []
-    spec = steps.NOTES.get("job_spec")
+    spec = run.notes.get("job_spec")
     lines.append(section("Training job"))
     if spec is not None:
         lines.append(f"  submission id  {spec.job_id}")
@@ -256,8 +256,8 @@ def _job_and_outputs_sections(run: OfflineRun) -> list[str]:
         if spec.reward_server:
             lines.append(f"  reward server  {spec.reward_server.command}  (port {spec.reward_server.port}, "
                          "health-checked before submission)")
-        lines.append(f"  auto start     {steps.NOTES.get('auto_start')}")
-        lines += start_gate_lines(spec, steps.NOTES.get("config"))
+        lines.append(f"  auto start     {run.notes.get('auto_start')}")
+        lines += start_gate_lines(spec, run.notes.get("config"))
         lines.append("  generated configuration:")
         for line in json.dumps(spec.summary, indent=2, default=str).splitlines():
             lines.append("    " + line)
@@ -468,7 +468,7 @@ class PlanContext:
 
 def config_warnings(ctx: PlanContext) -> list[str]:
     """What `pulumi up` refuses that the offline plan runs on (placeholders, the local key checks)."""
-    return [f"refused by `pulumi up`: {warning}" for warning in steps.NOTES.get("config_warnings") or []]
+    return [f"refused by `pulumi up`: {warning}" for warning in ctx.run.notes.get("config_warnings") or []]
 
 
 def on_request_warning(ctx: PlanContext) -> list[str]:
@@ -497,7 +497,7 @@ def backend_warnings(ctx: PlanContext) -> list[str]:
 
 def unchecked_notes(ctx: PlanContext) -> list[str]:
     """What the offline plan cannot check (quotas, ...): infra/sources/alibaba/unchecked.py."""
-    return [str(note) for note in steps.NOTES.get("unchecked") or []]
+    return [str(note) for note in ctx.run.notes.get("unchecked") or []]
 
 
 # The summary's warnings and the plan-only notes, in order: add a function here (PlanContext -> lines) for a new
@@ -558,15 +558,15 @@ PATH_SHORT: dict[schedule.Path, str] = {
 
 def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
     """The default plan: at most 50 lines (infra/summary.py)."""
-    config = steps.NOTES.get("config")
+    config = run.notes.get("config")
     out = offline_labels(run.outputs)
     slots, how = (parallel, "--parallel given to the plan") if parallel else schedule.default_parallel()
     heading = f"roll-cluster plan: stack {run.stack} (offline: no cloud contacted; --full for everything)"
     if not isinstance(config, ClusterConfig):
         return heading + "\n"
     ctx = PlanContext(run, config, lookup, slots, how)
-    spec = steps.NOTES.get("job_spec")
-    facts: ClusterFacts | None = steps.NOTES.get("facts")
+    spec = run.notes.get("job_spec")
+    facts: ClusterFacts | None = run.notes.get("facts")
     machine_type, location = (facts.machine_type, facts.location) if facts else ("unknown", "unknown")
     on_hosts = _existing_machines(config)
     per_node = int(out.get("gpus") or 0) // max(1, config.nodes.count)
@@ -609,7 +609,7 @@ def price_lines(price: Any) -> list[str]:
 def bootstrap_minutes(run: OfflineRun, lookup: registry.Lookup | None = None) -> float | None:
     """The modelled minutes from `pulumi up` to the first training step on this stack's path (devtools/schedule.py):
     what the GPUs bill before training starts."""
-    config = steps.NOTES.get("config")
+    config = run.notes.get("config")
     if not isinstance(config, ClusterConfig):
         return None
     return schedule.minutes_to_first_step(config, run.steps, image_gb=manifest_gb(config, lookup))
@@ -693,7 +693,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python3 -m devtools.pla
     except CloudRefusal as refusal:
         print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
-    lookup = image_lookup(steps.NOTES.get("config"), asked=not args.no_registry)
+    lookup = image_lookup(run.notes.get("config"), asked=not args.no_registry)
     sys.stdout.write(render(run, args.parallel, lookup) if args.full else render_summary(run, args.parallel, lookup))
     return 0
 

@@ -12,7 +12,7 @@ from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
 from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
 from infra.node import known_hosts as known_hosts_module
-from infra.node import remote, ssh_access, steps
+from infra.node import ssh_access, steps
 from infra.ray import commands as ray_commands
 from infra.sources.base import ClusterFacts, ProvisionedCluster
 
@@ -29,16 +29,17 @@ def export_all(
     job: TrainingJob,
     login: ssh_access.LoginKey,
     known: known_hosts_module.KnownHosts,
+    run: steps.RunContext,
 ) -> None:
     head = nodes[0]
     head_host = pulumi.Output.from_input(head.machine.ssh_host)
-    steps.NOTES.update(cluster.notes)
-    steps.NOTES.update(auto_start=config.training.auto_start, config=config, facts=facts)
-    job.spec.apply(lambda spec: steps.NOTES.__setitem__("job_spec", spec))
+    run.notes.update(cluster.notes)
+    run.notes.update(auto_start=config.training.auto_start, config=config, facts=facts)
+    job.spec.apply(lambda spec: run.notes.__setitem__("job_spec", spec))
     key = login.identity_file
     hosts = known.path
-    steps.NOTES.update(ssh_client=f"login with {login.mechanism}; host keys generated per node, verified "
-                                  f"against {hosts}")
+    run.notes.update(ssh_client=f"login with {login.mechanism}; host keys generated per node, verified "
+                                f"against {hosts}")
     ports = config.ray
     container = config.container.name
     user, port = head.machine.ssh_user, head.machine.ssh_port
@@ -76,8 +77,8 @@ def export_all(
     # The configuration the head submits, in full and in plain text (it never holds a secret), so that
     # `pulumi preview` shows what will run before anything is paid for.
     job_config_output = job.spec.apply(job_config)
-    # A section held as a secret stays secret in what is derived from it (infra/node/remote.py, SECRET_CONFIG).
-    pulumi.export("jobConfig", pulumi.Output.secret(job_config_output) if remote.SECRET_CONFIG["set"]
+    # A section held as a secret stays secret in what is derived from it (infra/node/steps.py RunContext.secret_config).
+    pulumi.export("jobConfig", pulumi.Output.secret(job_config_output) if run.secret_config
                   else job_config_output)
     if head.bootstrap.baked_image_id is not None:
         pulumi.export("bakedImageId", head.bootstrap.baked_image_id)

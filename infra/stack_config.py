@@ -16,7 +16,7 @@ from infra.config.values import MAX_ARG_STRLEN
 from infra.frameworks import ClusterShape, adapter_for, check_before_deploy
 from infra.frameworks.base import JobSpec
 from infra.layout import DATA_MOUNT, SHARED_MOUNT
-from infra.node import remote, steps
+from infra.node import steps
 from infra.ray.commands import files_archive_b64
 
 # Sections that may not be held as a secret, and why: what they hold becomes resource names, connection hosts and
@@ -70,7 +70,9 @@ def _project_keys() -> list[str]:
     return sorted(k.split(":", 1)[1] for k in keys if k.startswith(PROJECT + ":"))
 
 
-def load() -> tuple[ClusterConfig, StackSecrets]:
+def load(run: steps.RunContext) -> tuple[ClusterConfig, StackSecrets]:
+    """The stack configuration, validated, and its secrets; `run` gets whether a section is secret and the
+    warnings the offline plan shows."""
     keys = _project_keys()
     raw = {key: runtime_config.get_config(f"{PROJECT}:{key}") for key in keys}
     problems = namespace_problems(sorted(set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())))
@@ -105,14 +107,14 @@ def load() -> tuple[ClusterConfig, StackSecrets]:
     if problems:
         raise ConfigError(problems)
     # A section Pulumi holds as a secret keeps every command derived from it secret (infra/node/remote.py).
-    remote.SECRET_CONFIG["set"] = any(
+    run.secret_config = any(
         runtime_config.is_config_secret(f"{PROJECT}:{key}") for key in keys if key not in SECRETS
     )
     mistakes = first_time_mistakes(config)
     if mistakes and not runmode.offline():
         raise ConfigError(mistakes)
     # The offline plan runs the shipped stacks as written: there they are warnings (devtools/plan.py prints them).
-    steps.NOTES["config_warnings"] = mistakes + _undecrypted(raw)
+    run.notes["config_warnings"] = mistakes + _undecrypted(raw)
     settings = pulumi.Config(PROJECT)
     secrets = StackSecrets(
         wandb_api_key=settings.get_secret("wandbApiKey"),

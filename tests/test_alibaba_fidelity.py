@@ -9,7 +9,6 @@ from offline_helpers import INSTANCE, RULE, env_of, run, step_command
 from devtools import plan
 from devtools.offline_cloud import CloudRefusal, OfflineCloud, Registered, _digest
 from infra.config import ConfigError
-from infra.node import steps
 from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
 
@@ -228,8 +227,8 @@ def test_the_dev_plan_says_its_checkpoints_survive_destroy_and_die_with_the_inst
     assert plan.main(["--full", "dev"]) == 0
     text = capsys.readouterr().out
     assert "checkpoints on the NAS at /mnt/shared: they survive pulumi destroy" in text
-    run("dev", config={"roll-cluster:storage": {"retainOnDestroy": False}})
-    assert "of each node (storage.retainOnDestroy: false): they DIE WITH THE INSTANCE" in steps.NOTES["checkpoints"]
+    opted_out = run("dev", config={"roll-cluster:storage": {"retainOnDestroy": False}})
+    assert "of each node (storage.retainOnDestroy: false): they DIE WITH THE INSTANCE" in opted_out.notes["checkpoints"]
 
 
 # ----------------------------------------------------------------------------------------- 9. strict offline cloud

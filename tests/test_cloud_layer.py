@@ -11,7 +11,6 @@ from offline_helpers import INSTANCE, RULE, custom_resources, env_of, run, step_
 from devtools import plan
 from devtools.offline_cloud import OfflineCloud
 from infra.config import ConfigError
-from infra.node import steps
 from infra.sources.alibaba.placement import PlacementError
 
 
@@ -190,7 +189,7 @@ def test_a_single_node_stacks_checkpoints_survive_destroy_on_a_kept_nas_by_defau
     assert result.cloud.options[fs.name].retain_on_delete is True
     domain = result.cloud.of_type("alicloud:nas/mountTarget:MountTarget")[0].outputs["mountTargetDomain"]
     assert env_of(step_command(result, "node-0-prepare-host"))["NAS_SERVER"] == domain
-    saves = steps.NOTES["job_spec"].checkpoints
+    saves = result.notes["job_spec"].checkpoints
     assert saves.directory == "/mnt/shared/checkpoints/dev/roll" and saves.shared and saves.find
     assert result.outputs.get("nasFileSystemId")  # what storage.existingFileSystemId attaches again
     # The plan says where they survive.
@@ -207,7 +206,7 @@ def test_opting_out_keeps_checkpoints_on_the_node_and_the_plan_says_they_die(sto
     result = run("dev", config={"roll-cluster:storage": storage})
     assert result.cloud.of_type("alicloud:nas/fileSystem:FileSystem") == []
     why = "storage.retainOnDestroy: false" if "retainOnDestroy" in storage else "storage.nas: false"
-    assert steps.NOTES["checkpoints"].startswith(f"checkpoints on the data disk (/data) of each node ({why}): they "
+    assert result.notes["checkpoints"].startswith(f"checkpoints on the data disk (/data) of each node ({why}): they "
                                                  "DIE WITH THE INSTANCE on pulumi destroy")
 
 

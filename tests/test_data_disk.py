@@ -155,7 +155,7 @@ def test_the_plans_cost_shows_the_disk_classes_and_the_burst(capsys: Any) -> Non
 # ------------------------------------------------------------------------------------------ the model's disk bound
 def config_of(nodes: dict[str, Any]) -> tuple[list[steps.StepRecord], Any]:
     result = run("multi", config={"roll-cluster:nodes": nodes, **FITS})
-    return list(result.steps), steps.NOTES["config"]
+    return list(result.steps), result.notes["config"]
 
 
 def test_a_200_gib_pl1_disk_keeps_up_with_a_tuned_pull_and_a_smaller_disk_caps_it() -> None:

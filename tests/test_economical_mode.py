@@ -10,7 +10,6 @@ from components.alibaba import gpu_node
 from infra.config import ClusterConfig
 from infra.cost import cost_summary
 from infra.economical import economical_mode, stopped_mode
-from infra.node import steps
 from infra.sources.alibaba.catalog import FAMILIES
 
 PAUSED = {"roll-cluster:nodes": {"paused": True}}
@@ -33,8 +32,7 @@ def test_every_family_the_config_accepts_has_economical_mode() -> None:
 
 
 def test_without_economical_mode_the_cost_says_a_paused_cluster_keeps_billing_its_instances() -> None:
-    run("multi")
-    config = steps.NOTES["config"]
+    config = run("multi").notes["config"]
     assert isinstance(config, ClusterConfig)
     price = {"amount": 20.0, "currency": "CNY", "basis": "catalog"}
     economical = cost_summary(config, price)

@@ -163,7 +163,7 @@ def records_and_config(stack: str, **nodes: Any) -> tuple[list[steps.StepRecord]
     # 128 GPUs); the schedule does not depend on it.
     fits = {"roll-cluster:training": {"overrides": {"rollout_batch_size": 128}}}
     result = run(stack, config={"roll-cluster:nodes": nodes, **fits} if nodes else fits)
-    return list(result.steps), steps.NOTES["config"]
+    return list(result.steps), result.notes["config"]
 
 
 def at(count: int, path: str, options: Options = NO_OPTIONS, parallel: int | None = None, **nodes: Any) -> float:
@@ -191,7 +191,7 @@ def test_the_model_goes_to_the_first_step_with_the_model_download_and_the_framew
 def test_the_head_downloads_the_model_once_where_every_node_downloaded_it_before() -> None:
     mirror = {"actor_rollout_ref.model.path": "Qwen/Qwen2.5-7B-Instruct"}
     shared = run("verl", config={"roll-cluster:training": {"overrides": mirror}})
-    config, records = steps.NOTES["config"], list(shared.steps)
+    config, records = shared.notes["config"], list(shared.steps)
     assert [r.depends_on for r in records if r.key == "node-0/model"] == [("node-0/container",)]
     plans = {n: first_step(config, records, "new", n, n) for n in (2, 64)}
     for modelled in plans.values():
@@ -203,7 +203,7 @@ def test_the_head_downloads_the_model_once_where_every_node_downloaded_it_before
     # Without shared storage (one node here: verl's data must be shared with more) every node downloads its own copy.
     alone = run("verl", config={"roll-cluster:training": {"overrides": mirror, "verl": {"dataDir": "/data/gsm8k"}},
                                 "roll-cluster:storage": {"nas": False}, "roll-cluster:nodes": {"count": 1}})
-    local = first_step(steps.NOTES["config"], list(alone.steps), "new", 64, 64)
+    local = first_step(alone.notes["config"], list(alone.steps), "new", 64, 64)
     assert "node-0/model" not in local.finish  # no shared cache: no head-first step, every node downloads
     assert local.step_minutes("node-0/weights") == pytest.approx(20.0)
     assert "every node from hf-mirror" in local.profile.model_how
@@ -293,7 +293,7 @@ def test_the_model_uses_the_image_size_and_the_node_bandwidth() -> None:
     base = at(2, "new")
     half_bandwidth = at(2, "new", internetBandwidthMbps=50)
     result = run("multi", config={"roll-cluster:container": {"imageSizeGb": 50}})
-    bigger = first_step(steps.NOTES["config"], list(result.steps), "new", 2, 2).total
+    bigger = first_step(result.notes["config"], list(result.steps), "new", 2, 2).total
     # 25 GB over 100 Mbit/s is 33.3 min; at 50 Mbit/s twice that, and so is 50 GB at 100 Mbit/s. The model comes
     # from ModelScope in-cloud (ROLL's hub, cn-hangzhou), not over the public IP.
     assert half_bandwidth - base == pytest.approx(33.3, abs=0.1)
@@ -369,7 +369,7 @@ def test_the_plan_warns_when_the_nodes_pulling_at_once_are_bound_by_the_registry
 def test_an_image_in_the_regions_registry_comes_over_the_vpc_without_a_warning(capsys) -> None:
     vpc_image = "registry-vpc.cn-hangzhou.aliyuncs.com/me/pytorch:nvcr-24.05-py3-torch260-vllm084"
     result = run("multi", config={"roll-cluster:container": {"image": vpc_image}})
-    assert configured_path(steps.NOTES["config"]) == "in-region"
+    assert configured_path(result.notes["config"]) == "in-region"
     text = plan.render(result)
     assert "25 GB from registry-vpc.cn-hangzhou.aliyuncs.com over the VPC" in text
     assert "  WARNING  " not in text
@@ -387,7 +387,7 @@ def test_a_registry_outside_china_in_a_mainland_region_is_warned_about() -> None
 
 def test_without_shared_storage_the_model_is_read_from_each_nodes_data_disk_flat_in_the_node_count() -> None:
     result = run("multi", config={"roll-cluster:storage": {"nas": False}})
-    config, records = steps.NOTES["config"], list(result.steps)
+    config, records = result.notes["config"], list(result.steps)
     plans = {n: first_step(config, records, "warm", n, n) for n in (2, 256)}
     # 15 GB at the ESSD's 220 MB/s: 1.1 min on every node at once, nothing shared.
     assert plans[2].step_minutes("node-0/weights") == plans[256].step_minutes("node-0/weights") == pytest.approx(1.14,

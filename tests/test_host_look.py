@@ -219,11 +219,9 @@ def test_a_host_without_the_driver_says_what_to_install(hosts: FakeHosts) -> Non
 
 
 def test_the_offline_plan_does_not_look_and_says_when_the_look_happens(hosts: FakeHosts) -> None:
-    from infra.node import steps
-
-    run_program("hosts")  # no fake host answers: a look would fail the run
+    result = run_program("hosts")  # no fake host answers: a look would fail the run
     assert hosts.calls() == []
-    assert "count each host's accelerators over SSH (nvidia-smi -L)" in steps.NOTES["host_look"]
+    assert "count each host's accelerators over SSH (nvidia-smi -L)" in result.notes["host_look"]
 
 
 def test_configuration_and_source_errors_are_shown_by_pulumi_without_a_traceback() -> None:

@@ -12,7 +12,6 @@ from offline_helpers import run
 
 from devtools import plan
 from devtools.offline_cloud import reveal, shipped_stacks
-from infra.node import steps
 from infra.sources.alibaba.user_data import decode_user_data
 
 STACKS = ["ascend", "dev", "hosts", "large", "multi", "openrlhf", "verl"]
@@ -107,12 +106,14 @@ def test_plan_of_dev_prints_the_whole_roll_yaml_with_fp16_over_the_clusters_gpu(
          "roll-cluster:training.overrides.actor_train.model_args.dtype: must be fp16 or fp32"),
     ],
 )
-def test_plan_refuses_a_roll_config_that_would_fail_on_the_head_before_any_resource(args, key, capsys):
+def test_plan_refuses_a_roll_config_that_would_fail_on_the_head_before_any_resource(args, key, capsys, monkeypatch):
+    clouds = []
+    real = plan.offline_cloud_for
+    monkeypatch.setattr(plan, "offline_cloud_for", lambda stack: clouds.append(real(stack)) or clouds[-1])
     assert plan.main(args) == 1
     err = capsys.readouterr().err
     assert key in err, err
-    assert steps.RECORDED == []
-    assert "job_spec" not in steps.NOTES
+    assert [r.name for r in clouds[0].resources if r.custom] == []
 
 
 @pytest.mark.parametrize("stack", ["multi", "large", "verl"])
@@ -135,7 +136,7 @@ def test_roll_plans_show_checkpoints_resume_and_the_start_gate_never_rolls_own_r
     assert "  start gate   the job step waits up to 60 min (training.startTimeoutMinutes" in text
     assert "/pipeline step [0-9]+ finished/" in text
     if stack in ("dev", "multi"):  # V100: vLLM's V0 engine for every vLLM worker
-        config = yaml.safe_load(steps.NOTES["job_spec"].rendered_config)
+        config = yaml.safe_load(run(stack).notes["job_spec"].rendered_config)
         vllm = [c for c in config.values() if isinstance(c, dict)
                 and (c.get("strategy_args") or {}).get("strategy_name") == "vllm"]
         assert vllm and all(c["strategy_args"]["strategy_config"]["VLLM_USE_V1"] == 0 for c in vllm)
@@ -288,7 +289,7 @@ def test_pulumi_up_opens_with_the_same_summary_from_the_live_placement() -> None
     from infra import summary
 
     result = run_stack("multi")
-    config = steps.NOTES["config"]
+    config = result.notes["config"]
     text = summary.for_update(config, "multi", "ecs.gn6v-c8g1.4xlarge", "cn-hangzhou-i", 2, "NVIDIA V100",
                               result.outputs["cost"])
     lines = text.splitlines()

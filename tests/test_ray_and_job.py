@@ -381,10 +381,7 @@ def test_the_reward_servers_gpus_count_when_the_roles_are_not_colocated():
 def test_pulumi_preview_knows_the_job_configuration_before_any_node_exists(stack):
     # In a first preview the nodes' addresses are unknown; the job (the jobConfig output) does not depend on them.
     from devtools.offline_cloud import OfflineCloud
-    from infra.node import steps
 
-    run(stack, cloud=OfflineCloud(preview=True))
-    previewed = steps.NOTES.get("job_spec")
+    previewed = run(stack, cloud=OfflineCloud(preview=True)).notes.get("job_spec")
     assert previewed is not None
-    run(stack)
-    assert previewed == steps.NOTES["job_spec"]
+    assert previewed == run(stack).notes["job_spec"]

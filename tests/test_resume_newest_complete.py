@@ -22,7 +22,6 @@ from infra.frameworks import adapter_for, openrlhf
 from infra.frameworks.base import RESUME_VARIABLE
 from infra.frameworks.mindspeed_rl import MindSpeedRlAdapter
 from infra.frameworks.roll import resume_command as roll_resume
-from infra.node import steps
 
 FINDER = Path(__file__).resolve().parent.parent / "infra" / "scripts" / "checkpoint_find.sh"
 
@@ -48,8 +47,7 @@ def write(path: Path, text: str = "x") -> None:
 
 # ------------------------------------------------------------------------------------------------------ ROLL
 def test_roll_skips_a_marked_checkpoint_whose_copy_failed_and_resumes_from_the_one_before(tmp_path: Path) -> None:
-    run("multi")
-    spec = steps.NOTES["job_spec"]
+    spec = run("multi").notes["job_spec"]
     staging = spec.checkpoints.staging
     # ROLL's local save folder (its output_dir) is where a copy that failed stays behind.
     assert staging == yaml.safe_load(spec.rendered_config)["output_dir"] and staging.startswith("/mnt/shared/")
@@ -76,8 +74,9 @@ def test_roll_skips_a_marked_checkpoint_whose_copy_failed_and_resumes_from_the_o
 
 
 def test_roll_checks_no_staging_copies_when_roll_keeps_them_all() -> None:
-    run("multi", config={"roll-cluster:training": {"overrides": {"checkpoint_config": {"keep_local_file": True}}}})
-    saves = steps.NOTES["job_spec"].checkpoints
+    result = run("multi", config={"roll-cluster:training": {"overrides": {"checkpoint_config": {
+        "keep_local_file": True}}}})
+    saves = result.notes["job_spec"].checkpoints
     assert saves.find and saves.staging == ""
 
 

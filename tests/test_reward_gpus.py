@@ -14,7 +14,6 @@ from offline_helpers import env_of, run, step_command
 
 from devtools.offline_cloud import OfflineCloud
 from infra.config import ConfigError
-from infra.node import steps
 from infra.node.remote import SCRIPTS_DIR
 
 # Not colocated: actor and ref share 8 GPUs, vLLM 3 engines x TP 2 = 6: 14 of the 15 GPUs Ray has (2 x 8 less the
@@ -83,12 +82,11 @@ def test_a_placement_that_needs_the_reward_servers_gpus_is_refused_at_plan_time_
 
 def test_job_config_is_known_in_a_first_preview_with_a_reward_server():
     # A first preview: no instance exists, so the head's private IP is unknown. The job does not depend on it.
-    run("openrlhf", cloud=OfflineCloud(preview=True))
-    previewed = steps.NOTES.get("job_spec")
+    previewed = run("openrlhf", cloud=OfflineCloud(preview=True)).notes.get("job_spec")
     assert previewed is not None
     assert '--reward.remote_url "http://${ROLL_CLUSTER_HEAD_IP}:5001/get_reward"' in previewed.entrypoint
     deployed = run("openrlhf")
-    assert previewed == steps.NOTES["job_spec"]
+    assert previewed == deployed.notes["job_spec"]
     assert deployed.outputs["jobConfig"]["command"] == previewed.entrypoint
 
 

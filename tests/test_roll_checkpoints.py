@@ -16,14 +16,17 @@ import yaml
 from offline_helpers import run
 
 from infra.frameworks.roll import resume_command
-from infra.node import steps
 
 ROLL_STACKS = ("dev", "multi", "large", "hosts")
 
 
+def job_spec(config: dict | None = None, stack: str = "multi") -> Any:
+    """The job the program builds for a stack (its run's notes)."""
+    return run(stack, config=config or {}).notes["job_spec"]
+
+
 def shipped_yaml(config: dict | None = None, stack: str = "multi") -> dict:
-    run(stack, config=config or {})
-    text = steps.NOTES["job_spec"].rendered_config
+    text = job_spec(config, stack).rendered_config
     assert text is not None
     return yaml.safe_load(text)
 
@@ -34,7 +37,7 @@ def test_roll_resumes_from_the_jobs_own_directory_by_default() -> None:
     # A changed configuration keeps the directory, so it resumes from the last checkpoint there.
     changed = shipped_yaml({"roll-cluster:training": {"overrides": {"max_steps": 7}}})
     assert changed["checkpoint_config"]["output_dir"] == "/mnt/shared/checkpoints/multi/roll"
-    spec = steps.NOTES["job_spec"]
+    spec = job_spec({"roll-cluster:training": {"overrides": {"max_steps": 7}}})
     assert spec.checkpoints.find and spec.checkpoints.layout == "roll"
     assert spec.checkpoints.directory == "/mnt/shared/checkpoints/multi/roll"
 
@@ -42,7 +45,7 @@ def test_roll_resumes_from_the_jobs_own_directory_by_default() -> None:
 def test_a_fresh_start_gets_a_directory_of_its_own_per_configuration() -> None:
     fresh = {"resume": False}
     first = shipped_yaml({"roll-cluster:training": fresh})
-    assert not steps.NOTES["job_spec"].checkpoints.find  # the job step looks for nothing
+    assert not job_spec({"roll-cluster:training": fresh}).checkpoints.find  # the job step looks for nothing
     second = shipped_yaml({"roll-cluster:training": {**fresh, "overrides": {"max_steps": 7}}})
     assert first["resume_from_checkpoint"] is False
     dirs = {first["checkpoint_config"]["output_dir"], second["checkpoint_config"]["output_dir"]}
@@ -56,7 +59,7 @@ def test_every_roll_stack_saves_periodically_and_never_asks_roll_to_find_a_check
     # Synchronous uploads: pipeline/worker_state_pipeline.json is then the completeness mark the finder reads.
     assert config["checkpoint_config"]["async_upload"] is False
     assert 0 < config["save_steps"] < config["max_steps"]
-    text = steps.NOTES["job_spec"].rendered_config
+    text = job_spec(stack=stack).rendered_config
     assert text.count("\nresume_from_checkpoint: false\n") == 1  # the one line the entrypoint replaces
 
 
@@ -80,8 +83,7 @@ def test_every_vllm_worker_runs_vllms_v0_engine_on_v100() -> None:
 
 
 def test_a_multi_node_cluster_without_shared_storage_resumes_nothing_and_the_plan_says_why() -> None:
-    run("multi", config={"roll-cluster:storage": {"nas": False}})
-    saves = steps.NOTES["job_spec"].checkpoints
+    saves = job_spec({"roll-cluster:storage": {"nas": False}}).checkpoints
     assert not saves.find
     assert "node-local on 2 nodes" in saves.resume
     assert any("DIE WITH THE NODE" in line for line in saves.lines())
@@ -97,15 +99,15 @@ def entrypoint_resume(tmp_path: Path, text: str, resume_from: str) -> tuple[subp
 
 
 def test_the_entrypoint_hands_roll_the_path_the_job_step_found(tmp_path: Path) -> None:
-    shipped_yaml()
-    text = steps.NOTES["job_spec"].rendered_config
+    spec = job_spec()
+    text = spec.rendered_config
     path = "/mnt/shared/checkpoints/multi/roll/20261125-101010/checkpoint-9"
     result, written = entrypoint_resume(tmp_path, text, path)
     assert result.returncode == 0, result.stderr
     assert f"ROLL resumes from {path}" in result.stdout
     assert yaml.safe_load(written)["resume_from_checkpoint"] == path  # a str: ROLL loads exactly that
     shipped = "examples/pulumi/multi-agent_val_frozen_lake_multi_nodes_demo.yaml"
-    assert f"cd /workspace/ROLL && {resume_command(shipped)} && " in steps.NOTES["job_spec"].entrypoint
+    assert f"cd /workspace/ROLL && {resume_command(shipped)} && " in spec.entrypoint
 
 
 def test_the_entrypoint_refuses_to_run_when_it_cannot_hand_over_the_path(tmp_path: Path) -> None:

@@ -20,15 +20,13 @@ from devtools.offline_cloud import OfflineCloud
 from infra.config import DEFAULT_ROLL_REF, ROLL_PIPELINES, ConfigError
 from infra.frameworks import roll_checks, roll_keys, roll_render
 from infra.frameworks.roll_keys import RollKeys
-from infra.node import steps
 
 ROLL_STACKS = {"dev": "agentic", "multi": "agentic", "large": "rlvr"}
 GENERATOR = Path(__file__).resolve().parent.parent / "tools" / "roll_config_keys.py"
 
 
 def shipped(stack: str, **kwargs: Any) -> tuple[str, dict[str, Any]]:
-    run(stack, **kwargs)
-    spec = steps.NOTES["job_spec"]
+    spec = run(stack, **kwargs).notes["job_spec"]
     assert spec.rendered_config is not None
     return spec.rendered_config, spec.summary["cluster"]
 

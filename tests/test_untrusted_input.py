@@ -26,7 +26,7 @@ from devtools.offline_cloud import OfflineCloud, stack_config
 from infra import runmode
 from infra.config import ClusterConfig, ConfigError, ContainerConfig, RollConfig, TrainingConfig, parse_cluster_config
 from infra.frameworks import ClusterShape, adapter_for
-from infra.node import ssh_access, steps
+from infra.node import ssh_access
 from infra.sources.alibaba.placement import PlacementError
 from infra.sources.base import SourceError
 from infra.sources.hosts import probe
@@ -751,7 +751,7 @@ def test_the_offline_plan_names_the_secrets_it_cannot_decrypt() -> None:
         "roll-cluster:wandbApiKey": {"secure": "v1:AAAA"},
         "roll-cluster:training": {"overrides": {"trainer.project_name": {"secure": "v1:BBBB"}}},
     })
-    warnings = steps.NOTES["config_warnings"]
+    warnings = result.notes["config_warnings"]
     assert any(w.startswith("roll-cluster:wandbApiKey: a secret the offline plan cannot decrypt") for w in warnings)
     assert any(w.startswith("roll-cluster:training.overrides.trainer.project_name: a secret") for w in warnings)
     assert "jobConfig" in result.secret_outputs  # the section is a secret, as Pulumi reports it

@@ -242,13 +242,12 @@ def test_a_stalled_read_is_cut_at_the_bound_and_the_job_is_not_held(node, tmp_pa
 
 # ----------------------------------------------------------------------------------------- the schedule model
 def plan_config() -> Any:
-    run("multi", config=FITS)
-    return steps.NOTES["config"]
+    return run("multi", config=FITS).notes["config"]
 
 
 def plans(path: str) -> dict[int, Any]:
     result = run("multi", config=FITS)
-    config, records = steps.NOTES["config"], list(result.steps)
+    config, records = result.notes["config"], list(result.steps)
     return {n: first_step(config, records, path, n, n) for n in (64, 256)}  # type: ignore[arg-type]
 
 

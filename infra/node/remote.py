@@ -260,29 +260,24 @@ def sourced_scripts(command_text: str) -> list[str]:
     return ["/".join(line.rsplit("/", 2)[1:]) for line in command_text.splitlines() if line.startswith(". ")]
 
 
-# Whether a section of the stack config is held as a secret (`pulumi config set --secret --path ...`): then every
-# command derived from the config is a secret too, so that no part of the section reaches the state in clear text.
-# Set by stack_config.load() on every run of the program.
-SECRET_CONFIG: dict[str, bool] = {"set": False}
-
-
 def render(
     step: str, scripts: Sequence[str], env: pulumi.Input[Mapping[str, pulumi.Input[str]]], sudo: bool = False,
-    library: str = LIBRARY_DIR, more_env: pulumi.Output[dict[str, str]] | None = None,
+    library: str = LIBRARY_DIR, more_env: pulumi.Output[dict[str, str]] | None = None, *, secret: bool,
 ) -> pulumi.Input[str]:
     """The command for a step whose environment may hold Outputs (IPs, secrets), or be one Output as a whole;
     `more_env`, a whole environment known only later, is merged over it. An environment of plain strings renders at
-    once, with no Output to resolve (most steps: the program's time per node is mostly Pulumi's work per Output)."""
+    once, with no Output to resolve (most steps: the program's time per node is mostly Pulumi's work per Output).
+    `secret`: the command is a Pulumi secret as a whole (a config section held as a secret: RunContext)."""
     if more_env is None and isinstance(env, Mapping) and all(isinstance(value, str) for value in env.values()):
         text = render_plain(step, scripts, env, sudo, library)  # type: ignore[arg-type]
-        return pulumi.Output.secret(text) if SECRET_CONFIG["set"] else text
+        return pulumi.Output.secret(text) if secret else text
     resolved: pulumi.Output[Mapping[str, str]] = pulumi.Output.from_input(env)  # type: ignore[arg-type]
     if more_env is None:
         command = resolved.apply(lambda values: render_plain(step, scripts, values, sudo, library))
     else:
         command = pulumi.Output.all(resolved, more_env).apply(
             lambda parts: render_plain(step, scripts, {**parts[0], **parts[1]}, sudo, library))
-    return pulumi.Output.secret(command) if SECRET_CONFIG["set"] else command
+    return pulumi.Output.secret(command) if secret else command
 
 
 def render_user_data(script: str, env: Mapping[str, str]) -> str:

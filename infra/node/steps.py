@@ -1,4 +1,5 @@
-"""The record of every node step (node, step, scripts, dependencies), the step bounds, and the login key.
+"""One run of the program (RunContext: its step records, notes and run-wide settings), the step bounds, and the
+login key.
 
 The step resources themselves are registered by components/remote_steps.py. The record (node, step, scripts,
 dependencies) is what the offline plan prints and what the tests and the benchmark analyse (ordering,
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +51,32 @@ class StepRecord:
         return f"{self.node}/{self.step}"
 
 
-RECORDED: list[StepRecord] = []
-# The script library step of each node (components/remote_steps.py library_step), by node name; reset per run.
-LIBRARIES: dict[str, Any] = {}
-# Facts the offline plan shows that are not resource inputs (placement notes, the job spec); reset per run.
-NOTES: dict[str, Any] = {}
+@dataclass
+class RunContext:
+    """One run of the program: made by __main__.py and handed explicitly to what reads or adds to it; whoever ran
+    the program (the offline plan, the tests, the benchmark) reads it back from the program's namespace
+    (devtools/offline_cloud.py). Nothing of it outlives the run."""
+
+    # A section of the stack config is held as a secret (`pulumi config set --secret --path ...`): then every
+    # command derived from the config is a secret too, so that no part of the section reaches the state in clear
+    # text. Set by stack_config.load().
+    secret_config: bool = False
+    steps: list[StepRecord] = field(default_factory=list)  # every node step, in the order registered
+    # The script library step of each node (components/remote_steps.py library_step), by node name.
+    libraries: dict[str, Any] = field(default_factory=dict)
+    # Facts the offline plan shows that are not resource inputs (placement notes, the job spec, config warnings).
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, node: str, step: str, kind: str, scripts: Sequence[str], depends_on: Sequence[str],
+               resource: str) -> None:
+        self.steps.append(StepRecord(node, step, kind, tuple(scripts), tuple(depends_on), resource))
 
 
-def record(node: str, step: str, kind: str, scripts: Sequence[str], depends_on: Sequence[str], resource: str) -> None:
-    RECORDED.append(StepRecord(node, step, kind, tuple(scripts), tuple(depends_on), resource))
-
-
-def login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_access.LoginKey:
+def login_key(private_key_path: str, public_key: str | None, stack: str, run: RunContext) -> ssh_access.LoginKey:
     """How every SSH client logs in (infra/node/ssh_access.py); raises ConfigError before any resource.
-    Offline runs (plan, tests) never read a key or ask an agent."""
+    Offline runs (plan, tests) never read a key or ask an agent; what `up` would refuse goes to the run's notes."""
     if runmode.offline():
-        local_key_warnings(private_key_path, public_key)
+        local_key_warnings(private_key_path, public_key, run)
         # The key file's path stands for its text: another key is another connection, as on a real run.
         return ssh_access.LoginKey(private_key=f"{OFFLINE_PRIVATE_KEY} ({private_key_path})",
                                    identity_file=private_key_path, via_agent=False)
@@ -74,7 +85,7 @@ def login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_
     )
 
 
-def local_key_warnings(private_key_path: str, public_key: str | None) -> None:
+def local_key_warnings(private_key_path: str, public_key: str | None, run: RunContext) -> None:
     """The offline plan runs `pulumi up`'s local key checks on this machine (missing key file, a passphrase without
     ssh-agent, a public key of another pair, a stale agent socket) and lists what they would refuse among the
     warnings; the key itself is neither kept nor used. The shipped placeholder public key has its own warning, so
@@ -88,7 +99,7 @@ def local_key_warnings(private_key_path: str, public_key: str | None) -> None:
         try:
             ssh_access.login_key(private_key_path, public_key, Path(scratch) / "agent.pub")
         except ConfigError as error:
-            NOTES.setdefault("config_warnings", []).extend(error.problems)
+            run.notes.setdefault("config_warnings", []).extend(error.problems)
 
 
 def private_key(login: ssh_access.LoginKey) -> pulumi.Output[str] | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from devtools.offline_cloud import OfflineCloud, run_program, stack_config, unwrap
 from infra.layout import PROJECT_DIR
-from infra.node import remote, steps
+from infra.node import remote
 
 # V100 types of the catalog by GPUs per node: the GPU count is a test parameter (Ray is told --num-gpus).
 TYPE_WITH_GPUS = {1: "ecs.gn6v-c8g1.2xlarge", 2: "ecs.gn6v-c8g1.4xlarge", 4: "ecs.gn6v-c8g1.8xlarge",
@@ -118,7 +118,7 @@ def render_cluster(
         job_stop=inputs("training-job-teardown")["environment"]["REMOTE_COMMAND"] if job else None,
         ray_stop=[inputs(f"{name}-teardown")["environment"]["REMOTE_COMMAND"] for name in ray_steps],
         outputs=result.outputs,
-        rendered_config=steps.NOTES["job_spec"].rendered_config if "job_spec" in steps.NOTES else None,
+        rendered_config=result.notes["job_spec"].rendered_config if "job_spec" in result.notes else None,
         known_hosts=_local_command(inputs("known-hosts")),
         container_command=list(inputs("node-0-container")["command"]),
         teardowns=[dict(env) for env in teardowns],

@@ -26,7 +26,6 @@ from omegaconf import OmegaConf
 
 from infra.frameworks import roll_render
 from infra.frameworks.roll import v0_budget_problems
-from infra.node import steps
 from infra.sources.alibaba.catalog import FAMILIES, family_of
 from tools.vllm_scheduler_rules import read_sources, scheduler_table
 
@@ -124,8 +123,7 @@ def stack_gpus(stack: str) -> list[dict[str, Any]]:
 
 
 def rendered_pipeline(stack: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
-    run(stack, config=config or {})
-    text = steps.NOTES["job_spec"].rendered_config
+    text = run(stack, config=config or {}).notes["job_spec"].rendered_config
     assert text is not None
     resolved = OmegaConf.to_container(OmegaConf.create(yaml.safe_load(text)), resolve=True)
     assert isinstance(resolved, dict)
