@@ -8,7 +8,6 @@ import dataclasses
 from collections.abc import Sequence
 
 import pulumi
-import pulumi_alicloud as alicloud
 
 from components import remote_steps
 from components.alibaba.autostop_role import AutostopRole
@@ -40,14 +39,7 @@ class Autostop(pulumi.ComponentResource):
         role_attached: list[pulumi.Resource] = []
         ram_role = role.name if role is not None else ""
         if role is not None:
-            # An instance holds one RAM role: a new role (a renamed one, or a replaced head) is attached only once
-            # the old attachment is gone, so the replacement deletes first (Pulumi creates first by default).
-            on_head = alicloud.ecs.RamRoleAttachment(
-                "autostop-role-attachment", instance_id=head.machine.identity, ram_role_name=role.role_name,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[role.attached, role.settled],
-                                            delete_before_replace=True),
-            )
-            role_attached.append(on_head)
+            role_attached.append(role.attach_to(head.machine.identity, self))
         ids = pulumi.Output.all(*[n.machine.identity for n in nodes])
         env = pulumi.Output.all(ids, instance_type or "").apply(
             lambda v: autostop.watcher_env(config, [str(i) for i in v[0]], config.region or "", ram_role, str(v[1]))

@@ -159,6 +159,23 @@ def test_the_checker_leaves_other_sources_alone() -> None:
     assert not SHELL_TEST.search('  banner "stopping job $JOB_ID (own hosts: the machines stay up)"')
 
 
+# The provider SDK of each source that registers resources: only its own folder under components/ imports it.
+SOURCE_SDKS = {"alibaba": "pulumi_alicloud"}
+
+
+def test_a_sources_resources_live_in_its_own_folder() -> None:
+    assert set(SOURCE_SDKS) == set(node_source.RESOURCES)
+    outside = []
+    for name, sdk in SOURCE_SDKS.items():
+        for path in sorted((REPO / "components").rglob("*.py")):
+            imported = {a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import)
+                        for a in n.names} | {n.module or "" for n in ast.walk(ast.parse(path.read_text()))
+                                             if isinstance(n, ast.ImportFrom)}
+            if sdk in imported and path.parent != REPO / "components" / name:
+                outside.append(str(path.relative_to(REPO)))
+    assert outside == []
+
+
 # ----------------------------------------------------------------------------------------- docs/adding-a-source.md
 DOC = REPO / "docs" / "adding-a-source.md"
 

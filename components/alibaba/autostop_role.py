@@ -66,3 +66,13 @@ class AutostopRole(pulumi.ComponentResource):
 
         pulumi.runtime.register_stack_transformation(instances_wait)
         self.register_outputs({})
+
+    def attach_to(self, instance_id: pulumi.Input[str], parent: pulumi.Resource) -> pulumi.Resource:
+        """The role on the head instance, a child of `parent` (the watcher's component, components/autostop.py)."""
+        # An instance holds one RAM role: a new role (a renamed one, or a replaced head) is attached only once the
+        # old attachment is gone, so the replacement deletes first (Pulumi creates first by default).
+        return alicloud.ecs.RamRoleAttachment(
+            "autostop-role-attachment", instance_id=instance_id, ram_role_name=self.role_name,
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=[self.attached, self.settled],
+                                        delete_before_replace=True),
+        )
