@@ -18,7 +18,7 @@ from devtools.offline_cloud import run_program
 from infra import sources
 from infra.config import ClusterConfig
 from infra.node.ssh_access import LoginKey
-from infra.sources.base import Capabilities, ClusterFacts, Machine, ProvisionedCluster, SourceEntry
+from infra.sources.base import Capabilities, ClusterFacts, Machine, NodeSource, ProvisionedCluster, SourceEntry
 
 REPO = Path(__file__).resolve().parent.parent
 DUMMY = "dummy"
@@ -77,6 +77,36 @@ def test_a_source_added_through_the_registry_alone_runs_the_offline_plan(dummy_s
     assert "2 nodes x dummy.4gpu (4 x NVIDIA L20 each) in dummy-zone" in text
     full = plan.render(result)
     assert "node-1" in full
+
+
+class DummyCloudSource(DummySource):
+    """The same machines, but behind a resource the source registers (components/node_source.py RESOURCES)."""
+
+    name = "dummy-cloud"
+
+    def provision(self) -> ProvisionedCluster:  # never called: the registry's resources provision it
+        raise AssertionError("a source with resources is provisioned by its components")
+
+
+def provision_dummy_cloud(source: NodeSource) -> ProvisionedCluster:
+    import pulumi_command as command
+
+    assert isinstance(source, DummyCloudSource)
+    machines = [dataclasses.replace(m, depends_on=[command.local.Command(f"dummy-machine-{m.rank}", create="true")])
+                for m in DummySource.provision(source).machines]
+    return ProvisionedCluster(machines=machines)
+
+
+def test_a_source_with_resources_is_provisioned_through_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sources.SOURCES, "dummy-cloud", SourceEntry(
+        "dummy-cloud", DUMMY_CAPABILITIES, lambda config, stack, login: DummyCloudSource(config, stack)))
+    monkeypatch.setitem(node_source.RESOURCES, "dummy-cloud",
+                        lambda: node_source.SourceResources(provision_dummy_cloud))
+    result = run_program("hosts", replace_config={
+        "roll-cluster:nodes": {"source": "dummy-cloud", "count": 2}, "roll-cluster:storage": {}})
+    assert {r.name for r in result.cloud.resources if r.name.startswith("dummy-machine-")} == {
+        "dummy-machine-0", "dummy-machine-1"}
+    assert "node-1" in plan.render(result)
 
 
 # ------------------------------------------------------------------------------------- nothing asks a source's name
