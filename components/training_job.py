@@ -22,7 +22,8 @@ from components.ray_cluster import RayCluster, RayNode
 from infra import model_cache
 from infra.config import ClusterConfig, TrainingConfig
 from infra.frameworks import JobSpec, adapter_for
-from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+from infra.frameworks.base import DOWNLOAD_PATTERN
+from infra.frameworks.registry import adapter_class
 from infra.node import remote, ssh_access
 from infra.ray import commands as ray_commands
 from infra.stack_config import cluster_shape
@@ -185,7 +186,7 @@ def to_submission(spec: JobSpec, training: TrainingConfig) -> ray_commands.JobSp
         checkpoint_dir=saves.directory if saves is not None and saves.find else "",
         checkpoint_world=saves.world if saves is not None else 0,
         checkpoint_staging=saves.staging if saves is not None and saves.find else "",
-        first_step_pattern=FIRST_STEP_PATTERNS.get(training.framework, ""),
+        first_step_pattern=adapter_class(training.framework).first_step_pattern,
         download_pattern=DOWNLOAD_PATTERN,
         gate_s=training.start_timeout_minutes * 60,
         stall_s=training.no_progress_minutes * 60,

@@ -33,7 +33,7 @@ from devtools.offline_cloud import (
 from infra import image_path, model_cache, parallelism, summary
 from infra.autostop import plan_lines as autostop_plan_lines
 from infra.config import ClusterConfig, ConfigError
-from infra.frameworks.base import FIRST_STEP_PATTERNS
+from infra.frameworks.registry import adapter_class
 from infra.node import remote, steps
 from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
@@ -283,9 +283,10 @@ def start_gate_lines(spec: Any, config: ClusterConfig | None) -> list[str]:
     if config is None:
         return lines
     minutes = config.training.start_timeout_minutes
-    pattern = FIRST_STEP_PATTERNS.get(config.training.framework)
-    if pattern is None or minutes == 0:
-        why = "a custom job prints no known first-step line" if pattern is None else "training.startTimeoutMinutes: 0"
+    pattern = adapter_class(config.training.framework).first_step_pattern
+    if not pattern or minutes == 0:
+        why = (f"a {config.training.framework} job prints no known first-step line" if not pattern
+               else "training.startTimeoutMinutes: 0")
         lines.append(f"  start gate   none ({why}): the job step returns once the job runs")
     else:
         lines.append(f"  start gate   the job step waits up to {minutes} min (training.startTimeoutMinutes, from the "

@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from infra.config import PROJECT, SECRETS, SECTIONS, ClusterConfig
+from infra.config.training import RegisteredFrameworks
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
@@ -85,6 +86,9 @@ def _type_name(annotation: Any) -> str:
 
 
 def _type(field: FieldInfo) -> str:
+    registered = next((m for m in field.metadata if m is RegisteredFrameworks), None)
+    if registered is not None:  # training.framework: the registry's names, as a Literal would show them
+        return "one of " + ", ".join(f"`{name}`" for name in registered.names())
     parts = [_type_name(field.annotation)]
     bounds = _bounds(field)
     if bounds:

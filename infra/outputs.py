@@ -10,7 +10,8 @@ import pulumi
 from infra import autostop
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
-from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+from infra.frameworks.base import DOWNLOAD_PATTERN
+from infra.frameworks.registry import adapter_class
 from infra.node import known_hosts as known_hosts_module
 from infra.node import remote, ssh_access, steps
 from infra.ray import commands as ray_commands
@@ -85,7 +86,7 @@ def export_all(
     if config.training.auto_start and job.submission is not None:
         # After a reboot of the head its Ray knows no job: jobStatus says so and names this command.
         stack = pulumi.get_stack()
-        first_step = FIRST_STEP_PATTERNS.get(config.training.framework, "")
+        first_step = adapter_class(config.training.framework).first_step_pattern
         downloads = DOWNLOAD_PATTERN if first_step else ""
         resubmit = job.submission.urn.apply(lambda urn: ray_commands.job_resubmit_command(stack, urn))
         pulumi.export("jobResubmit", resubmit)

@@ -372,7 +372,8 @@ def test_the_resubmit_command_replaces_the_job_step_by_its_urn() -> None:
     ],
 )
 def test_job_status_says_which_phase_the_job_is_in(tmp_path: Path, status: str, log: str, phase: str) -> None:
-    from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+    from infra.frameworks import RollAdapter
+    from infra.frameworks.base import DOWNLOAD_PATTERN
 
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
@@ -386,7 +387,8 @@ def test_job_status_says_which_phase_the_job_is_in(tmp_path: Path, status: str, 
         (fake_bin / name).write_text(text)
         (fake_bin / name).chmod(0o755)
     command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101,
-                                    first_step_pattern=FIRST_STEP_PATTERNS["roll"], download_pattern=DOWNLOAD_PATTERN)
+                                    first_step_pattern=RollAdapter.first_step_pattern,
+                                    download_pattern=DOWNLOAD_PATTERN)
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
     result = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result

@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from typing import Any
+from typing import Any, ClassVar
 
 from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedPin, MindSpeedRlConfig, TrainingConfig
 from infra.frameworks import mindspeed_rl_checks as checks
@@ -23,6 +23,7 @@ from infra.frameworks.base import (
     Checkpoints,
     ClusterShape,
     CodeSpec,
+    FrameworkFacts,
     JobSpec,
     bare_key,
     checkpoints,
@@ -93,8 +94,13 @@ def archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
     return github_archive_url(repo, ref)
 
 
-class MindSpeedRlAdapter:
+class MindSpeedRlAdapter(FrameworkFacts):
     name = "mindspeed-rl"
+    accelerators: ClassVar[tuple[str, ...]] = ("ascend",)
+    # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py:30-35, grpo_trainer_hybrid.py:185).
+    first_step_pattern = "iteration: [0-9]+ / [0-9]+ [|]"
+    overrides_on_command_line = True  # Hydra
+    checks_override_sizes = True  # with the cluster's sizes (mindspeed_rl_checks.py)
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig):
         if training.mindspeed_rl is None:  # TrainingConfig already refuses this; kept for direct callers

@@ -18,6 +18,7 @@ from infra.frameworks.base import (
     Checkpoints,
     ClusterShape,
     CodeSpec,
+    FrameworkFacts,
     JobSpec,
     ModelRef,
     bare_key,
@@ -115,8 +116,13 @@ def _flag_value(value: Any) -> str:
     return str(value)
 
 
-class OpenRlhfAdapter:
+class OpenRlhfAdapter(FrameworkFacts):
     name = "openrlhf"
+    # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}")
+    # (openrlhf/trainer/ppo_trainer.py:545).
+    first_step_pattern = "Global step [0-9]+: "
+    prefetches_models = True
+    overrides_on_command_line = True  # argparse
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig):
         self.training = training

@@ -20,6 +20,7 @@ from infra.frameworks.base import (
     Checkpoints,
     ClusterShape,
     CodeSpec,
+    FrameworkFacts,
     JobSpec,
     ModelRef,
     checkpoints,
@@ -104,8 +105,15 @@ class Built:
     files: list[str]  # the examples/ files that were read: the base, then what its defaults pull in
 
 
-class RollAdapter:
+class RollAdapter(FrameworkFacts):
     name = "roll"
+    # ROLL 8eb27cc: logger.info(f"pipeline step {global_step} finished") at the end of every step
+    # (roll/pipeline/agentic/agentic_pipeline.py:619, roll/pipeline/rlvr/rlvr_pipeline.py:840).
+    first_step_pattern = "pipeline step [0-9]+ finished"
+    prefetches_models = True
+    # ROLL's default download type is ModelScope's (checkpoint_manager.py:74; a YAML model_download_type may say
+    # otherwise).
+    own_hub = "modelscope"
 
     def __init__(
         self, training: TrainingConfig, container: ContainerConfig, examples: roll_sources.Examples | None = None
