@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 import e2e_steps as steps  # type: ignore[import-not-found]  # mypy does not follow the sys.path line above
 from e2e_harness import TestHost, TestNetwork, hosts_for_script  # type: ignore[import-not-found]
 
-from infra.ray import commands as rc
+from infra.ray import step_env as rc
 
 CONTAINER = "roll"
 SETTINGS = rc.RaySettings(

@@ -54,7 +54,7 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
     import e2e_steps as steps  # type: ignore[import-not-found]
     from e2e_harness import hosts_for_script  # type: ignore[import-not-found]
 
-    from infra.ray import commands as rc
+    from infra.ray import step_env as rc
 
     settings = rc.RaySettings(container_name="roll", gpus_per_node=2, object_store_memory=100 * 1024 * 1024,
                               num_cpus=1, ready_timeout_s=300)

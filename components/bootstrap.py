@@ -44,7 +44,7 @@ from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, SHARED_MOUNT, WORKSPACE
 from infra.node import accelerators, remote, ssh_access, steps
 from infra.node import known_hosts as known_hosts_module
-from infra.ray import commands as ray_commands
+from infra.ray import step_env as ray_commands
 from infra.sources.base import Machine
 
 GPU_READY_TIMEOUT_S = 2400

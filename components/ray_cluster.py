@@ -20,7 +20,7 @@ from infra.config import ClusterConfig
 from infra.frameworks import head_reserved_gpus
 from infra.layout import DATA_MOUNT
 from infra.node import accelerators, ssh_access
-from infra.ray import commands as ray_commands
+from infra.ray import step_env as ray_commands
 from infra.sources.base import Machine
 
 

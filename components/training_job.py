@@ -25,7 +25,7 @@ from infra.frameworks import JobSpec, adapter_for
 from infra.frameworks.base import DOWNLOAD_PATTERN
 from infra.frameworks.registry import adapter_class
 from infra.node import remote, ssh_access
-from infra.ray import commands as ray_commands
+from infra.ray import step_env as ray_commands
 from infra.stack_config import cluster_shape
 
 

@@ -14,7 +14,7 @@ from infra.frameworks.base import DOWNLOAD_PATTERN
 from infra.frameworks.registry import adapter_class
 from infra.node import known_hosts as known_hosts_module
 from infra.node import remote, ssh_access, steps
-from infra.ray import commands as ray_commands
+from infra.ray import step_env as ray_commands
 from infra.sources.base import ClusterFacts, ProvisionedCluster
 
 if TYPE_CHECKING:

@@ -210,7 +210,7 @@ def silent_head():
 
 
 def _unreachable_outputs(port: int, key: Path) -> dict[str, object]:
-    from infra.ray import commands as rc
+    from infra.ray import step_env as rc
 
     known = str(key.parent / "known_hosts")
     args = ("127.0.0.1", str(key), "roll")
@@ -232,7 +232,7 @@ def test_an_unreachable_head_ends_the_command_with_the_address_hint(command: str
     key.write_text("not used: the connection never gets that far\n")
     key.chmod(0o600)
     (tmp_path / "outputs.json").write_text(json.dumps(_unreachable_outputs(silent_head, key)))
-    # Bounded by ssh's ConnectTimeout (infra/ray/commands.py), not by this test's limit.
+    # Bounded by ssh's ConnectTimeout (infra/ray/user_commands.py), not by this test's limit.
     result = subprocess.run(["python3", "-m", "companion", command], cwd=REPO, env=shell_env, capture_output=True,
                             text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert result.returncode == 2, result.stderr

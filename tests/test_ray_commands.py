@@ -1,4 +1,4 @@
-"""infra/ray/commands.py: the environments of the Ray and job steps and the commands users copy from the stack
+"""infra/ray/step_env.py and infra/ray/user_commands.py: the environments of the Ray and job steps and the commands users copy from the stack
 outputs. The scripts' behaviour on real hosts is in tests/e2e; here: what each step is told, that custom ports
 (seed 004: 8100/8101/8102) reach every env and command, that user commands survive a real shell, and that
 every step's concatenated script is valid, shellcheck-clean bash."""
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from infra.node.remote import render_plain, script_text
-from infra.ray import commands as rc
+from infra.ray import step_env as rc
 
 CUSTOM = rc.RaySettings(
     container_name="roll",

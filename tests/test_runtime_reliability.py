@@ -27,7 +27,7 @@ from devtools import plan
 from devtools.offline_cloud import is_secret, reveal, unwrap
 from infra.node import remote, steps
 from infra.node.remote import SCRIPTS_DIR
-from infra.ray import commands as rc
+from infra.ray import step_env as rc
 
 LIB = SCRIPTS_DIR / "lib.sh"
 STANDINS = Path(__file__).resolve().parent / "standins"

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 from infra import layout
 from infra.config import PROJECT, ContainerConfig, TrainingConfig
-from infra.ray.commands import RewardServer
+from infra.ray.step_env import RewardServer
 
 
 @dataclass(frozen=True)

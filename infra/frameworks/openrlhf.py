@@ -33,7 +33,7 @@ from infra.frameworks.base import (
     resume_of,
     source_models,
 )
-from infra.ray.commands import HEAD_IP_VARIABLE, RewardServer
+from infra.ray.step_env import HEAD_IP_VARIABLE, RewardServer
 
 DEFAULT_SAVE_STEPS = 10  # training.checkpointEvery null
 OPENRLHF_DIR = "/workspace/OpenRLHF"

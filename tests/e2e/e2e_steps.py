@@ -1,4 +1,4 @@
-"""How the real-host tier obtains the commands it runs: the environments from infra.ray.commands, rendered by
+"""How the real-host tier obtains the commands it runs: the environments from infra.ray.step_env, rendered by
 infra.node.remote.render_plain exactly as the Pulumi components render them. This is the one place to change when
 the tier takes its commands from the Pulumi program under mocks instead; the harness only runs strings.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from e2e_harness import RAY_VENV, TestHost
 
 from infra.node.remote import local_library, render_plain
-from infra.ray import commands as rc
+from infra.ray import step_env as rc
 
 
 def hosts_library() -> str:

@@ -15,7 +15,7 @@ import e2e_steps as steps
 import pytest
 from e2e_harness import UNREACHABLE_IP, TestHost, TestNetwork
 
-from infra.ray import commands as rc
+from infra.ray import step_env as rc
 
 pytestmark = pytest.mark.e2e
 
