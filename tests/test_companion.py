@@ -210,18 +210,18 @@ def silent_head():
 
 
 def _unreachable_outputs(port: int, key: Path) -> dict[str, object]:
-    from infra.ray import step_env as rc
+    from infra.ray import user_commands
 
     known = str(key.parent / "known_hosts")
     args = ("127.0.0.1", str(key), "roll")
     return {
         **OUTPUTS,
         "nodes": [{"name": "node-0", "publicIp": "127.0.0.1", "privateIp": "10.0.0.100"}],
-        "sshHead": rc.ssh_command("127.0.0.1", str(key), known, "root", port),
-        "dashboardTunnel": rc.dashboard_tunnel_command("127.0.0.1", str(key), 8265, known, "root", port),
-        "jobStatus": rc.job_status_command(*args, "roll-multi-1", 8265, known, "root", port),
-        "jobLogs": rc.job_logs_command(*args, "roll-multi-1", 8265, known, "root", port),
-        "jobStop": rc.job_stop_command(*args, "roll-multi-1", 8265, known, "root", port),
+        "sshHead": user_commands.ssh_command("127.0.0.1", str(key), known, "root", port),
+        "dashboardTunnel": user_commands.dashboard_tunnel_command("127.0.0.1", str(key), 8265, known, "root", port),
+        "jobStatus": user_commands.job_status_command(*args, "roll-multi-1", 8265, known, "root", port),
+        "jobLogs": user_commands.job_logs_command(*args, "roll-multi-1", 8265, known, "root", port),
+        "jobStop": user_commands.job_stop_command(*args, "roll-multi-1", 8265, known, "root", port),
     }
 
 
