@@ -92,7 +92,7 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
             # container's main process restarted Ray at boot): each finds it and leaves it.
             timed("ray-head-found", start_head)
             timed("ray-worker-found", join_workers)
-            job = step_env.JobSpec(job_id=f"bench-steps-{repeat}", workdir="/tmp", entrypoint="sleep 60")
+            job = step_env.JobSubmission(job_id=f"bench-steps-{repeat}", workdir="/tmp", entrypoint="sleep 60")
             started = time.monotonic()
             network.run(head, steps.submit(settings, head, job)).check()
             times["job"].append(time.monotonic() - started)

@@ -168,13 +168,13 @@ def reward_of(spec: JobSpec) -> step_env.RewardServer:
     return spec.reward_server
 
 
-def to_submission(spec: JobSpec, training: TrainingConfig) -> step_env.JobSpec:
+def to_submission(spec: JobSpec, training: TrainingConfig) -> step_env.JobSubmission:
     """What job_submit.sh needs of the framework's job. The reward server is its own step (it must not be
     restarted when only the job changes). The start gate waits for the framework's first-step line, at most
     training.startTimeoutMinutes from the step's start (0, or a custom job: no gate), and stops a job whose log
     stays silent for training.noProgressMinutes before that line."""
     saves = spec.checkpoints
-    return step_env.JobSpec(
+    return step_env.JobSubmission(
         job_id=spec.job_id,
         workdir=spec.workdir,
         entrypoint=spec.entrypoint,

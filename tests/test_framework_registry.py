@@ -13,6 +13,7 @@ from devtools import plan
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks import registry
 from infra.frameworks.base import ClusterShape, CodeSpec, FrameworkFacts, JobSpec, image_facts, job_id
+from infra.ray.step_env import CHECKPOINT_LAYOUTS
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "adding-a-framework.md"
@@ -96,5 +97,11 @@ def test_the_guide_names_every_framework_module_and_every_fact_an_adapter_sets()
         module = adapter.__module__.replace(".", "/") + ".py"
         assert f"`{module}`" in text, module
     facts = [name for name, value in vars(FrameworkFacts).items() if not name.startswith("_")]
-    undocumented = [fact for fact in facts if f"`{fact}`" not in text]
+    undocumented = [fact for fact in facts if f"`{fact}" not in text]
     assert not undocumented, f"docs/adding-a-framework.md does not say what these facts are: {undocumented}"
+
+
+def test_the_checkpoint_layouts_are_the_ones_the_finder_searches() -> None:
+    finder = (ROOT / "infra" / "scripts" / "checkpoint_find.sh").read_text()
+    cases = re.findall(r"^    ([a-z-]+)\)$", finder, re.M)
+    assert tuple(cases) == CHECKPOINT_LAYOUTS

@@ -32,7 +32,7 @@ CUSTOM = step_env.RaySettings(
     spill_dir="/data/ray/spill",
     extra_env_names=("WANDB_API_KEY", "HF_TOKEN"),
 )
-JOB = step_env.JobSpec(job_id="roll-dev-0123456789", workdir="/workspace/ROLL", entrypoint="python3 train.py")
+JOB = step_env.JobSubmission(job_id="roll-dev-0123456789", workdir="/workspace/ROLL", entrypoint="python3 train.py")
 ALL_STEPS = [
     step_env.HEAD_STEP,
     step_env.WORKER_STEP,
@@ -43,7 +43,7 @@ ALL_STEPS = [
     step_env.REWARD_STOP_STEP,
     step_env.submit_step(JOB),
     step_env.submit_step(
-        step_env.JobSpec("with-reward", "/w", "true", reward_server=step_env.RewardServer("serve", port=5001))),
+        step_env.JobSubmission("with-reward", "/w", "true", reward_server=step_env.RewardServer("serve", port=5001))),
 ]
 
 
@@ -139,7 +139,7 @@ def test_submit_and_job_stop_use_the_custom_dashboard_port() -> None:
 
 
 def test_a_job_with_a_reward_server_starts_it_in_the_submit_step() -> None:
-    job = step_env.JobSpec(
+    job = step_env.JobSubmission(
         job_id="openrlhf-x",
         workdir="/workspace/OpenRLHF",
         entrypoint="python3 -m openrlhf.cli.train_ppo_ray",
@@ -183,9 +183,9 @@ def test_job_files_archive_is_reproducible_and_lands_under_its_absolute_paths() 
         lambda: step_env.RaySettings(container_name="roll", gpus_per_node=1, spill_dir="data/spill"),
         lambda: step_env.RaySettings(container_name="roll", gpus_per_node=1, object_store_memory=1024),
         lambda: step_env.RaySettings(container_name="roll", gpus_per_node=1, extra_env_names=("WANDB-KEY",)),
-        lambda: step_env.JobSpec(job_id="has space", workdir="/w", entrypoint="true"),
-        lambda: step_env.JobSpec(job_id="ok", workdir="relative", entrypoint="true"),
-        lambda: step_env.JobSpec(job_id="ok", workdir="/w", entrypoint="  "),
+        lambda: step_env.JobSubmission(job_id="has space", workdir="/w", entrypoint="true"),
+        lambda: step_env.JobSubmission(job_id="ok", workdir="relative", entrypoint="true"),
+        lambda: step_env.JobSubmission(job_id="ok", workdir="/w", entrypoint="  "),
         lambda: step_env.RewardServer(command="serve", port=70000),
         lambda: step_env.head_env(CUSTOM, "not-an-ip"),
     ],

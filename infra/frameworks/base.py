@@ -119,7 +119,7 @@ class Checkpoints:
     """Where a job saves, how often, and how a resume finds its checkpoint (what the plan shows and the job step
     uses)."""
 
-    layout: str  # roll | verl | openrlhf | megatron: the layout latest_checkpoint reads; "" for none
+    layout: str  # one of infra.ray.step_env.CHECKPOINT_LAYOUTS: the layout latest_checkpoint reads; "" for none
     directory: str
     every: str  # in words: "every 10 steps and the final step"
     shared: bool  # on the shared storage (else each node's data dir)

@@ -285,7 +285,7 @@ class OpenRlhfAdapter(FrameworkFacts):
         entrypoint = " ".join(["python3", "-m", module, *map(_shell_word, arguments)])
         saves = self.checkpoints(shape)
         if saves.find:
-            entrypoint = f'{resume_command(saves.directory)} exec {entrypoint} "$@"'
+            entrypoint = f'{openrlhf_resume_command(saves.directory)} exec {entrypoint} "$@"'
 
         reward = self.reward_server(shape)
         download = shape.download_env()
@@ -537,7 +537,7 @@ class OpenRlhfAdapter(FrameworkFacts):
         return demand, parts
 
 
-def resume_command(directory: str) -> str:
+def openrlhf_resume_command(directory: str) -> str:
     """The entrypoint's first part when a resume is possible: sets the arguments the command ends with. With the
     tag the job step found (`<directory>/_actor/global_step<N>`, a path of [A-Za-z0-9._/-] only, checked there),
     it points `_actor/latest` and `_critic/latest` at that tag, since OpenRLHF passes DeepSpeed no tag and

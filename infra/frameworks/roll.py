@@ -320,7 +320,7 @@ class RollAdapter(FrameworkFacts):
         launcher = f"examples/start_{self.roll.pipeline}_pipeline.py"
         saves = self.checkpoints(shape, built)
         entrypoint = (
-            f"cd {ROLL_DIR} && {resume_command(paths['out']) + ' && ' if saves.find else ''}"
+            f"cd {ROLL_DIR} && {roll_resume_command(paths['out']) + ' && ' if saves.find else ''}"
             f"PYTHONPATH={ROLL_DIR} python3 {launcher} "
             f"--config_path {GENERATED_DIR.rsplit('/', 1)[-1]} --config_name {shlex.quote(paths['name'])}"
         )
@@ -497,7 +497,7 @@ def v0_budget_problems(name: str, strategy_config: Mapping[str, Any]) -> list[st
     return []
 
 
-def resume_command(yaml_path: str) -> str:
+def roll_resume_command(yaml_path: str) -> str:
     """The entrypoint's first part when a resume is possible: the path the job step found (a path of
     [A-Za-z0-9._/-] only, checked there) replaces the rendered `resume_from_checkpoint: false` line of the shipped
     YAML, which the job step writes anew at every submission. ROLL takes a str as the checkpoint to load

@@ -160,8 +160,13 @@ class RewardServer:
             raise ValueError(f"the reward server's workdir must be an absolute path, not {self.workdir!r}")
 
 
+# The checkpoint layouts the job step can search (infra/scripts/checkpoint_find.sh latest_checkpoint, one case each):
+# an adapter's Checkpoints.layout names one of them (a framework with a layout of its own adds its case there).
+CHECKPOINT_LAYOUTS = ("roll", "verl", "openrlhf", "megatron")
+
+
 @dataclass(frozen=True)
-class JobSpec:
+class JobSubmission:
     """The training job the head submits; see job_submit.sh for how each field is used.
 
     entrypoint: a shell command, run with bash from workdir exactly as written.
@@ -206,7 +211,7 @@ class JobSpec:
             raise ValueError("the job's entrypoint is empty")
         for path in self.files:
             _check_file_path(path)
-        if self.checkpoint_layout not in ("", "roll", "verl", "openrlhf", "megatron"):
+        if self.checkpoint_layout and self.checkpoint_layout not in CHECKPOINT_LAYOUTS:
             raise ValueError(f"unknown checkpoint layout {self.checkpoint_layout!r}")
         if self.checkpoint_layout and not self.checkpoint_dir.startswith("/"):
             raise ValueError(f"the checkpoint directory must be an absolute path, not {self.checkpoint_dir!r}")
@@ -365,7 +370,7 @@ def reward_stop_env(settings: RaySettings) -> dict[str, str]:
 SUBMIT_STEP = StepScripts("job-submit", (RAY_COMMON_SCRIPT, "checkpoint_find.sh", "job_submit.sh"))
 
 
-def submit_step(job: JobSpec) -> StepScripts:
+def submit_step(job: JobSubmission) -> StepScripts:
     """The submit step; with a reward server it starts (or keeps) the server before submitting."""
     if job.reward_server is None:
         return SUBMIT_STEP
@@ -376,7 +381,7 @@ HEAD_IP_VARIABLE = "ROLL_CLUSTER_HEAD_IP"
 
 
 def submit_env(
-    settings: RaySettings, job: JobSpec, extra_env_names: Sequence[str] = (), head_ip: str = ""
+    settings: RaySettings, job: JobSubmission, extra_env_names: Sequence[str] = (), head_ip: str = ""
 ) -> dict[str, str]:
     """Environment of `submit_step(job)` on the head. The job itself gets the secrets from the raylet;
     `extra_env_names` names exported variables (e.g. HF_TOKEN) that the prepare and check commands and the

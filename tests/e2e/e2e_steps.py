@@ -55,7 +55,8 @@ def ray_stop(settings: step_env.RaySettings, host: TestHost) -> str:
 
 
 def submit(
-    settings: step_env.RaySettings, head_host: TestHost, job: step_env.JobSpec, secrets: Mapping[str, str] | None = None
+    settings: step_env.RaySettings, head_host: TestHost, job: step_env.JobSubmission,
+    secrets: Mapping[str, str] | None = None,
 ) -> str:
     return _render(step_env.submit_step(job), head_host, step_env.submit_env(settings, job), secrets)
 

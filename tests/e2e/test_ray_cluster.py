@@ -70,7 +70,7 @@ DEFAULT_PORTS = dataclasses.replace(
     SETTINGS, ports=step_env.RayPorts(), dashboard_host="127.0.0.1", temp_dir="", spill_dir="", extra_env_names=()
 )
 JOB_DIR = "/tmp/e2e-job"
-SPREAD_JOB = step_env.JobSpec(
+SPREAD_JOB = step_env.JobSubmission(
     job_id="e2e-spread-1",
     workdir=JOB_DIR,
     # Quotes and a dollar sign: the entrypoint must reach bash exactly as written.
@@ -231,7 +231,7 @@ def test_job_submit_run_twice_does_not_submit_again(network: TestNetwork, hosts:
 
 def test_a_job_that_fails_at_once_fails_the_step_with_its_log(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
-    failing = step_env.JobSpec(job_id="e2e-fails", workdir="/tmp", entrypoint="echo exploding-marker-42; exit 3")
+    failing = step_env.JobSubmission(job_id="e2e-fails", workdir="/tmp", entrypoint="echo exploding-marker-42; exit 3")
     first = network.run(head, steps.submit(SETTINGS, head, failing))
     second = network.run(head, steps.submit(SETTINGS, head, failing))
 
@@ -245,7 +245,7 @@ def test_a_job_that_fails_at_once_fails_the_step_with_its_log(network: TestNetwo
 
 def test_a_failed_pre_submit_check_submits_nothing(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
-    checked = step_env.JobSpec(
+    checked = step_env.JobSubmission(
         job_id="e2e-unchecked", workdir="/tmp", entrypoint="true", pre_submit_check="test -f /tmp/no-such-config.yaml"
     )
     result = network.run(head, steps.submit(SETTINGS, head, checked))
@@ -256,7 +256,7 @@ def test_a_failed_pre_submit_check_submits_nothing(network: TestNetwork, hosts: 
 
 def test_job_stop_stops_a_running_job_and_tolerates_none(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
-    sleeper = step_env.JobSpec(job_id="e2e-sleeper", workdir="/tmp", entrypoint="sleep 600", settle_s=1)
+    sleeper = step_env.JobSubmission(job_id="e2e-sleeper", workdir="/tmp", entrypoint="sleep 600", settle_s=1)
     network.run(head, steps.submit(SETTINGS, head, sleeper)).check()
     stopped = network.run(head, steps.job_stop(SETTINGS, head, "e2e-sleeper")).check()
     again = network.run(head, steps.job_stop(SETTINGS, head, "e2e-sleeper")).check()
