@@ -17,7 +17,7 @@ def provision(source: NodeSource) -> ProvisionedCluster:
     if isinstance(source, AlibabaSource):
         from components import alibaba_cluster
 
-        return alibaba_cluster.provision(source)
+        return alibaba_cluster.provision_alibaba(source)
     from infra.sources.hosts.source import HostsSource
 
     if isinstance(source, HostsSource):

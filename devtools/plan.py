@@ -63,7 +63,7 @@ def offline_labels(value: Any) -> Any:
     return value
 
 
-def render(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
+def plan_text(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
     """The plan's text; lookup: what the registry's manifest said of the image's size (None: not asked)."""
     run.outputs.update(offline_labels(run.outputs))
     lines: list[str] = [
@@ -322,7 +322,7 @@ def image_lookup(config: Any, asked: bool) -> registry.Lookup | None:
         return None
     if not asked or registry.disabled():
         return registry.NOT_LOOKED_UP
-    return registry.lookup(config.container.image)
+    return registry.look_up_manifest(config.container.image)
 
 
 def size_line(path: image_path.ImagePath, lookup: registry.Lookup | None) -> str:
@@ -569,7 +569,7 @@ def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registr
         placement=[summary.placement(config, str(out.get("instanceType")), str(out.get("zone")), per_node,
                                      str(out.get("gpuModel")))],
         job=[summary.job(config, getattr(spec, "job_id", None))],
-        cost=summary.cost(out.get("cost"), minutes, "the offline catalog's estimate"),
+        cost=summary.cost_section(out.get("cost"), minutes, "the offline catalog's estimate"),
         exposure=summary.exposure(config),
         time=time_line(ctx),
         changes=changes(run),
@@ -578,7 +578,7 @@ def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registr
         next=["`pulumi up` (it opens with this summary); the whole plan: `python3 -m companion plan "
               f"{run.stack} --full`"],
     )
-    return "\n".join(summary.render(result)) + "\n"
+    return "\n".join(summary.summary_lines(result)) + "\n"
 
 
 def offline_cloud_for(stack: str) -> OfflineCloud:
@@ -687,7 +687,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python3 -m devtools.pla
         print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
     lookup = image_lookup(steps.NOTES.get("config"), asked=not args.no_registry)
-    sys.stdout.write(render(run, args.parallel, lookup) if args.full else render_summary(run, args.parallel, lookup))
+    sys.stdout.write(plan_text(run, args.parallel, lookup) if args.full else render_summary(run, args.parallel, lookup))
     return 0
 
 

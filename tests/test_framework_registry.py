@@ -63,7 +63,7 @@ def test_a_framework_registered_alone_runs_through_the_offline_plan(capsys: pyte
     # No code to fetch: no code step on any node.
     assert not any(r.name.endswith("-code") for r in result.cloud.resources)
 
-    text = plan.render(result)
+    text = plan.plan_text(result)
     assert "python3 -m dummy.train" in text
     assert f"for the line /{DummyAdapter.first_step_pattern}/" in text
 

@@ -83,7 +83,7 @@ BARE_CANN_IMAGE = re.compile(r"(?:^|/)ascendhub/cann(?::|@|$)")
 _GITCODE_ASCEND = re.compile(r"^https://gitcode\.com/Ascend/([\w.-]+?)(?:\.git)?/?$")
 
 
-def archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
+def pin_archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
     """The user's archive, else GitHub's archive of the ref: of the repo itself, or of the GitHub mirror
     (github.com/Ascend/<name>) for an Ascend repo on gitcode; the mirror carries the same commits."""
     if explicit:
@@ -131,14 +131,14 @@ class MindSpeedRlAdapter(FrameworkFacts):
         for prefix, pin in pins.items():
             extra[f"{prefix}_REPO"] = pin.repo
             extra[f"{prefix}_REF"] = pin.ref
-            extra[f"{prefix}_ARCHIVE_URL"] = archive_url(pin.repo, pin.ref, pin.archive_url) or ""
+            extra[f"{prefix}_ARCHIVE_URL"] = pin_archive_url(pin.repo, pin.ref, pin.archive_url) or ""
             extra[f"{prefix}_MIRROR_REPO"] = pin.mirror_repo or ""
         # fetch_code.sh checks out MindSpeed-RL itself and installs nothing: mindspeed_rl_code.sh installs the
         # requirements after the placement, in the install guide's order.
         return CodeSpec(
             repo=self.msrl.repo,
             ref=self.msrl.ref,
-            archive_url=archive_url(self.msrl.repo, self.msrl.ref, self.msrl.archive_url),
+            archive_url=pin_archive_url(self.msrl.repo, self.msrl.ref, self.msrl.archive_url),
             code_dir=self.msrl.code_dir,
             requirements_file=None,
             pip_index_url=self.msrl.pip_index_url,

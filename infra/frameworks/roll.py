@@ -217,7 +217,7 @@ class RollAdapter(FrameworkFacts):
                          examples.where, [])
         except (ComposeError, roll_sources.RollSourceError) as error:
             return Built(None, None, [f"{key('training.roll.baseConfig')}: {error}"], [], examples.where, [])
-        keys = roll_keys.load()
+        keys = roll_keys.load_roll_keys()
         cluster = replace(
             roll_render.Cluster.of(shape), checkpoint_dir=self.checkpoint_dir(shape), resume=self.resume(),
             checkpoint_every=self.training.checkpoint_every,
@@ -226,7 +226,7 @@ class RollAdapter(FrameworkFacts):
             overrides = roll_render.expand_dotted(self.training.overrides)
         except roll_render.RenderError as error:
             return Built(None, None, [f"{key('training.overrides')}: {error}"], [], examples.where, files)
-        rendered = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline)
+        rendered = roll_render.render_roll_config(composed, cluster, overrides, keys, self.roll.pipeline)
         result = roll_checks.check(rendered.config, cluster, self.roll.pipeline, keys)
         kept = self.keep_base_mappings(composed, cluster, overrides, keys, result)
         if kept is not None:
@@ -260,7 +260,8 @@ class RollAdapter(FrameworkFacts):
         if len(span) >= cluster.total_gpus:
             return None  # the same size (nothing was resized) or larger than the cluster (nothing to keep)
         placeholder = "resizing breaks a rule of ROLL"
-        kept = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline, keep_mappings=placeholder)
+        kept = roll_render.render_roll_config(composed, cluster, overrides, keys, self.roll.pipeline,
+                                              keep_mappings=placeholder)
         result = roll_checks.check(kept.config, cluster, self.roll.pipeline, keys)
         if not set(result.errors) < set(resized.errors):
             return None  # resizing is not what breaks it: the resized render's problems are the ones to fix
@@ -269,7 +270,8 @@ class RollAdapter(FrameworkFacts):
             f"kept as in the base (GPUs 0-{len(span) - 1}, sized for {len(span)}): resized to the cluster's "
             f"{cluster.total_gpus} GPUs they break a rule ROLL enforces ({broken}); training runs as in the base"
         )
-        kept = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline, keep_mappings=reason)
+        kept = roll_render.render_roll_config(composed, cluster, overrides, keys, self.roll.pipeline,
+                                              keep_mappings=reason)
         kept.notes.insert(0, f"every device_mapping {reason}")
         return kept, result
 

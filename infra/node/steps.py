@@ -61,7 +61,7 @@ def record(node: str, step: str, kind: str, scripts: Sequence[str], depends_on: 
     RECORDED.append(StepRecord(node, step, kind, tuple(scripts), tuple(depends_on), resource))
 
 
-def login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_access.LoginKey:
+def stack_login_key(private_key_path: str, public_key: str | None, stack: str) -> ssh_access.LoginKey:
     """How every SSH client logs in (infra/node/ssh_access.py); raises ConfigError before any resource.
     Offline runs (plan, tests) never read a key or ask an agent."""
     if runmode.offline():
