@@ -360,8 +360,8 @@ def _overrides_contradicting_the_cluster(training: TrainingConfig, nodes: int, p
             return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    own = {"verl": (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", per_node)),
-           "roll": (("num_gpus_per_node", per_node),)}.get(training.framework, ())
+    sizes = {"nodes": nodes, "gpus_per_node": per_node}
+    own = [(name, sizes[size]) for name, size in RegisteredFrameworks.facts(training.framework).cluster_keys]
     if own:
         for name, expected in own:
             if name in flat and number(flat[name][1]) != expected:

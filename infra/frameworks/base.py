@@ -224,6 +224,9 @@ class FrameworkFacts:
     # Its adapter checks the size values of training.overrides against the cluster itself (so the generic
     # positive-size check of the config leaves them alone).
     checks_override_sizes: ClassVar[bool] = False
+    # The override keys the program sets from the cluster's size, each with "nodes" or "gpus_per_node": a value in
+    # training.overrides that differs is refused (it would leave GPUs idle or wait for GPUs that do not exist).
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def head_reserved_gpus(self, gpus_per_node: int) -> list[int]:
         """GPU ids of the head that the job holds outside Ray: the head's Ray must neither count nor hand them
@@ -239,6 +242,7 @@ class FrameworkAdapter(Protocol):
     own_hub: ClassVar[str]
     overrides_on_command_line: ClassVar[bool]
     checks_override_sizes: ClassVar[bool]
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]]
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig) -> None: ...
 

@@ -10,7 +10,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks import roll_checks, roll_images, roll_keys, roll_render, roll_sources
@@ -114,6 +114,7 @@ class RollAdapter(FrameworkFacts):
     # ROLL's default download type is ModelScope's (checkpoint_manager.py:74; a YAML model_download_type may say
     # otherwise).
     own_hub = "modelscope"
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]] = (("num_gpus_per_node", "gpus_per_node"),)
 
     def __init__(
         self, training: TrainingConfig, container: ContainerConfig, examples: roll_sources.Examples | None = None

@@ -8,7 +8,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks.base import (
@@ -106,6 +106,8 @@ class VerlAdapter(FrameworkFacts):
     first_step_pattern = "step:[0-9]+ - .*training/global_step:[0-9]+"
     prefetches_models = True
     overrides_on_command_line = True  # Hydra
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("trainer.nnodes", "nodes"), ("trainer.n_gpus_per_node", "gpus_per_node"))
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig):
         self.training = training
