@@ -24,7 +24,7 @@ from infra.sources import source_for
 run_context = steps.RunContext()
 config, secrets = stack_config.load(run_context)
 stack = pulumi.get_stack()
-login = steps.login_key(config.access.ssh_private_key_path, config.access.ssh_public_key, stack, run_context)
+login = steps.stack_login_key(config.access.ssh_private_key_path, config.access.ssh_public_key, stack, run_context)
 source = source_for(config, stack, login)
 facts = source.facts()
 stack_config.check_framework(config, stack, facts.accelerators_per_node, facts.bf16)

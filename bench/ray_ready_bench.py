@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 import e2e_steps as steps  # type: ignore[import-not-found]  # mypy does not follow the sys.path line above
 from e2e_harness import TestHost, TestNetwork, hosts_for_script  # type: ignore[import-not-found]
 
-from infra.ray import commands as rc
+from infra.ray import step_env
 
 CONTAINER = "roll"
-SETTINGS = rc.RaySettings(
+SETTINGS = step_env.RaySettings(
     container_name=CONTAINER, gpus_per_node=2, object_store_memory=100 * 1024 * 1024, num_cpus=1, ready_timeout_s=300
 )
 COMMON_OPTIONS = "--num-gpus=2 --num-cpus=1 --object-store-memory=104857600 --disable-usage-stats"

@@ -54,9 +54,9 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
     import e2e_steps as steps  # type: ignore[import-not-found]
     from e2e_harness import hosts_for_script  # type: ignore[import-not-found]
 
-    from infra.ray import commands as rc
+    from infra.ray import step_env
 
-    settings = rc.RaySettings(container_name="roll", gpus_per_node=2, object_store_memory=100 * 1024 * 1024,
+    settings = step_env.RaySettings(container_name="roll", gpus_per_node=2, object_store_memory=100 * 1024 * 1024,
                               num_cpus=1, ready_timeout_s=300)
     times: dict[str, list[float]] = {"ssh-session": [], "ray-head": [], "ray-worker": [], "ray-ready": [],
                                      "ray-head-found": [], "ray-worker-found": [], "job": []}
@@ -92,7 +92,7 @@ def ray_steps(repeats: int, hosts: int) -> dict[str, float]:
             # container's main process restarted Ray at boot): each finds it and leaves it.
             timed("ray-head-found", start_head)
             timed("ray-worker-found", join_workers)
-            job = rc.JobSpec(job_id=f"bench-steps-{repeat}", workdir="/tmp", entrypoint="sleep 60")
+            job = step_env.JobSubmission(job_id=f"bench-steps-{repeat}", workdir="/tmp", entrypoint="sleep 60")
             started = time.monotonic()
             network.run(head, steps.submit(settings, head, job)).check()
             times["job"].append(time.monotonic() - started)

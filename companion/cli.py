@@ -157,7 +157,7 @@ def unreachable_hint(ctx: Context) -> str:
 
 def _sh(ctx: Context, command: str) -> int:
     """Run an output's shell command as `| sh` would: its quotes are the shell's, `~` expands. An SSH command that
-    could not connect (ssh waits at most ConnectTimeout, infra/ray/commands.py) says why it may be."""
+    could not connect (ssh waits at most ConnectTimeout, infra/ray/user_commands.py) says why it may be."""
     status = subprocess.run(["sh", "-c", command], check=False).returncode
     if status == SSH_UNREACHABLE and command.lstrip().startswith("ssh "):
         raise CompanionError(unreachable_hint(ctx))

@@ -44,7 +44,7 @@ from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, SHARED_MOUNT, WORKSPACE
 from infra.node import accelerators, remote, ssh_access, steps
 from infra.node import known_hosts as known_hosts_module
-from infra.ray import commands as ray_commands
+from infra.ray import step_env
 from infra.sources.base import Machine
 
 GPU_READY_TIMEOUT_S = 2400
@@ -59,7 +59,7 @@ def container_command() -> list[str]:
     parts = []
     # ray_launch.sh: launch_recorded_ray, the function the Ray steps start Ray with; the main process restarts
     # Ray through it too.
-    for name in (ray_commands.RAY_LAUNCH_SCRIPT, CONTAINER_MAIN_SCRIPT):
+    for name in (step_env.RAY_LAUNCH_SCRIPT, CONTAINER_MAIN_SCRIPT):
         lines = remote.script_path(name).read_text().splitlines()
         if lines and lines[0].startswith("#!"):
             lines = lines[1:]

@@ -37,7 +37,7 @@ def _alibaba() -> SourceResources:
 
     def provision(source: NodeSource) -> ProvisionedCluster:
         assert isinstance(source, AlibabaSource)
-        return cluster.provision(source)
+        return cluster.provision_alibaba(source)
 
     return SourceResources(provision, lambda config, stack: AutostopRole("autostop-access", config, stack))
 

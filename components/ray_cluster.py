@@ -20,7 +20,7 @@ from infra.config import ClusterConfig
 from infra.frameworks import head_reserved_gpus
 from infra.layout import DATA_MOUNT
 from infra.node import accelerators, ssh_access, steps
-from infra.ray import commands as ray_commands
+from infra.ray import step_env
 from infra.sources.base import Machine
 
 
@@ -46,16 +46,16 @@ class RayClusterArgs:
     secret_env: dict[str, pulumi.Output[str]]  # WANDB_API_KEY, HF_TOKEN: reach jobs via the raylet's environment
 
 
-def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[str, ...]) -> ray_commands.RaySettings:
+def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[str, ...]) -> step_env.RaySettings:
     on_data_disk = config.nodes.data_disk_gb > 0
     kind = accelerators.accelerator(config.nodes.accelerator)
     # GPUs of the head that something outside Ray holds (OpenRLHF's reward server without train.colocate_all):
     # the head's Ray neither counts nor hands them out.
     reserved = head_reserved_gpus(config.training, config.container, gpus_per_node)
-    return ray_commands.RaySettings(
+    return step_env.RaySettings(
         container_name=config.container.name,
         gpus_per_node=gpus_per_node,
-        ports=ray_commands.RayPorts(config.ray.gcs_port, config.ray.dashboard_port, config.ray.client_port),
+        ports=step_env.RayPorts(config.ray.gcs_port, config.ray.dashboard_port, config.ray.client_port),
         # The dashboard is remote code execution: it listens on the head's addresses only when the security
         # group limits it to the admin CIDRs, otherwise on loopback for the SSH tunnel.
         dashboard_host="0.0.0.0" if config.access.dashboard == "admin-cidrs" else "127.0.0.1",
@@ -75,9 +75,9 @@ def ray_settings(config: ClusterConfig, gpus_per_node: int, secret_names: tuple[
 
 class RayCluster(pulumi.ComponentResource):
     head_private_ip: pulumi.Output[str]
-    generation: pulumi.Output[str]  # ray_commands.ray_generation: changes when Ray restarts on the head
+    generation: pulumi.Output[str]  # step_env.ray_generation: changes when Ray restarts on the head
     ready: pulumi.Resource
-    settings: ray_commands.RaySettings
+    settings: step_env.RaySettings
 
     def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:RayCluster", name, None, opts)
@@ -90,13 +90,13 @@ class RayCluster(pulumi.ComponentResource):
         head_ctx = self._context(head, args)
         head_start = remote_steps.remote_step(
             head_ctx,
-            ray_commands.HEAD_STEP.step,
-            ray_commands.HEAD_STEP.scripts,
+            step_env.HEAD_STEP.step,
+            step_env.HEAD_STEP.scripts,
             args.secret_env,
-            dynamic_env=head.private_ip.apply(lambda ip: ray_commands.head_env(node_settings, ip)),
+            dynamic_env=head.private_ip.apply(lambda ip: step_env.head_env(node_settings, ip)),
             after=[(head.bootstrap.ready_key, head.bootstrap.ready)],
-            delete_scripts=ray_commands.RAY_STOP_STEP.scripts,
-            delete_env=ray_commands.ray_stop_env(node_settings),
+            delete_scripts=step_env.RAY_STOP_STEP.scripts,
+            delete_env=step_env.ray_stop_env(node_settings),
             triggers=[head.bootstrap.container.id],
             # The old Ray must be stopped before a new one starts on the same ports.
             delete_before_replace=True,
@@ -106,20 +106,20 @@ class RayCluster(pulumi.ComponentResource):
         # A secret Output when there are secrets (the digest is computed from them).
         self.generation = pulumi.Output.all(
             head.private_ip, head.bootstrap.container.id, *[args.secret_env[n] for n in secret_names]
-        ).apply(lambda v: ray_commands.ray_generation(node_settings, v[0], v[1], v[2:]))
+        ).apply(lambda v: step_env.ray_generation(node_settings, v[0], v[1], v[2:]))
         for rank, worker in enumerate(args.nodes[1:], start=1):
             env = pulumi.Output.all(worker.private_ip, head.private_ip, self.generation).apply(
                 functools.partial(_worker_env, node_settings, rank)
             )
             join = remote_steps.remote_step(
                 self._context(worker, args),
-                ray_commands.WORKER_STEP.step,
-                ray_commands.WORKER_STEP.scripts,
+                step_env.WORKER_STEP.step,
+                step_env.WORKER_STEP.scripts,
                 args.secret_env,
                 dynamic_env=env,
                 after=[(worker.bootstrap.ready_key, worker.bootstrap.ready), (f"{head.name}/ray-head", head_start)],
-                delete_scripts=ray_commands.RAY_STOP_STEP.scripts,
-                delete_env=ray_commands.ray_stop_env(node_settings),
+                delete_scripts=step_env.RAY_STOP_STEP.scripts,
+                delete_env=step_env.ray_stop_env(node_settings),
                 triggers=[worker.bootstrap.container.id],
                 delete_before_replace=True,
             )
@@ -129,11 +129,11 @@ class RayCluster(pulumi.ComponentResource):
         self.ready = remote_steps.remote_step(
             remote_steps.context_for(head.machine, args.private_key, self, login=args.login, run=args.run,
                                      running=True),
-            ray_commands.READY_STEP.step,
-            ray_commands.READY_STEP.scripts,
+            step_env.READY_STEP.step,
+            step_env.READY_STEP.scripts,
             {},
             dynamic_env=pulumi.Output.all(all_ips, self.generation).apply(
-                lambda v: {**ray_commands.ready_env(node_settings, v[0][0], v[0]), "RAY_GENERATION": v[1]}
+                lambda v: {**step_env.ready_env(node_settings, v[0][0], v[0]), "RAY_GENERATION": v[1]}
             ),
             after=started,
             resource_name="ray-ready",
@@ -147,6 +147,6 @@ class RayCluster(pulumi.ComponentResource):
 
 
 
-def _worker_env(settings: ray_commands.RaySettings, rank: int, values: list[str]) -> dict[str, str]:
+def _worker_env(settings: step_env.RaySettings, rank: int, values: list[str]) -> dict[str, str]:
     worker_ip, head_ip, generation = values
-    return ray_commands.worker_env(settings, worker_ip, head_ip, rank, generation)
+    return step_env.worker_env(settings, worker_ip, head_ip, rank, generation)

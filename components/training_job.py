@@ -22,9 +22,10 @@ from components.ray_cluster import RayCluster, RayNode
 from infra import model_cache
 from infra.config import ClusterConfig, TrainingConfig
 from infra.frameworks import JobSpec, adapter_for
-from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+from infra.frameworks.base import DOWNLOAD_PATTERN
+from infra.frameworks.registry import adapter_class
 from infra.node import ssh_access, steps
-from infra.ray import commands as ray_commands
+from infra.ray import step_env
 from infra.stack_config import cluster_shape
 
 
@@ -119,45 +120,45 @@ class TrainingJob(pulumi.ComponentResource):
             # Removing it (destroy, or rewardServer dropped from the config) stops it.
             server = remote_steps.remote_step(
                 ctx,
-                ray_commands.REWARD_SERVER_STEP.step,
-                ray_commands.REWARD_SERVER_STEP.scripts,
+                step_env.REWARD_SERVER_STEP.step,
+                step_env.REWARD_SERVER_STEP.scripts,
                 args.secret_env,
                 dynamic_env=self.spec.apply(
-                    lambda spec: ray_commands.reward_server_env(
+                    lambda spec: step_env.reward_server_env(
                         settings, reward_of(spec), extra_env_names=sorted(args.secret_env)
                     )
                 ),
                 after=after,
-                delete_scripts=ray_commands.REWARD_STOP_STEP.scripts,
-                delete_env=ray_commands.reward_stop_env(settings),
+                delete_scripts=step_env.REWARD_STOP_STEP.scripts,
+                delete_env=step_env.reward_stop_env(settings),
                 # The stop ends every reward server in the container: the old one must go before the new starts.
                 delete_before_replace=True,
                 triggers=started or None,
                 resource_name="reward-server",
                 # A changed port or command is otherwise an update, which re-runs `create` only: the old server
                 # would keep its port and GPU memory. Replaced instead: its teardown's delete stops it first.
-                replacement_trigger=self.spec.apply(lambda spec: json.dumps(ray_commands.reward_server_env(
+                replacement_trigger=self.spec.apply(lambda spec: json.dumps(step_env.reward_server_env(
                     settings, reward_of(spec), extra_env_names=sorted(args.secret_env)), sort_keys=True)),
             )
-            after = [*after, (f"{args.head.name}/{ray_commands.REWARD_SERVER_STEP.step}", server)]
+            after = [*after, (f"{args.head.name}/{step_env.REWARD_SERVER_STEP.step}", server)]
         self.submission = None
         if config.training.auto_start:
             self.submission = remote_steps.remote_step(
                 ctx,
                 "job",
                 # The reward server is its own step above, so the plain submit scripts.
-                ray_commands.SUBMIT_STEP.scripts,
+                step_env.SUBMIT_STEP.scripts,
                 args.secret_env,
                 # RAY_GENERATION: when Ray restarts on the head (a changed Ray setting, secret or container) the
                 # job ended with it; the step then runs again and submits it again (job_submit.sh finds no job).
                 dynamic_env=pulumi.Output.all(submission, args.ray.generation, args.ray.head_private_ip).apply(
-                    lambda v: {**ray_commands.submit_env(settings, v[0], extra_env_names=sorted(args.secret_env),
+                    lambda v: {**step_env.submit_env(settings, v[0], extra_env_names=sorted(args.secret_env),
                                                          head_ip=v[2]),
                                "RAY_GENERATION": v[1]}
                 ),
                 after=[*after, *fetched],
-                delete_scripts=ray_commands.JOB_STOP_STEP.scripts,
-                delete_env=self.job_id.apply(lambda job_id: ray_commands.job_stop_env(settings, job_id)),
+                delete_scripts=step_env.JOB_STOP_STEP.scripts,
+                delete_env=self.job_id.apply(lambda job_id: step_env.job_stop_env(settings, job_id)),
                 triggers=[self.job_id, *([self.rendered_config] if self.rendered_config else []), *started],
                 delete_before_replace=True,
                 resource_name="training-job",
@@ -165,19 +166,19 @@ class TrainingJob(pulumi.ComponentResource):
         self.register_outputs({"jobId": self.job_id})
 
 
-def reward_of(spec: JobSpec) -> ray_commands.RewardServer:
+def reward_of(spec: JobSpec) -> step_env.RewardServer:
     if spec.reward_server is None:
         raise ValueError(f"job {spec.job_id} has no reward server")
     return spec.reward_server
 
 
-def to_submission(spec: JobSpec, training: TrainingConfig) -> ray_commands.JobSpec:
+def to_submission(spec: JobSpec, training: TrainingConfig) -> step_env.JobSubmission:
     """What job_submit.sh needs of the framework's job. The reward server is its own step (it must not be
     restarted when only the job changes). The start gate waits for the framework's first-step line, at most
     training.startTimeoutMinutes from the step's start (0, or a custom job: no gate), and stops a job whose log
     stays silent for training.noProgressMinutes before that line."""
     saves = spec.checkpoints
-    return ray_commands.JobSpec(
+    return step_env.JobSubmission(
         job_id=spec.job_id,
         workdir=spec.workdir,
         entrypoint=spec.entrypoint,
@@ -189,7 +190,7 @@ def to_submission(spec: JobSpec, training: TrainingConfig) -> ray_commands.JobSp
         checkpoint_dir=saves.directory if saves is not None and saves.find else "",
         checkpoint_world=saves.world if saves is not None else 0,
         checkpoint_staging=saves.staging if saves is not None and saves.find else "",
-        first_step_pattern=FIRST_STEP_PATTERNS.get(training.framework, ""),
+        first_step_pattern=adapter_class(training.framework).first_step_pattern,
         download_pattern=DOWNLOAD_PATTERN,
         gate_s=training.start_timeout_minutes * 60,
         stall_s=training.no_progress_minutes * 60,

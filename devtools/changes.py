@@ -4,7 +4,7 @@ this table, and tests hold the program to it (tests/test_runtime_reliability.py)
 How each effect comes about: a Ray step's command carries its settings (and the secrets, as secrets), so a change
 reruns the step; the step compares the settings Ray was started with (recorded in the container, see
 infra/scripts/ray_common.sh) and restarts Ray when they differ. The workers, the readiness gate and the job carry
-the cluster's Ray generation (infra.ray.commands.ray_generation), so they rerun when the head's Ray restarts.
+the cluster's Ray generation (infra.ray.step_env.ray_generation), so they rerun when the head's Ray restarts.
 The container is replaced when its image, shm size or NAS changes (pulumi-docker replaces a container whose
 inputs change), and the Ray steps with it (their triggers hold the container id).
 """

@@ -175,7 +175,7 @@ def as_stored(value: Any) -> Any:
     return value
 
 
-def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
+def diff_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
     """The detailed diff's paths: nested keys and list elements that differ (`triggers[0]`, `connection.host`)."""
     old, new = unwrap(old), unwrap(new)
     if isinstance(old, Mapping) and isinstance(new, Mapping):
@@ -185,7 +185,7 @@ def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
             if key not in old or key not in new:
                 found.append(path)
             else:
-                found.extend(changed_paths(old[key], new[key], path))
+                found.extend(diff_paths(old[key], new[key], path))
         return found
     if isinstance(old, list) and isinstance(new, list) and prefix:
         found = []
@@ -194,7 +194,7 @@ def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
             if index >= len(old) or index >= len(new):
                 found.append(path)
             else:
-                found.extend(changed_paths(old[index], new[index], path))
+                found.extend(diff_paths(old[index], new[index], path))
         return found
     if json.dumps(old, sort_keys=True, default=state_json) != json.dumps(new, sort_keys=True, default=state_json):
         return [prefix]
@@ -224,7 +224,7 @@ def decide(
             return "replace"
         paths = list(diff)
     else:
-        paths = [p for p in changed_paths(dict(old_inputs), dict(inputs))
+        paths = [p for p in diff_paths(dict(old_inputs), dict(inputs))
                  if not any(contains(ignored, p) for ignored in reg.ignore_changes)]
     if typ.startswith(PROVIDER_PREFIX):
         return "update" if paths else "same"

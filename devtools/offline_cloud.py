@@ -520,18 +520,18 @@ def _digest(text: str, length: int) -> str:
 # ------------------------------------------------------------------------------------------------ the runner
 def stack_config(stack: str) -> dict[str, Any]:
     """The `config:` block of Pulumi.<stack>.yaml (devtools/stack_file.py)."""
-    return stack_file.stack_config(PROJECT_DIR, stack)
+    return stack_file.read_stack_config(PROJECT_DIR, stack)
 
 
 def shipped_stacks() -> list[str]:
-    return stack_file.shipped_stacks(PROJECT_DIR)
+    return stack_file.stacks_in(PROJECT_DIR)
 
 
-def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def merge_config(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
+            merged[key] = merge_config(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -567,7 +567,7 @@ def run_program(
     cloud = cloud or OfflineCloud()
     values = stack_config(stack)
     for key, value in (config or {}).items():
-        values[key] = deep_merge(values[key], value) if isinstance(value, Mapping) and key in values else value
+        values[key] = merge_config(values[key], value) if isinstance(value, Mapping) and key in values else value
     values.update(replace_config or {})
     values, secure_keys = secure_values(values)
     values.update(secrets or {})

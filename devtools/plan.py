@@ -33,7 +33,7 @@ from devtools.offline_cloud import (
 from infra import image_path, model_cache, parallelism, summary
 from infra.autostop import plan_lines as autostop_plan_lines
 from infra.config import ClusterConfig, ConfigError
-from infra.frameworks.base import FIRST_STEP_PATTERNS
+from infra.frameworks.registry import adapter_class
 from infra.node import remote, steps
 from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import PlacementError
@@ -69,7 +69,7 @@ def _existing_machines(config: object) -> bool:
     return isinstance(config, ClusterConfig) and config.nodes.capabilities.existing_machines
 
 
-def render(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
+def plan_text(run: OfflineRun, parallel: int | None = None, lookup: registry.Lookup | None = None) -> str:
     """The plan's text; lookup: what the registry's manifest said of the image's size (None: not asked)."""
     run.outputs.update(offline_labels(run.outputs))
     lines: list[str] = [
@@ -289,9 +289,10 @@ def start_gate_lines(spec: Any, config: ClusterConfig | None) -> list[str]:
     if config is None:
         return lines
     minutes = config.training.start_timeout_minutes
-    pattern = FIRST_STEP_PATTERNS.get(config.training.framework)
-    if pattern is None or minutes == 0:
-        why = "a custom job prints no known first-step line" if pattern is None else "training.startTimeoutMinutes: 0"
+    pattern = adapter_class(config.training.framework).first_step_pattern
+    if not pattern or minutes == 0:
+        why = (f"a {config.training.framework} job prints no known first-step line" if not pattern
+               else "training.startTimeoutMinutes: 0")
         lines.append(f"  start gate   none ({why}): the job step returns once the job runs")
     else:
         lines.append(f"  start gate   the job step waits up to {minutes} min (training.startTimeoutMinutes, from the "
@@ -327,7 +328,7 @@ def image_lookup(config: Any, asked: bool) -> registry.Lookup | None:
         return None
     if not asked or registry.disabled():
         return registry.NOT_LOOKED_UP
-    return registry.lookup(config.container.image)
+    return registry.look_up_manifest(config.container.image)
 
 
 def size_line(path: image_path.ImagePath, lookup: registry.Lookup | None) -> str:
@@ -576,7 +577,7 @@ def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registr
         placement=[summary.placement(config, machine_type, location, per_node,
                                      str(out.get("gpuModel")))],
         job=[summary.job(config, getattr(spec, "job_id", None))],
-        cost=summary.cost(out.get("cost"), minutes, "the offline catalog's estimate"),
+        cost=summary.cost_section(out.get("cost"), minutes, "the offline catalog's estimate"),
         exposure=summary.exposure(config),
         time=time_line(ctx),
         changes=changes(run),
@@ -585,7 +586,7 @@ def render_summary(run: OfflineRun, parallel: int | None = None, lookup: registr
         next=["`pulumi up` (it opens with this summary); the whole plan: `python3 -m companion plan "
               f"{run.stack} --full`"],
     )
-    return "\n".join(summary.render(result)) + "\n"
+    return "\n".join(summary.summary_lines(result)) + "\n"
 
 
 def offline_cloud_for(stack: str) -> OfflineCloud:
@@ -694,7 +695,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python3 -m devtools.pla
         print(f"error: Alibaba Cloud would refuse this (offline cloud): {refusal}", file=sys.stderr)
         return 1
     lookup = image_lookup(run.notes.get("config"), asked=not args.no_registry)
-    sys.stdout.write(render(run, args.parallel, lookup) if args.full else render_summary(run, args.parallel, lookup))
+    sys.stdout.write(plan_text(run, args.parallel, lookup) if args.full else render_summary(run, args.parallel, lookup))
     return 0
 
 

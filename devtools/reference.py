@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from infra.config import PROJECT, SECRETS, SECTIONS, ClusterConfig
+from infra.config.training import RegisteredFrameworks
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
@@ -85,6 +86,9 @@ def _type_name(annotation: Any) -> str:
 
 
 def _type(field: FieldInfo) -> str:
+    registered = next((m for m in field.metadata if m is RegisteredFrameworks), None)
+    if registered is not None:  # training.framework: the registry's names, as a Literal would show them
+        return "one of " + ", ".join(f"`{name}`" for name in registered.names())
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     enum = extra.get("enum")  # a string checked against a registry (nodes.source): its values, as a Literal's
     parts = ["one of " + ", ".join(f"`{value}`" for value in enum) if isinstance(enum, list)

@@ -57,7 +57,7 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "") not in ("", "0")
 
 
-def lookup(image: str) -> Lookup:
+def look_up_manifest(image: str) -> Lookup:
     """The image's compressed size from its manifest, or why not; never raises, returns within TOTAL_TIMEOUT_S."""
     result: list[Lookup] = []
 

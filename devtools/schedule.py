@@ -52,7 +52,7 @@ from devtools.schedule_figures import (
     MEASURED_STATE,
     NEW_NODE_MINUTES,
     Constant,
-    c,
+    constant,
 )
 from infra import model_cache, parallelism
 from infra.config import ClusterConfig
@@ -73,7 +73,7 @@ __all__ = [
     "MEASURED_STATE",
     "NEW_NODE_MINUTES",
     "Constant",
-    "c",
+    "constant",
 ]
 
 
@@ -146,11 +146,11 @@ class Profile:
         head = MEASURED_SECONDS["ray-head"]
         if step == "ray-head":
             return head / 60.0
-        return (head + c("ray-supervise-interval") + MEASURED_SECONDS["ray-worker"]) / 60.0
+        return (head + constant("ray-supervise-interval") + MEASURED_SECONDS["ray-worker"]) / 60.0
 
     @property
     def driver_minutes(self) -> float:
-        return c("driver") if self.driver_install and not self.baked and not self.base_image else 0.0
+        return constant("driver") if self.driver_install and not self.baked and not self.base_image else 0.0
 
 
 # What each step does when the nodes are started again after an economical-mode stop (nodes.paused removed;
@@ -179,7 +179,7 @@ RESUMED_STEPS: Mapping[str, str] = {
 RESUMED_MINUTES: Mapping[str, float] = {
     "image": 0.0,
     "container": 0.0,  # its restart is part of the boot (dockerd starts it)
-    "code": c("resume-code"),
+    "code": constant("resume-code"),
     "ray-head": MEASURED_SECONDS["ray-head-found"] / 60.0,
     "ray-worker": MEASURED_SECONDS["ray-worker-found"] / 60.0,
 }
@@ -309,8 +309,8 @@ def registry_backend_gbit_s(config: ClusterConfig) -> float:
     Shenzhen, 10 in the other mainland regions, 5 outside the mainland."""
     region = config.region or ""
     if region in ("cn-beijing", "cn-shanghai", "cn-shenzhen"):
-        return c("registry-backend-large")
-    return c("registry-backend") if is_mainland_region(region) else c("registry-backend-abroad")
+        return constant("registry-backend-large")
+    return constant("registry-backend") if is_mainland_region(region) else constant("registry-backend-abroad")
 
 
 def framework_start_minutes(config: ClusterConfig, nodes: int) -> float:
@@ -318,13 +318,13 @@ def framework_start_minutes(config: ClusterConfig, nodes: int) -> float:
     the ranks beyond 16 (an assumption: nothing measures it at scale)."""
     ranks = nodes * (config.nodes.gpus_per_node or 8)
     doublings = max(0.0, math.log2(ranks / 16.0))
-    return c("framework-start") + doublings * c("framework-start-growth")
+    return constant("framework-start") + doublings * constant("framework-start-growth")
 
 
 def api_wait_minutes(nodes: int) -> float:
     """The last instance's wait for the ECS API: past ecs-api-per-minute calls, a throttled RunInstances (or
     StartInstances) waits for the next minute."""
-    return float((max(nodes, 1) - 1) // int(c("ecs-api-per-minute")))
+    return float((max(nodes, 1) - 1) // int(constant("ecs-api-per-minute")))
 
 
 def state_resources(nodes: int) -> int:
@@ -344,14 +344,14 @@ def state_write_minutes(nodes: int) -> float:
     is half way. Quadratic in the node count: the reason a large stack needs a small state (or Pulumi Cloud's
     journal, or PULUMI_SKIP_CHECKPOINTS at its risk: docs/performance.md)."""
     mean_mb = (MEASURED_STATE["kb-fixed"] / 1000.0 + state_megabytes(nodes)) / 2.0
-    saves = state_resources(nodes) * c("state-writes-per-step")
-    return saves * mean_mb / c("state-write-rate") / 60.0
+    saves = state_resources(nodes) * constant("state-writes-per-step")
+    return saves * mean_mb / constant("state-write-rate") / 60.0
 
 
 def scale_minutes(config: ClusterConfig, nodes: int) -> float:
     """The terms that grow with the node count alone, whatever the path: the ECS API's throttling, Pulumi's state
     saves and the start-up's growth with the ranks."""
-    growth = framework_start_minutes(config, nodes) - c("framework-start")
+    growth = framework_start_minutes(config, nodes) - constant("framework-start")
     return api_wait_minutes(nodes) + state_write_minutes(nodes) + growth
 
 
@@ -363,7 +363,7 @@ def transfer_minutes(size_gb: float, mbyte_s: float) -> float:
 def pull_minutes(size_gb: float, node_mbyte_s: float, backend_gbit_s: float, pullers: int, p2p: bool) -> float:
     """One node's pull while `pullers` nodes pull at once: the node's own rate, or its share of the backend."""
     own = transfer_minutes(size_gb, node_mbyte_s)
-    copies = min(pullers, c("p2p-seed-copies")) if p2p else pullers
+    copies = min(pullers, constant("p2p-seed-copies")) if p2p else pullers
     shared = copies * size_gb * 8.0 / backend_gbit_s / 60.0
     return max(own, shared)
 
@@ -399,30 +399,31 @@ def disk_mbyte_s(config: ClusterConfig, options: Options = NO_OPTIONS) -> float:
     size), or the system disk (an ESSD PL1 of nodes.systemDiskGb) without one; AutoPL's burst with the option."""
     nodes = config.nodes  # own hosts: their disks are unknown; the system disk default stands in (no stock cap)
     if options.burst_disk or (nodes.data_disk_gb and nodes.data_disk_burst):
-        return c("autopl-burst")
+        return constant("autopl-burst")
     size, level = (nodes.data_disk_gb, nodes.data_disk_performance_level or "PL1") if nodes.data_disk_gb else (
         nodes.system_disk_gb, "PL1")
-    cap = c("essd-pl1-max") if nodes.data_disk_category == "cloud_auto" else c(f"essd-{level.lower()}-max")
-    return min(c("essd-base") + c("essd-per-gib") * size, cap)
+    auto = nodes.data_disk_category == "cloud_auto"
+    cap = constant("essd-pl1-max") if auto else constant(f"essd-{level.lower()}-max")
+    return min(constant("essd-base") + constant("essd-per-gib") * size, cap)
 
 
 def disk_bound_mbyte_s(config: ClusterConfig, options: Options = NO_OPTIONS) -> float:
     """The fastest a node can pull onto its disk: the disk's throughput / the pull's I/O factor."""
-    return disk_mbyte_s(config, options) / c("pull-io-factor")
+    return disk_mbyte_s(config, options) / constant("pull-io-factor")
 
 
 def _download(config: ClusterConfig, nodes: int) -> tuple[float, str]:
     """`nodes` nodes downloading the model at once from the framework's hub (model_cache.framework_hub): ModelScope's
     in-cloud endpoint in its regions (a share of the backend when many), else each node's public IP."""
-    size = c("model-size")
+    size = constant("model-size")
     hub = model_cache.framework_hub(config)
     who = "the head" if nodes == 1 else "every node"
     if model_cache.intra_cloud_region(config) and hub == "modelscope":
-        rate = c("modelscope-intra-cloud")
-        shared = nodes * size * 8.0 / c("registry-backend") / 60.0
+        rate = constant("modelscope-intra-cloud")
+        shared = nodes * size * 8.0 / constant("registry-backend") / 60.0
         return max(transfer_minutes(size, rate), shared), f"{who} from ModelScope in-cloud ({rate:g} MB/s)"
     source = "ModelScope" if hub == "modelscope" else config.model_source
-    rate = min(c("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
+    rate = min(constant("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
     return transfer_minutes(size, rate), f"{who} from {source} over its public IP ({rate:g} MB/s, best case)"
 
 
@@ -434,25 +435,25 @@ def _prefetch(config: ClusterConfig, path: Path) -> tuple[float, str]:
     if path == "new":
         minutes, how = _download(config, 1)
         return minutes, f"{how} into the shared storage, beside the code step and Ray"
-    return c("model-check"), "finds the model in the shared cache (one listing of the repository)"
+    return constant("model-check"), "finds the model in the shared cache (one listing of the repository)"
 
 
 def _nas_read(per_node_gb: float, total_gb: float) -> float:
     """Every node reading per_node_gb from the shared storage at once (total_gb in all): one client's rate, or the
     nodes' share of the file system's read cap."""
-    return max(transfer_minutes(per_node_gb, c("client-read")), transfer_minutes(total_gb, c("nas-read")))
+    return max(transfer_minutes(per_node_gb, constant("client-read")), transfer_minutes(total_gb, constant("nas-read")))
 
 
 def _shared_read(nodes: int) -> float:
     """Every node reading the model from the shared storage at once."""
-    return _nas_read(c("model-size"), nodes * c("model-size"))
+    return _nas_read(constant("model-size"), nodes * constant("model-size"))
 
 
 def _local_read(loaded: bool = True) -> float:
     """One node reading the model from its own data disk; `loaded` False: a disk just made from a snapshot, whose
     first read loads the data from OSS (no snapshot prefetch)."""
-    rate = c("local-disk") if loaded else min(c("local-disk"), c("snapshot-first-read"))
-    return transfer_minutes(c("model-size"), rate)
+    rate = constant("local-disk") if loaded else min(constant("local-disk"), constant("snapshot-first-read"))
+    return transfer_minutes(constant("model-size"), rate)
 
 
 def _disk_loaded(path: Path, options: Options) -> bool:
@@ -469,8 +470,8 @@ def _first_read(config: ClusterConfig, path: Path, options: Options,
     each from its own disk). Reading them from a loaded disk is part of the framework's start-up assumption."""
     if _disk_loaded(path, options):
         return 0.0, ""
-    size = image_path(config, image_gb).size_gb * c("image-extracted-ratio") * c("start-read-fraction")
-    rate = c("snapshot-first-read")
+    size = image_path(config, image_gb).size_gb * constant("image-extracted-ratio") * constant("start-read-fraction")
+    rate = constant("snapshot-first-read")
     return transfer_minutes(size, rate), (f"the start reads {size:.1f} GB of the image's files from a disk made from "
                                          f"the snapshot, loading from OSS at {rate:g} MB/s (no snapshot prefetch)")
 
@@ -481,10 +482,11 @@ def _checkpoint(config: ClusterConfig, path: Path, nodes: int, options: Options)
     its own data disk without shared storage."""
     if not options.resume or path != "warm":
         return 0.0, ""
-    weights, optimizer = c("checkpoint-weights"), c("checkpoint-optimizer")
+    weights, optimizer = constant("checkpoint-weights"), constant("checkpoint-optimizer")
     per_node = weights + optimizer / nodes
     if not model_cache.shared_cache(config):
-        return transfer_minutes(per_node, c("local-disk")), f"every node reads {per_node:.1f} GB from its data disk"
+        minutes = transfer_minutes(per_node, constant("local-disk"))
+        return minutes, f"every node reads {per_node:.1f} GB from its data disk"
     total = optimizer + nodes * weights
     return _nas_read(per_node, total), (f"every node reads {per_node:.1f} GB of the newest checkpoint from the "
                                         f"shared storage ({total:g} GB in all)")
@@ -508,7 +510,7 @@ def _weights_prefetch(config: ClusterConfig, path: Path, nodes: int, options: Op
         return _local_read(loaded), ("every node reads the weights from its data disk (baked"
                                      + (", prefetched" if loaded else ", loading from OSS") + ") into its page cache")
     if not _page_cache(config, path):
-        return c("prefetch-empty"), "nothing to prefetch yet (the head's model step downloads it later)"
+        return constant("prefetch-empty"), "nothing to prefetch yet (the head's model step downloads it later)"
     return _shared_read(nodes), "every node reads the model from the shared cache into its page cache"
 
 
@@ -518,13 +520,14 @@ def _model_step(config: ClusterConfig, path: Path, nodes: int, options: Options)
         # Every node's job processes fetch the weights on the first job, each over its own path.
         return _download(config, nodes)
     if options.model_on_local_disk and path == "warm":
-        return c("page-cache-read"), "read from each node's page cache (its weights-prefetch step read the data disk)"
+        why = "read from each node's page cache (its weights-prefetch step read the data disk)"
+        return constant("page-cache-read"), why
     if not model_cache.shared_cache(config):
         # Caches on the data disks: each node's holds the model from an earlier job.
         return _local_read(), "read from each node's cache on its data disk (an earlier job)"
     if _page_cache(config, path):
         # Every node's weights-prefetch step read it before the job: the framework reads it from memory.
-        return c("page-cache-read"), "read from each node's page cache (its weights-prefetch step read it)"
+        return constant("page-cache-read"), "read from each node's page cache (its weights-prefetch step read it)"
     # Read from the shared storage by every node at once: the client's rate or its share of the file system's cap.
     return _shared_read(nodes), "read from the cache on the shared storage by every node"
 
@@ -534,8 +537,8 @@ def _pull_rates(config: ClusterConfig, path: Path, options: Options, image: Imag
     registry's over the public IP on the new path, the region's registry over the VPC otherwise."""
     disk = disk_bound_mbyte_s(config, options)
     if path == "new" and image.kind == "public":
-        return min(image.rate_mbps / 8.0, disk), c("public-source")
-    rate = c("tuned-pull") if options.tuned_pull else c("vpc-pull")
+        return min(image.rate_mbps / 8.0, disk), constant("public-source")
+    rate = constant("tuned-pull") if options.tuned_pull else constant("vpc-pull")
     return min(rate, disk), registry_backend_gbit_s(config)
 
 
@@ -558,7 +561,7 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
                 options: Options = NO_OPTIONS, image_gb: float | None = None) -> Profile:
     image = image_path(config, image_gb)
     pullers = min(nodes, parallel)
-    p2p = options.p2p and nodes > c("p2p-above")
+    p2p = options.p2p and nodes > constant("p2p-above")
     rate, backend = _pull_rates(config, path, options, image)
     pull = pull_minutes(image.size_gb, rate, backend, pullers, p2p)
     model, how = _model_step(config, path, nodes, options)
@@ -581,9 +584,9 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         page_cache_minutes=page_cache,
         page_cache_how=page_cache_how,
         framework_minutes=framework_start_minutes(config, nodes),
-        boot_minutes=(c("resume-boot") if options.resume else c("boot")) + api_wait_minutes(nodes),
+        boot_minutes=(constant("resume-boot") if options.resume else constant("boot")) + api_wait_minutes(nodes),
         state_write_minutes=state_write_minutes(nodes),
-        preamble_minutes=c("resume-preamble") if options.resume else c("preamble"),
+        preamble_minutes=constant("resume-preamble") if options.resume else constant("preamble"),
         first_read_minutes=first_read,
         first_read_how=first_read_how,
         resumed=options.resume and path == "warm",

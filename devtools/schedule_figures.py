@@ -131,7 +131,7 @@ CONSTANTS: Mapping[str, Constant] = {
 }
 
 
-def c(key: str) -> float:
+def constant(key: str) -> float:
     return CONSTANTS[key].value
 
 

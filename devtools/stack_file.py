@@ -14,11 +14,11 @@ from infra import runmode
 from infra.config import ConfigError
 
 
-def stack_config(project: Path, stack: str) -> dict[str, Any]:
+def read_stack_config(project: Path, stack: str) -> dict[str, Any]:
     """The `config:` block of Pulumi.<stack>.yaml in the project directory."""
     path = project / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"no stack file {path.name}; shipped: {', '.join(shipped_stacks(project))}")
+        raise FileNotFoundError(f"no stack file {path.name}; shipped: {', '.join(stacks_in(project))}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
@@ -36,7 +36,7 @@ def stack_config(project: Path, stack: str) -> dict[str, Any]:
     return dict(config)
 
 
-def shipped_stacks(project: Path) -> list[str]:
+def stacks_in(project: Path) -> list[str]:
     return sorted(p.name.split(".")[1] for p in project.glob("Pulumi.*.yaml"))
 
 

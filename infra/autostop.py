@@ -24,7 +24,7 @@ from infra.economical import stopped_mode
 from infra.layout import SHARED_MOUNT
 from infra.node.remote import SCRIPTS_DIR
 from infra.permissions import permission_lines
-from infra.ray.commands import RAY_COMMON_SCRIPT
+from infra.ray.step_env import RAY_COMMON_SCRIPT
 
 STACK_TAG = "roll-cluster-stack"  # the tag every instance carries (components/alibaba/gpu_node.py)
 AUTOSTOP_SCRIPTS = (RAY_COMMON_SCRIPT, "autostop.sh")

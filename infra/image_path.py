@@ -76,7 +76,7 @@ class ImagePath:
 
     @property
     def minutes(self) -> float:
-        return pull_minutes(self.size_gb, self.rate_mbps)
+        return minutes_at_rate(self.size_gb, self.rate_mbps)
 
     def describe(self) -> str:
         size = f"{self.size_text} GB" + ("" if self.size_known else " (assumed; set container.imageSizeGb)")
@@ -88,7 +88,7 @@ class ImagePath:
                 f"{self.minutes:.1f} min per node")
 
 
-def pull_minutes(size_gb: float, rate_mbps: float) -> float:
+def minutes_at_rate(size_gb: float, rate_mbps: float) -> float:
     """Minutes to move size_gb (10^9 bytes) at rate_mbps (10^6 bit/s)."""
     return size_gb * 8000.0 / rate_mbps / 60.0
 

@@ -71,6 +71,7 @@ from collections.abc import Sequence
 
 from infra.config import ClusterConfig
 from infra.frameworks.base import ModelRef
+from infra.frameworks.registry import adapter_class
 from infra.layout import DATA_MOUNT, SHARED_MOUNT
 
 CACHE_DIR = posixpath.join(DATA_MOUNT, "cache")
@@ -79,8 +80,6 @@ MODELSCOPE_CACHE = posixpath.join(CACHE_DIR, "modelscope")
 SHARED_CACHE_DIR = posixpath.join(SHARED_MOUNT, "cache")
 SHARED_HF_HUB_CACHE = posixpath.join(SHARED_CACHE_DIR, "huggingface", "hub")
 SHARED_MODELSCOPE_CACHE = posixpath.join(SHARED_CACHE_DIR, "modelscope")
-# The frameworks whose models the program reads from their configuration (JobSpec.models).
-PREFETCHING_FRAMEWORKS = ("roll", "verl", "openrlhf")
 MODEL_STEP = "model"
 MODEL_SCRIPTS = ("model_fetch.sh",)
 # The step's bound when the start gate is off (training.startTimeoutMinutes 0): the gate's default, 60 minutes.
@@ -96,14 +95,14 @@ def intra_cloud_region(config: ClusterConfig) -> str | None:
 
 def shared_cache(config: ClusterConfig) -> bool:
     """Whether the hubs' caches are on the shared storage, filled by the head's model step."""
-    return config.storage.shared and config.training.framework in PREFETCHING_FRAMEWORKS
+    return config.storage.shared and adapter_class(config.training.framework).prefetches_models
 
 
 def framework_hub(config: ClusterConfig) -> str:
-    """The hub the framework downloads from as configured: ROLL's default download type is ModelScope's
-    (checkpoint_manager.py:74; a YAML model_download_type may say otherwise), the others follow modelSource."""
-    if config.training.framework == "roll":
-        return "modelscope"
+    """The hub the framework downloads from as configured: its own (ROLL: ModelScope), else modelSource's."""
+    own = adapter_class(config.training.framework).own_hub
+    if own:
+        return own
     return "modelscope" if config.model_source == "modelscope" else "huggingface"
 
 

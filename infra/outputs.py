@@ -10,10 +10,11 @@ import pulumi
 from infra import autostop
 from infra.config import ClusterConfig
 from infra.frameworks import JobSpec
-from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+from infra.frameworks.base import DOWNLOAD_PATTERN
+from infra.frameworks.registry import adapter_class
 from infra.node import known_hosts as known_hosts_module
 from infra.node import ssh_access, steps
-from infra.ray import commands as ray_commands
+from infra.ray import user_commands
 from infra.sources.base import ClusterFacts, ProvisionedCluster
 
 if TYPE_CHECKING:
@@ -60,19 +61,19 @@ def export_all(
     pulumi.export("gpuModel", facts.accelerator_model)
     pulumi.export("knownHostsFile", hosts)
     pulumi.export(
-        "sshHead", head_host.apply(_running(lambda ip: ray_commands.ssh_command(ip, key, hosts, user, port, pinned)))
+        "sshHead", head_host.apply(_running(lambda ip: user_commands.ssh_command(ip, key, hosts, user, port, pinned)))
     )
     pulumi.export(
         "dashboardTunnel",
         head_host.apply(_running(
-            lambda ip: ray_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts, user, port, pinned)
+            lambda ip: user_commands.dashboard_tunnel_command(ip, key, ports.dashboard_port, hosts, user, port, pinned)
         )),
     )
     if config.access.dashboard == "admin-cidrs":
         pulumi.export(
-            "dashboardUrl", head_host.apply(_running(lambda ip: ray_commands.dashboard_url(ip, ports.dashboard_port)))
+            "dashboardUrl", head_host.apply(_running(lambda ip: user_commands.dashboard_url(ip, ports.dashboard_port)))
         )
-    pulumi.export("rayAddress", head.private_ip.apply(lambda ip: ray_commands.ray_address(ip, ports.gcs_port)))
+    pulumi.export("rayAddress", head.private_ip.apply(lambda ip: user_commands.ray_address(ip, ports.gcs_port)))
     pulumi.export("jobId", job.job_id)
     # The configuration the head submits, in full and in plain text (it never holds a secret), so that
     # `pulumi preview` shows what will run before anything is paid for.
@@ -86,14 +87,14 @@ def export_all(
     if config.training.auto_start and job.submission is not None:
         # After a reboot of the head its Ray knows no job: jobStatus says so and names this command.
         stack = pulumi.get_stack()
-        first_step = FIRST_STEP_PATTERNS.get(config.training.framework, "")
+        first_step = adapter_class(config.training.framework).first_step_pattern
         downloads = DOWNLOAD_PATTERN if first_step else ""
-        resubmit = job.submission.urn.apply(lambda urn: ray_commands.job_resubmit_command(stack, urn))
+        resubmit = job.submission.urn.apply(lambda urn: user_commands.job_resubmit_command(stack, urn))
         pulumi.export("jobResubmit", resubmit)
         pulumi.export(
             "jobStatus",
             pulumi.Output.all(head_host, job.job_id, resubmit).apply(_running(
-                lambda v: ray_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
+                lambda v: user_commands.job_status_command(v[0], key, container, v[1], ports.dashboard_port,
                                                           hosts, user, port, pinned, resubmit=v[2],
                                                           reclaim_dir=autostop.reclaim_dir(config, stack),
                                                           first_step_pattern=first_step, download_pattern=downloads)
@@ -102,21 +103,21 @@ def export_all(
         pulumi.export(
             "jobLogs",
             commands.apply(_running(
-                lambda v: ray_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port,
+                lambda v: user_commands.job_logs_command(v[0], key, container, v[1], ports.dashboard_port,
                                                           hosts, user, port, pinned)
             )),
         )
         pulumi.export(
             "jobStop",
             commands.apply(_running(
-                lambda v: ray_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port,
+                lambda v: user_commands.job_stop_command(v[0], key, container, v[1], ports.dashboard_port,
                                                           hosts, user, port, pinned)
             )),
         )
     else:
         # No job exists to show or stop: the command that submits the prepared one instead.
         pulumi.export("jobSubmitted", False)
-        pulumi.export("jobSubmit", ray_commands.job_submit_command(pulumi.get_stack()))
+        pulumi.export("jobSubmit", user_commands.job_submit_command(pulumi.get_stack()))
 
 
 PAUSED = ("the cluster is stopped (nodes.paused or autostop): no public IP until `pulumi up` starts it "

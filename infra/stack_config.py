@@ -17,7 +17,7 @@ from infra.frameworks import ClusterShape, adapter_for, check_before_deploy
 from infra.frameworks.base import JobSpec
 from infra.layout import DATA_MOUNT, SHARED_MOUNT
 from infra.node import steps
-from infra.ray.commands import files_archive_b64
+from infra.ray.step_env import files_archive_b64
 
 # Sections that may not be held as a secret, and why: what they hold becomes resource names, connection hosts and
 # outputs that Pulumi cannot keep secret, and none of it is a credential. `training`, which may carry values

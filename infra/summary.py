@@ -55,7 +55,7 @@ def _block(label: str, items: Sequence[str], width: int, bullet: str = "") -> li
     return out
 
 
-def render(summary: Summary, width: int = WIDTH, max_lines: int = MAX_LINES) -> list[str]:
+def summary_lines(summary: Summary, width: int = WIDTH, max_lines: int = MAX_LINES) -> list[str]:
     """The summary's lines, never more than max_lines: warnings and notes that do not fit are counted, with where
     to read them (the full plan)."""
     head = [summary.heading, ""]
@@ -94,7 +94,7 @@ def job(config: ClusterConfig, job_id: str | None) -> str:
     return f"{config.training.framework} job{named}: {start}"
 
 
-def cost(figures: Mapping[str, Any] | None, bootstrap_minutes: float | None, basis: str) -> list[str]:
+def cost_section(figures: Mapping[str, Any] | None, bootstrap_minutes: float | None, basis: str) -> list[str]:
     """The four costs (before the job runs, running, paused, after destroy) and when autostop fires. The disk, NAS
     and traffic rates are estimates (infra/cost.py, RATE_SOURCE): said once, not on every line."""
     if not isinstance(figures, Mapping):
@@ -163,10 +163,10 @@ def for_update(config: ClusterConfig, stack: str, machine_type: str, location: s
                 "with the modelled times)",
         placement=[placement(config, machine_type, location, per_node, model)],
         job=[job(config, None)],
-        cost=cost(figures, None, "the region's list price or the catalog's (the `cost` output says which)"),
+        cost=cost_section(figures, None, "the region's list price or the catalog's (the `cost` output says which)"),
         exposure=exposure(config),
         changes=["`pulumi preview` (or the update's own display) lists each resource; steps that find their work "
                  "done return at once"],
         notes=notes(config),
     )
-    return "\n".join(render(result))
+    return "\n".join(summary_lines(result))

@@ -358,11 +358,10 @@ class World:
         return path.read_text() if path.is_file() else ""
 
     def _ready_gate(self, name: str, env: dict[str, str]) -> str | None:
-        """The gate's own driver (RAY_READY_PY in ray_ready.sh) against this world's Ray."""
+        """The gate's own driver (ray_ready.py) against this world's Ray."""
         self.gpus_per_node = int(env["GPUS_PER_NODE"])
         self.save()
-        text = (SCRIPTS / "ray_ready.sh").read_text()
-        driver = text.split("RAY_READY_PY='", 1)[1].split("\n'\n", 1)[0]
+        driver = (SCRIPTS / "ray_ready.py").read_text()
         arguments = [f"{env['HEAD_IP']}:{env['GCS_PORT']}", env["EXPECTED_NODE_IPS"], env["GPUS_PER_NODE"], "30",
                      "0.05", env.get("ACCELERATOR_RESOURCE", "GPU"), env.get("HEAD_GPUS", env["GPUS_PER_NODE"]),
                      str(self.record)]

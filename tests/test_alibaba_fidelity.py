@@ -66,7 +66,7 @@ def test_the_plan_says_the_placement_was_kept_without_a_stock_look_up(capsys):
     later = first_cloud.next_run(stock={})
     from devtools.offline_cloud import run_program
 
-    text = plan.render(run_program("dev", cloud=later))
+    text = plan.plan_text(run_program("dev", cloud=later))
     assert "kept: the cluster exists in cn-hangzhou-i with ecs.gn6v-c8g1.2xlarge" in text
     assert "no stock look-up" in text
 

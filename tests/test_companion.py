@@ -210,18 +210,18 @@ def silent_head():
 
 
 def _unreachable_outputs(port: int, key: Path) -> dict[str, object]:
-    from infra.ray import commands as rc
+    from infra.ray import user_commands
 
     known = str(key.parent / "known_hosts")
     args = ("127.0.0.1", str(key), "roll")
     return {
         **OUTPUTS,
         "nodes": [{"name": "node-0", "publicIp": "127.0.0.1", "privateIp": "10.0.0.100"}],
-        "sshHead": rc.ssh_command("127.0.0.1", str(key), known, "root", port),
-        "dashboardTunnel": rc.dashboard_tunnel_command("127.0.0.1", str(key), 8265, known, "root", port),
-        "jobStatus": rc.job_status_command(*args, "roll-multi-1", 8265, known, "root", port),
-        "jobLogs": rc.job_logs_command(*args, "roll-multi-1", 8265, known, "root", port),
-        "jobStop": rc.job_stop_command(*args, "roll-multi-1", 8265, known, "root", port),
+        "sshHead": user_commands.ssh_command("127.0.0.1", str(key), known, "root", port),
+        "dashboardTunnel": user_commands.dashboard_tunnel_command("127.0.0.1", str(key), 8265, known, "root", port),
+        "jobStatus": user_commands.job_status_command(*args, "roll-multi-1", 8265, known, "root", port),
+        "jobLogs": user_commands.job_logs_command(*args, "roll-multi-1", 8265, known, "root", port),
+        "jobStop": user_commands.job_stop_command(*args, "roll-multi-1", 8265, known, "root", port),
     }
 
 
@@ -232,7 +232,7 @@ def test_an_unreachable_head_ends_the_command_with_the_address_hint(command: str
     key.write_text("not used: the connection never gets that far\n")
     key.chmod(0o600)
     (tmp_path / "outputs.json").write_text(json.dumps(_unreachable_outputs(silent_head, key)))
-    # Bounded by ssh's ConnectTimeout (infra/ray/commands.py), not by this test's limit.
+    # Bounded by ssh's ConnectTimeout (infra/ray/user_commands.py), not by this test's limit.
     result = subprocess.run(["python3", "-m", "companion", command], cwd=REPO, env=shell_env, capture_output=True,
                             text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert result.returncode == 2, result.stderr

@@ -162,16 +162,16 @@ def test_a_200_gib_pl1_disk_keeps_up_with_a_tuned_pull_and_a_smaller_disk_caps_i
     _, pl1 = config_of({})
     assert schedule.disk_mbyte_s(pl1) == 220.0  # min{120 + 0.5 x 200, 350} [28]
     # The sourced tuned pull (~50 MB/s) fits under the default disk's 55 MB/s bound.
-    assert schedule.disk_bound_mbyte_s(pl1) == 55.0 > schedule.c("tuned-pull")
+    assert schedule.disk_bound_mbyte_s(pl1) == 55.0 > schedule.constant("tuned-pull")
     _, auto = config_of({"dataDiskCategory": "cloud_auto"})
-    assert schedule.disk_bound_mbyte_s(auto) == 1000.0 > schedule.c("tuned-pull")
+    assert schedule.disk_bound_mbyte_s(auto) == 1000.0 > schedule.constant("tuned-pull")
     _, no_burst = config_of({"dataDiskCategory": "cloud_auto", "dataDiskBursting": False})
     assert schedule.disk_bound_mbyte_s(no_burst) == 55.0
     _, pl3 = config_of({"dataDiskGb": 1300, "dataDiskPerformanceLevel": "PL3"})
     assert schedule.disk_bound_mbyte_s(pl3) == (120 + 0.5 * 1300) / 4
     # Without a data disk Docker's images are on the system disk, an ESSD PL1 of systemDiskGb: below the pull.
     _, system = config_of({"dataDiskGb": 0, "systemDiskGb": 100})
-    assert schedule.disk_bound_mbyte_s(system) == 42.5 < schedule.c("tuned-pull")
+    assert schedule.disk_bound_mbyte_s(system) == 42.5 < schedule.constant("tuned-pull")
 
 
 def test_the_tuned_pull_on_a_small_disk_takes_longer_and_the_stock_pull_does_not_move() -> None:

@@ -370,7 +370,7 @@ def test_an_image_in_the_regions_registry_comes_over_the_vpc_without_a_warning(c
     vpc_image = "registry-vpc.cn-hangzhou.aliyuncs.com/me/pytorch:nvcr-24.05-py3-torch260-vllm084"
     result = run("multi", config={"roll-cluster:container": {"image": vpc_image}})
     assert configured_path(result.notes["config"]) == "in-region"
-    text = plan.render(result)
+    text = plan.plan_text(result)
     assert "25 GB from registry-vpc.cn-hangzhou.aliyuncs.com over the VPC" in text
     assert "  WARNING  " not in text
     assert "<- this stack" in next(line for line in text.splitlines() if "in the region's registry" in line)
@@ -381,7 +381,7 @@ def test_a_registry_outside_china_in_a_mainland_region_is_warned_about() -> None
     # abroad are allowed but warned about.
     abroad = "nvcr.io/nvidia/pytorch:nvcr-24.05-py3-torch260-vllm084"
     result = run("multi", config={"roll-cluster:container": {"image": abroad}})
-    text = plan.render(result)
+    text = plan.plan_text(result)
     assert "nvcr.io is outside China" in text
 
 
@@ -393,7 +393,7 @@ def test_without_shared_storage_the_model_is_read_from_each_nodes_data_disk_flat
     assert plans[2].step_minutes("node-0/weights") == plans[256].step_minutes("node-0/weights") == pytest.approx(1.14,
                                                                                                             abs=0.01)
     assert "data disk" in plans[2].profile.model_how
-    text = plan.render(result, parallel=8)
+    text = plan.plan_text(result, parallel=8)
     assert "warm start: baked image (nodes.image), model on the data disks" in text
 
 

@@ -32,7 +32,7 @@ from infra.frameworks import (
     adapter_for,
     check_before_deploy,
 )
-from infra.frameworks.roll import resume_command
+from infra.frameworks.roll import roll_resume_command
 from infra.frameworks.verl import hydra_value
 
 RAY_SUBMISSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
@@ -203,7 +203,7 @@ def test_roll_job_submits_the_launcher_on_the_config_built_before_deployment() -
     assert job.workdir == "/workspace/ROLL"
     assert job.entrypoint == (
         "cd /workspace/ROLL && "
-        + resume_command("examples/pulumi/dev-agent_val_frozen_lake_single_node_demo.yaml")
+        + roll_resume_command("examples/pulumi/dev-agent_val_frozen_lake_single_node_demo.yaml")
         + " && PYTHONPATH=/workspace/ROLL python3 examples/start_agentic_pipeline.py "
         "--config_path pulumi --config_name dev-agent_val_frozen_lake_single_node_demo"
     )

@@ -185,7 +185,7 @@ def test_the_summary_counts_what_it_leaves_out_instead_of_passing_50_lines():
 
     many = summary.Summary(heading="h", placement=["p"], warnings=[f"warning {i} " + "x" * 200 for i in range(40)],
                            notes=["a note"], next=["n"])
-    lines = summary.render(many)
+    lines = summary.summary_lines(many)
     assert len(lines) == 50
     assert lines[-2].strip().startswith("... ") and "more warnings or notes: the full plan (--full)" in lines[-2]
     assert lines[-1].startswith("next")

@@ -1,4 +1,5 @@
-"""infra/ray/commands.py: the environments of the Ray and job steps and the commands users copy from the stack
+"""infra/ray/step_env.py and infra/ray/user_commands.py: the environments of the Ray and job steps and the commands
+users copy from the stack
 outputs. The scripts' behaviour on real hosts is in tests/e2e; here: what each step is told, that custom ports
 (seed 004: 8100/8101/8102) reach every env and command, that user commands survive a real shell, and that
 every step's concatenated script is valid, shellcheck-clean bash."""
@@ -20,33 +21,34 @@ from pathlib import Path
 import pytest
 
 from infra.node.remote import render_plain, script_text
-from infra.ray import commands as rc
+from infra.ray import step_env, user_commands
 
-CUSTOM = rc.RaySettings(
+CUSTOM = step_env.RaySettings(
     container_name="roll",
     gpus_per_node=8,
-    ports=rc.RayPorts(gcs=8100, dashboard=8101, client=8102),
+    ports=step_env.RayPorts(gcs=8100, dashboard=8101, client=8102),
     dashboard_host="0.0.0.0",
     temp_dir="/data/ray/tmp",
     spill_dir="/data/ray/spill",
     extra_env_names=("WANDB_API_KEY", "HF_TOKEN"),
 )
-JOB = rc.JobSpec(job_id="roll-dev-0123456789", workdir="/workspace/ROLL", entrypoint="python3 train.py")
+JOB = step_env.JobSubmission(job_id="roll-dev-0123456789", workdir="/workspace/ROLL", entrypoint="python3 train.py")
 ALL_STEPS = [
-    rc.HEAD_STEP,
-    rc.WORKER_STEP,
-    rc.READY_STEP,
-    rc.RAY_STOP_STEP,
-    rc.JOB_STOP_STEP,
-    rc.REWARD_SERVER_STEP,
-    rc.REWARD_STOP_STEP,
-    rc.submit_step(JOB),
-    rc.submit_step(rc.JobSpec("with-reward", "/w", "true", reward_server=rc.RewardServer("serve", port=5001))),
+    step_env.HEAD_STEP,
+    step_env.WORKER_STEP,
+    step_env.READY_STEP,
+    step_env.RAY_STOP_STEP,
+    step_env.JOB_STOP_STEP,
+    step_env.REWARD_SERVER_STEP,
+    step_env.REWARD_STOP_STEP,
+    step_env.submit_step(JOB),
+    step_env.submit_step(
+        step_env.JobSubmission("with-reward", "/w", "true", reward_server=step_env.RewardServer("serve", port=5001))),
 ]
 
 
 def test_head_env_carries_custom_ports_rank_zero_and_the_data_disk_dirs() -> None:
-    env = rc.head_env(CUSTOM, "10.0.0.10")
+    env = step_env.head_env(CUSTOM, "10.0.0.10")
     assert env == {
         "CONTAINER_NAME": "roll",
         "NODE_IP": "10.0.0.10",
@@ -67,28 +69,29 @@ def test_head_env_carries_custom_ports_rank_zero_and_the_data_disk_dirs() -> Non
 
 
 def test_npus_are_announced_as_the_custom_resource_mindspeed_rl_reads_with_jemalloc_for_ray() -> None:
-    settings = rc.RaySettings(container_name="rl", gpus_per_node=8, accelerator_resource="NPU", preload_jemalloc=True)
-    for env in (rc.head_env(settings, "10.0.0.10"), rc.worker_env(settings, "10.0.0.11", "10.0.0.10", 1)):
+    settings = step_env.RaySettings(container_name="rl", gpus_per_node=8, accelerator_resource="NPU",
+                                    preload_jemalloc=True)
+    for env in (step_env.head_env(settings, "10.0.0.10"), step_env.worker_env(settings, "10.0.0.11", "10.0.0.10", 1)):
         assert env["NUM_GPUS"] == "0"
         assert json.loads(env["RAY_RESOURCES"]) == {"NPU": 8}
         assert env["RAY_PRELOAD_JEMALLOC"] == "1"
-    assert rc.ready_env(settings, "10.0.0.10", ["10.0.0.10"])["ACCELERATOR_RESOURCE"] == "NPU"
+    assert step_env.ready_env(settings, "10.0.0.10", ["10.0.0.10"])["ACCELERATOR_RESOURCE"] == "NPU"
     with pytest.raises(ValueError, match="GPU or NPU"):
-        rc.RaySettings(container_name="rl", gpus_per_node=8, accelerator_resource="TPU")
+        step_env.RaySettings(container_name="rl", gpus_per_node=8, accelerator_resource="TPU")
 
 
 def test_user_commands_reach_a_host_by_name_with_its_own_user_and_port() -> None:
-    assert rc.ssh_command("gpu-1.example.com", "~/.ssh/k", user="ubuntu", port=2222) == (
+    assert user_commands.ssh_command("gpu-1.example.com", "~/.ssh/k", user="ubuntu", port=2222) == (
         "ssh -i ~/.ssh/k -o IdentitiesOnly=yes -o ConnectTimeout=10 -p 2222 -- ubuntu@gpu-1.example.com"
     )
-    status = rc.job_status_command("10.0.0.10", "/k", "roll", "job-1", 8265, user="ops", port=22)
+    status = user_commands.job_status_command("10.0.0.10", "/k", "roll", "job-1", 8265, user="ops", port=22)
     assert status.startswith("ssh -i /k -o IdentitiesOnly=yes -o ConnectTimeout=10 -- ops@10.0.0.10 ")
     with pytest.raises(ValueError):
-        rc.ssh_command("bad host;rm", "/k")
+        user_commands.ssh_command("bad host;rm", "/k")
 
 
 def test_worker_env_points_at_the_head_gcs_port_with_its_rank() -> None:
-    env = rc.worker_env(CUSTOM, "10.0.0.11", "10.0.0.10", 3)
+    env = step_env.worker_env(CUSTOM, "10.0.0.11", "10.0.0.10", 3)
     assert (env["NODE_IP"], env["HEAD_IP"], env["GCS_PORT"], env["NODE_RANK"]) == (
         "10.0.0.11",
         "10.0.0.10",
@@ -98,11 +101,11 @@ def test_worker_env_points_at_the_head_gcs_port_with_its_rank() -> None:
     assert env["HEAD_WAIT_TIMEOUT_S"] == "900"
     assert "DASHBOARD_PORT" not in env  # workers have no dashboard
     with pytest.raises(ValueError, match="rank is 1 or more"):
-        rc.worker_env(CUSTOM, "10.0.0.11", "10.0.0.10", 0)
+        step_env.worker_env(CUSTOM, "10.0.0.11", "10.0.0.10", 0)
 
 
 def test_ready_env_expects_every_node_with_the_gpus_of_one() -> None:
-    env = rc.ready_env(CUSTOM, "10.0.0.10", ["10.0.0.10", "10.0.0.11"])
+    env = step_env.ready_env(CUSTOM, "10.0.0.10", ["10.0.0.10", "10.0.0.11"])
     assert env == {
         "CONTAINER_NAME": "roll",
         "HEAD_IP": "10.0.0.10",
@@ -114,13 +117,13 @@ def test_ready_env_expects_every_node_with_the_gpus_of_one() -> None:
         "READY_TIMEOUT_S": "900",
     }
     with pytest.raises(ValueError, match="not among the node IPs"):
-        rc.ready_env(CUSTOM, "10.0.0.9", ["10.0.0.10"])
+        step_env.ready_env(CUSTOM, "10.0.0.9", ["10.0.0.10"])
     with pytest.raises(ValueError, match="repeat"):
-        rc.ready_env(CUSTOM, "10.0.0.10", ["10.0.0.10", "10.0.0.10"])
+        step_env.ready_env(CUSTOM, "10.0.0.10", ["10.0.0.10", "10.0.0.10"])
 
 
 def test_submit_and_job_stop_use_the_custom_dashboard_port() -> None:
-    submit = rc.submit_env(CUSTOM, JOB)
+    submit = step_env.submit_env(CUSTOM, JOB)
     assert submit["DASHBOARD_PORT"] == "8101"
     assert (submit["JOB_ID"], submit["JOB_WORKDIR"], submit["JOB_ENTRYPOINT"]) == (
         "roll-dev-0123456789",
@@ -128,7 +131,7 @@ def test_submit_and_job_stop_use_the_custom_dashboard_port() -> None:
         "python3 train.py",
     )
     assert submit["JOB_FILES_B64"] == submit["JOB_RUNTIME_ENV_JSON"] == submit["RAY_EXTRA_ENV_NAMES"] == ""
-    assert rc.job_stop_env(CUSTOM, "roll-dev-0123456789") == {
+    assert step_env.job_stop_env(CUSTOM, "roll-dev-0123456789") == {
         "CONTAINER_NAME": "roll",
         "DASHBOARD_PORT": "8101",
         "JOB_ID": "roll-dev-0123456789",
@@ -136,27 +139,28 @@ def test_submit_and_job_stop_use_the_custom_dashboard_port() -> None:
 
 
 def test_a_job_with_a_reward_server_starts_it_in_the_submit_step() -> None:
-    job = rc.JobSpec(
+    job = step_env.JobSubmission(
         job_id="openrlhf-x",
         workdir="/workspace/OpenRLHF",
         entrypoint="python3 -m openrlhf.cli.train_ppo_ray",
         runtime_env={"working_dir": "/workspace/OpenRLHF", "env_vars": {"B": "2", "A": "1"}},
-        reward_server=rc.RewardServer("python3 -m openrlhf.cli.serve_rm --port 5001", port=5001, workdir="/w"),
+        reward_server=step_env.RewardServer("python3 -m openrlhf.cli.serve_rm --port 5001", port=5001, workdir="/w"),
     )
-    env = rc.submit_env(CUSTOM, job, extra_env_names=["HF_TOKEN"])
-    assert rc.submit_step(job).scripts == ("ray_common.sh", "reward_server.sh", "checkpoint_find.sh", "job_submit.sh")
-    assert rc.submit_step(JOB).scripts == ("ray_common.sh", "checkpoint_find.sh", "job_submit.sh")
+    env = step_env.submit_env(CUSTOM, job, extra_env_names=["HF_TOKEN"])
+    assert step_env.submit_step(job).scripts == (
+        "ray_common.sh", "reward_server.sh", "checkpoint_find.sh", "job_submit.sh")
+    assert step_env.submit_step(JOB).scripts == ("ray_common.sh", "checkpoint_find.sh", "job_submit.sh")
     assert env["REWARD_COMMAND"] == "python3 -m openrlhf.cli.serve_rm --port 5001"
     assert (env["REWARD_PORT"], env["REWARD_WORKDIR"], env["RAY_EXTRA_ENV_NAMES"]) == ("5001", "/w", "HF_TOKEN")
     # Sorted keys: the same configuration renders the same command, so Pulumi sees no change.
     assert env["JOB_RUNTIME_ENV_JSON"] == '{"env_vars": {"A": "1", "B": "2"}, "working_dir": "/workspace/OpenRLHF"}'
-    assert rc.reward_stop_env(CUSTOM) == {"CONTAINER_NAME": "roll", "REWARD_ACTION": "stop"}
+    assert step_env.reward_stop_env(CUSTOM) == {"CONTAINER_NAME": "roll", "REWARD_ACTION": "stop"}
 
 
 def test_job_files_archive_is_reproducible_and_lands_under_its_absolute_paths() -> None:
     files = {"/workspace/ROLL/examples/pulumi/b.yaml": "b: 2\n", "/workspace/ROLL/examples/pulumi/a.yaml": "a: 1\n"}
-    archive = rc.files_archive_b64(files)
-    assert rc.files_archive_b64(dict(reversed(files.items()))) == archive
+    archive = step_env.files_archive_b64(files)
+    assert step_env.files_archive_b64(dict(reversed(files.items()))) == archive
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(archive)), mode="r:gz") as tar:
         contents = {}
         for member in tar.getmembers():
@@ -166,24 +170,24 @@ def test_job_files_archive_is_reproducible_and_lands_under_its_absolute_paths() 
     assert contents == {path.lstrip("/"): text for path, text in files.items()}
     for bad in ("relative.yaml", "/a/../etc/passwd", "/dir/"):
         with pytest.raises(ValueError, match="absolute path to a file"):
-            rc.files_archive_b64({bad: "x"})
+            step_env.files_archive_b64({bad: "x"})
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: rc.RayPorts(gcs=8100, dashboard=8100, client=8102),
-        lambda: rc.RayPorts(gcs=0),
-        lambda: rc.RaySettings(container_name="bad name", gpus_per_node=1),
-        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, dashboard_host="10.0.0.1"),
-        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, spill_dir="data/spill"),
-        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, object_store_memory=1024),
-        lambda: rc.RaySettings(container_name="roll", gpus_per_node=1, extra_env_names=("WANDB-KEY",)),
-        lambda: rc.JobSpec(job_id="has space", workdir="/w", entrypoint="true"),
-        lambda: rc.JobSpec(job_id="ok", workdir="relative", entrypoint="true"),
-        lambda: rc.JobSpec(job_id="ok", workdir="/w", entrypoint="  "),
-        lambda: rc.RewardServer(command="serve", port=70000),
-        lambda: rc.head_env(CUSTOM, "not-an-ip"),
+        lambda: step_env.RayPorts(gcs=8100, dashboard=8100, client=8102),
+        lambda: step_env.RayPorts(gcs=0),
+        lambda: step_env.RaySettings(container_name="bad name", gpus_per_node=1),
+        lambda: step_env.RaySettings(container_name="roll", gpus_per_node=1, dashboard_host="10.0.0.1"),
+        lambda: step_env.RaySettings(container_name="roll", gpus_per_node=1, spill_dir="data/spill"),
+        lambda: step_env.RaySettings(container_name="roll", gpus_per_node=1, object_store_memory=1024),
+        lambda: step_env.RaySettings(container_name="roll", gpus_per_node=1, extra_env_names=("WANDB-KEY",)),
+        lambda: step_env.JobSubmission(job_id="has space", workdir="/w", entrypoint="true"),
+        lambda: step_env.JobSubmission(job_id="ok", workdir="relative", entrypoint="true"),
+        lambda: step_env.JobSubmission(job_id="ok", workdir="/w", entrypoint="  "),
+        lambda: step_env.RewardServer(command="serve", port=70000),
+        lambda: step_env.head_env(CUSTOM, "not-an-ip"),
     ],
 )
 def test_invalid_values_are_refused_before_anything_runs(make: Callable[[], object]) -> None:
@@ -193,21 +197,21 @@ def test_invalid_values_are_refused_before_anything_runs(make: Callable[[], obje
 
 def test_user_commands_carry_the_custom_ports() -> None:
     key = "~/.ssh/id_ed25519"
-    assert rc.ray_address("10.0.0.10", 8100) == "10.0.0.10:8100"
-    assert rc.ssh_command("47.1.2.3", key) == (
+    assert user_commands.ray_address("10.0.0.10", 8100) == "10.0.0.10:8100"
+    assert user_commands.ssh_command("47.1.2.3", key) == (
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 -- root@47.1.2.3"
     )
-    assert rc.dashboard_url("47.1.2.3", 8101) == "http://47.1.2.3:8101"
-    assert rc.dashboard_tunnel_command("47.1.2.3", key, 8101) == (
+    assert user_commands.dashboard_url("47.1.2.3", 8101) == "http://47.1.2.3:8101"
+    assert user_commands.dashboard_tunnel_command("47.1.2.3", key, 8101) == (
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 -N -L 8101:127.0.0.1:8101 -- root@47.1.2.3"
     )
-    status = rc.job_status_command("47.1.2.3", key, "roll", "job-1", 8101)
+    status = user_commands.job_status_command("47.1.2.3", key, "roll", "job-1", 8101)
     assert status.startswith(
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 "
         "-- root@47.1.2.3 'docker exec roll bash -c "
     )
     assert "job-status job-1 http://127.0.0.1:8101 " in status
-    assert rc.job_logs_command("47.1.2.3", key, "roll", "job-1", 8101) == (
+    assert user_commands.job_logs_command("47.1.2.3", key, "roll", "job-1", 8101) == (
         "ssh -i ~/.ssh/id_ed25519 -o IdentitiesOnly=yes -o ConnectTimeout=10 -- root@47.1.2.3 "
         "'docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101'"
     )
@@ -227,7 +231,7 @@ def test_user_commands_reach_ssh_as_intended_through_a_real_shell(tmp_path: Path
         return done.stdout.splitlines()
 
     known = "~/.ssh/roll-cluster/dev.known_hosts"
-    assert argv(rc.job_logs_command("47.1.2.3", "~/.ssh/id_ed25519", "roll", "job-1", 8101, known)) == [
+    assert argv(user_commands.job_logs_command("47.1.2.3", "~/.ssh/id_ed25519", "roll", "job-1", 8101, known)) == [
         "-i",
         "/home/someone/.ssh/id_ed25519",
         "-o",
@@ -241,11 +245,11 @@ def test_user_commands_reach_ssh_as_intended_through_a_real_shell(tmp_path: Path
         "--", "root@47.1.2.3",
         "docker exec roll ray job logs --follow job-1 --address http://127.0.0.1:8101",
     ]
-    assert argv(rc.dashboard_tunnel_command("47.1.2.3", "/keys/my key", 8101))[:2] == ["-i", "/keys/my key"]
+    assert argv(user_commands.dashboard_tunnel_command("47.1.2.3", "/keys/my key", 8101))[:2] == ["-i", "/keys/my key"]
 
 
 @pytest.mark.parametrize("step", ALL_STEPS, ids=lambda s: f"{s.step}:{'+'.join(s.scripts)}")
-def test_every_step_renders_to_valid_shellcheck_clean_bash(step: rc.StepScripts) -> None:
+def test_every_step_renders_to_valid_shellcheck_clean_bash(step: step_env.StepScripts) -> None:
     command = render_plain(step.step, step.scripts, {"CONTAINER_NAME": "roll"})
     assert subprocess.run(["bash", "-n", "-c", command], capture_output=True).returncode == 0
     beside_python = Path(sys.executable).parent / "shellcheck"
@@ -285,7 +289,8 @@ def run_job_status(
     scripts = {
         "ssh": '#!/bin/sh\nfor last in "$@"; do :; done\nexec sh -c "$last"\n',
         "docker": '#!/bin/bash\nshift 2\nargs=()\nfor a in "$@"; do\n'
-                  f'  [[ "$a" == {rc.SUBMITTED_JOBS_DIR} ]] && a={marks}\n  args+=("$a")\ndone\nexec "${{args[@]}}"\n',
+                  f'  [[ "$a" == {user_commands.SUBMITTED_JOBS_DIR} ]] && a={marks}\n  args+=("$a")\n'
+                  'done\nexec "${args[@]}"\n',
         "ray": f'#!/bin/bash\ncalls={tmp_path}/ray-calls\necho >> "$calls"\n'
                f'if [ "$(wc -l < "$calls")" -le {unanswered} ]; then\n'
                f'  printf "%s\\n" {shlex.quote(NOT_ANSWERING)} >&2; exit 1\nfi\n'
@@ -294,8 +299,8 @@ def run_job_status(
     for name, text in scripts.items():
         (fake_bin / name).write_text(text)
         (fake_bin / name).chmod(0o755)
-    resubmit = rc.job_resubmit_command("dev", URN)
-    command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101, resubmit=resubmit,
+    resubmit = user_commands.job_resubmit_command("dev", URN)
+    command = user_commands.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101, resubmit=resubmit,
                                     api_wait_s=api_wait_s, reclaim_dir=reclaim_dir)
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
     return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=False)
@@ -353,11 +358,12 @@ def test_job_status_says_another_error_at_once_without_waiting_or_a_traceback(tm
 
 
 def test_the_resubmit_command_replaces_the_job_step_by_its_urn() -> None:
-    assert rc.job_resubmit_command("org/proj/dev", URN) == f"pulumi up --stack org/proj/dev --replace '{URN}'"
+    resubmit = user_commands.job_resubmit_command("org/proj/dev", URN)
+    assert resubmit == f"pulumi up --stack org/proj/dev --replace '{URN}'"
     with pytest.raises(ValueError):
-        rc.job_resubmit_command("dev", "training-job")
+        user_commands.job_resubmit_command("dev", "training-job")
     with pytest.raises(ValueError):
-        rc.job_resubmit_command("dev; rm -rf /", URN)
+        user_commands.job_resubmit_command("dev; rm -rf /", URN)
 
 
 @pytest.mark.parametrize(
@@ -372,7 +378,8 @@ def test_the_resubmit_command_replaces_the_job_step_by_its_urn() -> None:
     ],
 )
 def test_job_status_says_which_phase_the_job_is_in(tmp_path: Path, status: str, log: str, phase: str) -> None:
-    from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+    from infra.frameworks import RollAdapter
+    from infra.frameworks.base import DOWNLOAD_PATTERN
 
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
@@ -385,8 +392,9 @@ def test_job_status_says_which_phase_the_job_is_in(tmp_path: Path, status: str, 
     for name, text in scripts.items():
         (fake_bin / name).write_text(text)
         (fake_bin / name).chmod(0o755)
-    command = rc.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101,
-                                    first_step_pattern=FIRST_STEP_PATTERNS["roll"], download_pattern=DOWNLOAD_PATTERN)
+    command = user_commands.job_status_command("47.1.2.3", "/k", "roll", "job-1", 8101,
+                                    first_step_pattern=RollAdapter.first_step_pattern,
+                                    download_pattern=DOWNLOAD_PATTERN)
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
     result = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result

@@ -21,7 +21,7 @@ from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks import adapter_for, openrlhf
 from infra.frameworks.base import RESUME_VARIABLE
 from infra.frameworks.mindspeed_rl import MindSpeedRlAdapter
-from infra.frameworks.roll import resume_command as roll_resume
+from infra.frameworks.roll import roll_resume_command
 
 FINDER = Path(__file__).resolve().parent.parent / "infra" / "scripts" / "checkpoint_find.sh"
 
@@ -67,7 +67,8 @@ def test_roll_skips_a_marked_checkpoint_whose_copy_failed_and_resumes_from_the_o
 
     yaml_path = "examples/pulumi/x.yaml"
     write(tmp_path / yaml_path, spec.rendered_config)
-    result = subprocess.run(["bash", "-c", roll_resume(yaml_path)], cwd=tmp_path, capture_output=True, text=True,
+    result = subprocess.run(["bash", "-c", roll_resume_command(yaml_path)], cwd=tmp_path, capture_output=True,
+                            text=True,
                             env={**os.environ, RESUME_VARIABLE: found})
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load((tmp_path / yaml_path).read_text())["resume_from_checkpoint"] == found
@@ -119,8 +120,8 @@ def test_openrlhf_resumes_by_tag_from_the_newest_complete_one_not_from_latest(tm
     assert found == str(tmp_path / "_actor" / "global_step10")
 
     # The job's entrypoint starts with the resume part for its own checkpoint directory.
-    assert job.entrypoint.startswith(openrlhf.resume_command(saves.directory) + " exec python3 -m ")
-    result, arguments = handed(openrlhf.resume_command(str(tmp_path)), found, tmp_path)
+    assert job.entrypoint.startswith(openrlhf.openrlhf_resume_command(saves.directory) + " exec python3 -m ")
+    result, arguments = handed(openrlhf.openrlhf_resume_command(str(tmp_path)), found, tmp_path)
     assert result.returncode == 0, result.stderr
     assert arguments == ["--ckpt.load_enable"]
     # DeepSpeed loads the tag `latest` names: both now name the one found.
@@ -129,7 +130,7 @@ def test_openrlhf_resumes_by_tag_from_the_newest_complete_one_not_from_latest(tm
 
 
 def test_openrlhf_without_a_checkpoint_starts_fresh(tmp_path: Path) -> None:
-    result, arguments = handed(openrlhf.resume_command(str(tmp_path)), "", tmp_path)
+    result, arguments = handed(openrlhf.openrlhf_resume_command(str(tmp_path)), "", tmp_path)
     assert result.returncode == 0 and arguments == []
     assert not (tmp_path / "_actor").exists()
 

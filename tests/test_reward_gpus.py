@@ -91,7 +91,7 @@ def test_job_config_is_known_in_a_first_preview_with_a_reward_server():
 
 
 def test_the_submitted_job_gets_the_heads_address_in_its_reward_url(tmp_path: Path):
-    """The submit client (ray_common.sh, RAY_JOB_CLIENT_PY) against a stand-in Jobs API: the entrypoint Ray would run
+    """The submit client (ray_job_client.py) against a stand-in Jobs API: the entrypoint Ray would run
     with /bin/sh, run here with a printf for python3, passes OpenRLHF the head's private IP."""
     result = run("openrlhf")
     head_ip = result.outputs["nodes"][0]["privateIp"]
@@ -110,8 +110,7 @@ def test_the_submitted_job_gets_the_heads_address_in_its_reward_url(tmp_path: Pa
     submitted = tmp_path / "entrypoint"
     entry = env["JOB_ENTRYPOINT"].replace("python3 -m openrlhf.cli.train_ppo_ray", "printf '%s\\n'")
     done = subprocess.run(
-        ["bash", "-c", f'source {SCRIPTS_DIR / "lib.sh"}; source {SCRIPTS_DIR / "ray_common.sh"}; '
-                       'python3 -c "$RAY_JOB_CLIENT_PY" submit job-1'],
+        ["python3", str(SCRIPTS_DIR / "ray_job_client.py"), "submit", "job-1"],
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(stub.parent), "SUBMITTED": str(submitted),
              "RAY_JOB_API": "http://127.0.0.1:1", "JOB_ENTRYPOINT": entry, "JOB_WORKDIR": str(tmp_path),
              "JOB_HEAD_IP": env["JOB_HEAD_IP"], "ROLL_LOG_DIR": str(tmp_path / "log"), "ROLL_STEP": "job"},

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from offline_helpers import run
 
-from infra.frameworks.roll import resume_command
+from infra.frameworks.roll import roll_resume_command
 
 ROLL_STACKS = ("dev", "multi", "large", "hosts")
 
@@ -93,7 +93,7 @@ def entrypoint_resume(tmp_path: Path, text: str, resume_from: str) -> tuple[subp
     out = "examples/pulumi/x.yaml"
     (tmp_path / "examples" / "pulumi").mkdir(parents=True)
     (tmp_path / out).write_text(text)
-    result = subprocess.run(["bash", "-c", resume_command(out)], cwd=tmp_path, capture_output=True, text=True,
+    result = subprocess.run(["bash", "-c", roll_resume_command(out)], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "ROLL_CLUSTER_RESUME_FROM": resume_from})
     return result, (tmp_path / out).read_text()
 
@@ -107,7 +107,7 @@ def test_the_entrypoint_hands_roll_the_path_the_job_step_found(tmp_path: Path) -
     assert f"ROLL resumes from {path}" in result.stdout
     assert yaml.safe_load(written)["resume_from_checkpoint"] == path  # a str: ROLL loads exactly that
     shipped = "examples/pulumi/multi-agent_val_frozen_lake_multi_nodes_demo.yaml"
-    assert f"cd /workspace/ROLL && {resume_command(shipped)} && " in spec.entrypoint
+    assert f"cd /workspace/ROLL && {roll_resume_command(shipped)} && " in spec.entrypoint
 
 
 def test_the_entrypoint_refuses_to_run_when_it_cannot_hand_over_the_path(tmp_path: Path) -> None:

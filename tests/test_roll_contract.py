@@ -35,7 +35,7 @@ def shipped(stack: str, **kwargs: Any) -> tuple[str, dict[str, Any]]:
 def test_every_key_of_the_shipped_config_is_a_roll_field_with_an_allowed_value(stack: str) -> None:
     text, _ = shipped(stack)
     config = yaml.safe_load(text)
-    assert roll_keys.load().check(config, ROLL_STACKS[stack]) == []
+    assert roll_keys.load_roll_keys().check(config, ROLL_STACKS[stack]) == []
 
 
 @pytest.mark.parametrize("stack", sorted(ROLL_STACKS))
@@ -44,7 +44,7 @@ def test_the_shipped_config_passes_rolls_start_up_rules(stack: str) -> None:
     cluster = roll_render.Cluster(
         facts["stack"], facts["nodes"], facts["gpus_per_node"], facts["bf16"], facts["shared_dir"], facts["data_dir"]
     )
-    result = roll_checks.check(yaml.safe_load(text), cluster, ROLL_STACKS[stack], roll_keys.load())
+    result = roll_checks.check(yaml.safe_load(text), cluster, ROLL_STACKS[stack], roll_keys.load_roll_keys())
     assert result.errors == []
 
 
@@ -65,7 +65,7 @@ def test_hydra_composes_and_resolves_the_shipped_file_as_rolls_launcher_does(sta
 def test_a_wrong_key_or_a_missing_required_value_fails() -> None:
     text, _ = shipped("dev")
     config = yaml.safe_load(text)
-    keys = roll_keys.load()
+    keys = roll_keys.load_roll_keys()
     config["actor_train"]["model_args"]["dtpye"] = "fp16"
     config["rollout_batchsize"] = 16
     problems = {p.key: p.message for p in keys.check(config, "agentic")}
@@ -89,7 +89,7 @@ def test_a_misspelt_override_stops_the_program_before_any_resource() -> None:
 
 
 def test_the_key_list_is_of_the_pinned_ref_and_covers_every_pipeline_the_config_allows() -> None:
-    keys = roll_keys.load()
+    keys = roll_keys.load_roll_keys()
     assert keys.ref == DEFAULT_ROLL_REF
     assert set(ROLL_PIPELINES) <= set(keys.pipelines())
     fields = keys.fields("roll.configs.model_args.ModelArguments")

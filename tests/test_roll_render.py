@@ -15,7 +15,7 @@ from infra.frameworks import roll_checks, roll_keys, roll_render, roll_sources
 from infra.frameworks.roll_compose import ComposeError, compose
 
 EXAMPLES = roll_sources.CheckoutExamples(ROLL_SNAPSHOT)
-KEYS = roll_keys.load()
+KEYS = roll_keys.load_roll_keys()
 SINGLE = "agentic_demo/agent_val_frozen_lake_single_node_demo.yaml"
 MULTI = "agentic_demo/agent_val_frozen_lake_multi_nodes_demo.yaml"
 RLVR = "qwen2.5-7B-rlvr_megatron/rlvr_config.yaml"
@@ -33,7 +33,7 @@ def pipeline_of(name: str) -> str:
 
 def rendered(name: str, cluster: roll_render.Cluster, overrides: dict[str, Any] | None = None) -> roll_render.Rendered:
     composed, _ = compose(EXAMPLES.read, name)
-    return roll_render.render(
+    return roll_render.render_roll_config(
         composed, cluster, roll_render.expand_dotted(overrides or {}), KEYS, pipeline_of(name)
     )
 

@@ -27,7 +27,7 @@ from devtools import plan
 from devtools.offline_cloud import is_secret, reveal, unwrap
 from infra.node import remote, steps
 from infra.node.remote import SCRIPTS_DIR
-from infra.ray import commands as rc
+from infra.ray import step_env
 
 LIB = SCRIPTS_DIR / "lib.sh"
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -338,11 +338,11 @@ def test_after_a_reboot_ray_starts_exactly_as_the_ray_step_started_it_jemalloc_p
     main: subprocess.Popen[bytes] | None = None
     try:
         if role == "head":
-            step = rc.HEAD_STEP
+            step = step_env.HEAD_STEP
             env.update(DASHBOARD_PORT=str(free_port()), CLIENT_PORT=str(free_port()), NODE_RANK="0",
                        RAY_START_TIMEOUT_S="20")
         else:
-            step = rc.WORKER_STEP
+            step = step_env.WORKER_STEP
             env.update(HEAD_IP="127.0.0.1", NODE_RANK="1", HEAD_WAIT_TIMEOUT_S="20", HEAD_POLL_INTERVAL_S="1")
             head = socket.socket()  # the head's GCS answers
             head.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -4,6 +4,7 @@ that what Pulumi stores per node stays in kilobytes and a change shows only wher
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -155,3 +156,50 @@ def test_the_user_data_leaves_comments_out_but_keeps_here_documents() -> None:
     assert "\n# Shared helpers" not in text and "# ---- first_boot.sh ----" in text
     assert "[Service]\n" in text  # lib.sh's unit file, a here-document, whole
     assert subprocess.run(["bash", "-n", "-c", text], capture_output=True).returncode == 0
+
+
+# Python in a shell string or here-document: a line of Python statements (an import, a def, a print, a loop over
+# sys.argv or json) or a `-c` program beyond a bare import, which only checks that a module is there.
+PYTHON_LINE = re.compile(r"^\s*(import \w|from [\w.]+ import |def \w+\(|print\(|for .* in .*(sys\.argv|json\.))")
+PYTHON_PROGRAM = re.compile(r"""-c\s+(['"])(?!import [\w.]+(, [\w.]+)*\1)[^'"]*(\bimport\b|print\(|sys\.)""")
+
+
+def python_in_shell(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if not line.lstrip().startswith("#") and (PYTHON_LINE.match(line) or PYTHON_PROGRAM.search(line))]
+
+
+def test_no_python_inside_the_shell_scripts() -> None:
+    """Node logic in Python lives in infra/scripts/*.py (ruff and mypy check it), shipped in the library."""
+    scripts = sorted((remote.SCRIPTS_DIR).rglob("*.sh"))
+    assert len(scripts) > 30
+    found = {str(p.relative_to(remote.SCRIPTS_DIR)): lines
+             for p in scripts if (lines := python_in_shell(p.read_text()))}
+    assert not found, f"Python inside shell scripts: {found}"
+
+
+def test_the_python_check_sees_python_where_there_is_some() -> None:
+    assert python_in_shell("X='\nimport os, sys\nprint(1)\n'")
+    assert python_in_shell("python3 - <<'PY'\nfrom a.b import c\nPY")
+    assert python_in_shell("""python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' x""")
+    assert python_in_shell("""MODELS=$(python3 -c 'import json, sys\nfor a in json.loads(sys.argv[1]):""")
+    assert not python_in_shell("""  "$python" -c 'import ensurepip, venv' >/dev/null 2>&1 ||""")
+    assert not python_in_shell("""python3 "$HELPER_MODEL_LIST" "$MODELS_JSON"\n# import os: a comment""")
+
+
+def test_a_step_names_the_python_helpers_its_scripts_use_and_its_node_has_them() -> None:
+    command = remote.render_plain("ray-ready", ["ray_common.sh", "ray_ready.sh"], {"NODE_NAME": "node-0"})
+    for helper in ("ray_processes.py", "ray_job_client.py", "ray_ready.py"):
+        variable = "HELPER_" + helper.removesuffix(".py").upper()
+        assert f"{variable}={remote.LIBRARY_DIR}/{remote.library_name(helper)}\n" in command, helper
+        assert (PROJECT_DIR / remote.staged_library() / remote.library_name(helper)).is_file()
+    # A step whose scripts use no helper names none.
+    assert "HELPER_" not in remote.render_plain("prepare-host", ["prepare_host.sh"], {})
+
+
+def test_every_helper_a_script_names_exists_and_nothing_without_a_library_needs_one() -> None:
+    for script in sorted(p.name for p in remote.SCRIPTS_DIR.glob("*.sh")):
+        remote.helpers([script])  # raises for a helper that is not there
+    assert remote.helpers(["first_boot.sh"]) == []  # the user data carries no library
+    with pytest.raises(ValueError, match="carries no script library"):
+        remote.render_inline("probe", ["ray_ready.sh"], {})

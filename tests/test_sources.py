@@ -75,7 +75,7 @@ def test_a_source_added_through_the_registry_alone_runs_the_offline_plan(dummy_s
     assert result.outputs["gpus"] == 8
     text = plan.render_summary(result)
     assert "2 nodes x dummy.4gpu (4 x NVIDIA L20 each) in dummy-zone" in text
-    full = plan.render(result)
+    full = plan.plan_text(result)
     assert "node-1" in full
 
 
@@ -106,7 +106,7 @@ def test_a_source_with_resources_is_provisioned_through_the_registry(monkeypatch
         "roll-cluster:nodes": {"source": "dummy-cloud", "count": 2}, "roll-cluster:storage": {}})
     assert {r.name for r in result.cloud.resources if r.name.startswith("dummy-machine-")} == {
         "dummy-machine-0", "dummy-machine-1"}
-    assert "node-1" in plan.render(result)
+    assert "node-1" in plan.plan_text(result)
 
 
 # ------------------------------------------------------------------------------------- nothing asks a source's name

@@ -230,7 +230,7 @@ def test_teardowns_log_in_with_the_same_identity_as_every_other_local_client(
     # A key held only in ssh-agent: every system ssh gets the .pub file naming it, `pulumi destroy` as `up`.
     agent_pub = f"/home/alice/.ssh/roll-cluster/{stack}.agent-key.pub"
     through_agent = ssh_access.LoginKey(private_key=None, identity_file=agent_pub, via_agent=True)
-    monkeypatch.setattr(steps, "login_key", lambda *_: through_agent)
+    monkeypatch.setattr(steps, "stack_login_key", lambda *_: through_agent)
     cloud = run(stack).cloud
     teardowns = [r for r in cloud.of_type(LOCAL) if r.name.endswith("-teardown")]
     assert {"node-0-ray-head-teardown", "training-job-teardown"} <= {r.name for r in teardowns}

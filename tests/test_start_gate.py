@@ -13,7 +13,8 @@ import pytest
 from script_harness import FakeNode, Result, assert_failed, assert_ok
 from test_job_resubmit import jobs_api
 
-from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
+from infra.frameworks import RollAdapter
+from infra.frameworks.base import DOWNLOAD_PATTERN
 
 FINDER = Path(__file__).resolve().parent.parent / "infra" / "scripts" / "checkpoint_find.sh"
 ROLL_MARKER = "pipeline step 0 finished"  # roll/pipeline/agentic/agentic_pipeline.py:619 at ROLL 8eb27cc
@@ -23,7 +24,7 @@ def gate(node: FakeNode, tmp_path: Path, state: Path, **env: str) -> Result:
     settings = {
         "CONTAINER_NAME": "rc", "DASHBOARD_PORT": "8265", "JOB_ID": "roll-dev-1", "JOB_ENTRYPOINT": "python3 train.py",
         "JOB_WORKDIR": str(tmp_path), "JOB_SETTLE_S": "0", "JOB_POLL_INTERVAL_S": "0", "JOB_RESUBMIT_DELAY_S": "0",
-        "JOB_GATE_POLL_S": "0", "JOB_FIRST_STEP_PATTERN": FIRST_STEP_PATTERNS["roll"],
+        "JOB_GATE_POLL_S": "0", "JOB_FIRST_STEP_PATTERN": RollAdapter.first_step_pattern,
         "JOB_DOWNLOAD_PATTERN": DOWNLOAD_PATTERN, "JOB_START_GATE_S": "600",
         "PYTHONPATH": str(tmp_path / "stub"), "JOBS_STATE": str(state), "SUBMITTED_JOBS_DIR": str(tmp_path / "marks"),
     }

@@ -26,7 +26,7 @@ from infra.sources.alibaba.unchecked import unchecked
 from infra.sources.base import Machine, ProvisionedCluster, SourceError
 
 
-def provision(source: AlibabaSource) -> ProvisionedCluster:
+def provision_alibaba(source: AlibabaSource) -> ProvisionedCluster:
     """Register the source's resources in the order they depend on each other and hand on the machines."""
     config, stack, placement = source.config, source.stack, source.placement
     network = Network(

@@ -33,7 +33,7 @@ def _unknown(value: Any) -> bool:
     return type(value).__name__ == "Unknown"
 
 
-def _set(value: Any) -> bool:
+def _is_set(value: Any) -> bool:
     """Set as the TF SDK's GetOk sees it: not null, not an empty string or list."""
     return value is not None and value != "" and value != [] and value != {}
 
@@ -56,22 +56,22 @@ def _check(what: str, fields: Mapping[str, Any], values: Mapping[str, Any], part
         value = values.get(name)
         if _unknown(value):
             continue
-        if field.get("required") and not _set(value) and not partial:
+        if field.get("required") and not _is_set(value) and not partial:
             errors.append(f"{what}: {name!r} is required")
         for kind in ("atLeastOneOf", "exactlyOneOf"):
             group = tuple(sorted(field.get(kind, [])))
             if not group or partial or (kind, *group) in groups or any(_unknown(values.get(g)) for g in group):
                 continue
             groups.add((kind, *group))
-            count = sum(_set(values.get(g)) for g in group)
+            count = sum(_is_set(values.get(g)) for g in group)
             if kind == "atLeastOneOf" and count == 0:
                 errors.append(f"{what}: one of `{','.join(group)}` must be specified")
             if kind == "exactlyOneOf" and count != 1:
                 errors.append(f"{what}: exactly one of `{','.join(group)}` must be specified")
-        if not _set(value):
+        if not _is_set(value):
             continue
         for other in field.get("conflictsWith", []):
-            if "." not in other and _set(values.get(other)):
+            if "." not in other and _is_set(values.get(other)):
                 errors.append(f"{what}: {name!r} conflicts with {other!r}")
         allowed = field.get("allowed")
         if allowed is not None and not isinstance(value, (list, dict)) and value not in allowed \

@@ -62,7 +62,6 @@ from infra.config.nodes import (
 from infra.config.ray import RAY_PORT_KEYS, RayConfig
 from infra.config.storage import StorageConfig
 from infra.config.training import (
-    ASCEND_FRAMEWORKS,
     DEFAULT_HF_MIRROR,
     MODEL_SOURCES,
     TrainingConfig,
@@ -71,7 +70,6 @@ from infra.config.training import (
 
 __all__ = [
     "ALIBABA_ONLY_NODE_KEYS",
-    "ASCEND_FRAMEWORKS",
     "DEFAULT_HF_MIRROR",
     "DEFAULT_MEGATRON_REF",
     "DEFAULT_MEGATRON_REPO",

@@ -35,7 +35,7 @@ from infra.config.container import DEFAULT_ROLL_IMAGE, ContainerConfig, acr_vpc_
 from infra.config.nodes import NodesConfig
 from infra.config.ray import RAY_FIXED_PORTS, RAY_PORT_KEYS, RayConfig
 from infra.config.storage import StorageConfig
-from infra.config.training import FRAMEWORK_ACCELERATORS, TrainingConfig, is_mainland_region
+from infra.config.training import RegisteredFrameworks, TrainingConfig, is_mainland_region
 from infra.config.values import text_problems
 from infra.device_mapping import DeviceMappingError, parse_device_mapping
 from infra.sources.alibaba import catalog, regions
@@ -223,11 +223,13 @@ class ClusterConfig(Section):
         # A field validator sees `nodes` (declared before `training`) as soon as that section is valid, so these
         # rules are reported together with problems in other sections, not only after those are fixed.
         nodes: NodesConfig | None = info.data.get("nodes")
-        if nodes is not None and nodes.accelerator not in FRAMEWORK_ACCELERATORS[training.framework]:
-            fits = [f for f, accelerators in FRAMEWORK_ACCELERATORS.items() if nodes.accelerator in accelerators]
+        runs_on = RegisteredFrameworks.facts(training.framework).accelerators
+        if nodes is not None and nodes.accelerator not in runs_on:
+            fits = [f for f in RegisteredFrameworks.names()
+                    if nodes.accelerator in RegisteredFrameworks.facts(f).accelerators]
             raise _problem(
                 f"must be one of {', '.join(map(_shown, fits))} with nodes.accelerator {nodes.accelerator} "
-                f"({training.framework} runs on {' or '.join(FRAMEWORK_ACCELERATORS[training.framework])} only: its "
+                f"({training.framework} runs on {' or '.join(runs_on)} only: its "
                 f"images and settings are built for it); got {_shown(training.framework)}",
                 "framework",
             )
@@ -361,8 +363,8 @@ def _overrides_contradicting_the_cluster(training: TrainingConfig, nodes: int, p
             return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    own = {"verl": (("trainer.nnodes", nodes), ("trainer.n_gpus_per_node", per_node)),
-           "roll": (("num_gpus_per_node", per_node),)}.get(training.framework, ())
+    sizes = {"nodes": nodes, "gpus_per_node": per_node}
+    own = [(name, sizes[size]) for name, size in RegisteredFrameworks.facts(training.framework).cluster_keys]
     if own:
         for name, expected in own:
             if name in flat and number(flat[name][1]) != expected:

@@ -41,7 +41,7 @@ def _documentation_cidr(cidr: str) -> bool:
                for n in DOCUMENTATION_NETWORKS)
 
 
-def _set(key: str, value: str) -> str:
+def _set_command(key: str, value: str) -> str:
     return f"pulumi config set --path '{PROJECT}:{key}' {value}"
 
 
@@ -53,21 +53,21 @@ def first_time_mistakes(config: ClusterConfig) -> list[str]:
         lines.append(
             f"{PROJECT}:access.sshPublicKey: is the placeholder key shipped with the example stacks (nobody has its "
             "private key, so no step could log in); set yours: "
-            + _set("access.sshPublicKey", '"$(cat ~/.ssh/id_ed25519.pub)"')
+            + _set_command("access.sshPublicKey", '"$(cat ~/.ssh/id_ed25519.pub)"')
         )
     for index, cidr in enumerate(config.access.admin_cidrs):
         if _documentation_cidr(cidr):
             lines.append(
                 f"{PROJECT}:access.adminCidrs[{index}]: {cidr} is a documentation range (RFC 5737), nobody's "
                 "address: SSH would be open to no one. Set your public address: "
-                + _set(f"access.adminCidrs[{index}]", '"$(curl -4 -s https://ifconfig.me)/32"')
+                + _set_command(f"access.adminCidrs[{index}]", '"$(curl -4 -s https://ifconfig.me)/32"')
             )
     for index, host in enumerate(config.nodes.hosts or []):
         for field, value in (("address", host.address), ("privateAddress", host.private_address)):
             if value is not None and _documentation_address(value):
                 lines.append(
                     f"{PROJECT}:nodes.hosts[{index}].{field}: {value} is a documentation address, not a host of "
-                    f"yours; set it: {_set(f'nodes.hosts[{index}].{field}', '<address of your host>')}"
+                    f"yours; set it: {_set_command(f'nodes.hosts[{index}].{field}', '<address of your host>')}"
                 )
     registry = config.container.registry_host
     if _documentation_address(registry):
@@ -76,12 +76,12 @@ def first_time_mistakes(config: ClusterConfig) -> list[str]:
         lines.append(
             f"{PROJECT}:container.image: {config.container.image} is pulled from {registry}, a documentation "
             "domain (RFC 2606), not a registry of yours: push the image (docs/ascend.md, \"The image\", for "
-            "MindSpeed-RL) and set it: " + _set("container.image", "<your registry>/<repository>:<tag>")
+            "MindSpeed-RL) and set it: " + _set_command("container.image", "<your registry>/<repository>:<tag>")
         )
     server = config.storage.nfs_server
     if server is not None and _documentation_address(server):
         lines.append(
             f"{PROJECT}:storage.nfsServer: {server} is a documentation address, not your NFS server; set it: "
-            + _set("storage.nfsServer", "<your NFS server>")
+            + _set_command("storage.nfsServer", "<your NFS server>")
         )
     return lines

@@ -55,7 +55,7 @@ _NVIDIA_BF16_MODEL = re.compile(
 MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
 
-def _version(text: str) -> tuple[int, ...]:
+def _driver_version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isascii() and part.isdigit())
 
 
@@ -536,7 +536,7 @@ class NodesConfig(Section):
         driver = info.data.get("driver_version")
         major = int(cuda.split(".")[0]) if cuda.split(".")[0].isascii() and cuda.split(".")[0].isdigit() else 0
         minimum = MIN_DRIVER.get(major)
-        if driver is not None and minimum is not None and _version(driver) < _version(minimum):
+        if driver is not None and minimum is not None and _driver_version(driver) < _driver_version(minimum):
             raise _problem(f"must be at least {minimum} for CUDA {cuda} (nodes.cudaVersion); got {_shown(driver)}",
                            "..", "driverVersion")
         return cuda

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -10,13 +10,27 @@ from infra.config import values
 from infra.config.base import Section, _problem, _Problems, _shown
 from infra.config.frameworks import CustomConfig, MindSpeedRlConfig, OpenRlhfConfig, RollConfig, VerlConfig
 
-# Frameworks that run on Ascend NPUs here (MindSpeed-RL joins with its adapter).
-ASCEND_FRAMEWORKS = ("mindspeed-rl", "custom")
-# The accelerators each framework runs on: MindSpeed-RL only on Ascend; ROLL, verl and OpenRLHF only on NVIDIA.
-FRAMEWORK_ACCELERATORS = {
-    "roll": ("nvidia",), "verl": ("nvidia",), "openrlhf": ("nvidia",), "mindspeed-rl": ("ascend",),
-    "custom": ("nvidia", "ascend"),
-}
+if TYPE_CHECKING:
+    from infra.frameworks.base import FrameworkAdapter
+
+
+
+class RegisteredFrameworks:
+    """The mark of training.framework: its allowed values are the registered frameworks' names
+    (infra/frameworks/registry.py), asked when a configuration is validated, so that a framework registers in one
+    place. The reference (devtools/reference.py) lists them from here too."""
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        from infra.frameworks.registry import framework_names  # here: the adapters import this package
+
+        return framework_names()
+
+    @staticmethod
+    def facts(name: str) -> type[FrameworkAdapter]:
+        from infra.frameworks.registry import adapter_class
+
+        return adapter_class(name)
 
 
 MODEL_SOURCES = ("huggingface", "modelscope", "hf-mirror")
@@ -29,7 +43,7 @@ def is_mainland_region(region: str) -> bool:
 
 
 class TrainingConfig(Section):
-    framework: Literal["roll", "verl", "openrlhf", "mindspeed-rl", "custom"] = Field(
+    framework: Annotated[str, RegisteredFrameworks] = Field(
         "roll", description="What the job runs (`mindspeed-rl`: MindSpeed-RL GRPO on Ascend NPUs)."
     )
     auto_start: bool = Field(True, description="Submit the job during `pulumi up`; false prepares everything.")
@@ -111,6 +125,14 @@ class TrainingConfig(Section):
         None, description="MindSpeed-RL settings; required when framework is `mindspeed-rl`."
     )
 
+    @field_validator("framework")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        names = RegisteredFrameworks.names()
+        if name not in names:
+            raise _problem(f"must be one of {', '.join(map(_shown, names))}; got {_shown(name)}")
+        return name
+
     @field_validator("hf_endpoint")
     @classmethod
     def _mirror(cls, url: str) -> str:
@@ -121,10 +143,11 @@ class TrainingConfig(Section):
     def _no_credentials(cls, overrides: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         found = values.credentials_in_overrides(overrides)
         # verl and MindSpeed-RL hand the overrides to Hydra, OpenRLHF to argparse, each on a command line.
-        on_command_line = info.data.get("framework") in ("verl", "openrlhf", "mindspeed-rl")
-        found += values.option_like_overrides(overrides, on_command_line)
+        framework = info.data.get("framework")
+        facts = RegisteredFrameworks.facts(framework) if framework is not None else None
+        found += values.option_like_overrides(overrides, facts is not None and facts.overrides_on_command_line)
         found += values.non_finite_text(overrides)
-        if info.data.get("framework") != "mindspeed-rl":  # its adapter checks its sizes with the cluster's
+        if facts is None or not facts.checks_override_sizes:  # else its adapter checks them with the cluster's
             found += values.non_positive_sizes(overrides)
         if found:
             raise _Problems(*sorted(dict(found).items()))

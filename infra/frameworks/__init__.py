@@ -14,11 +14,13 @@ from infra.frameworks.base import (
     ClusterShape,
     CodeSpec,
     FrameworkAdapter,
+    FrameworkFacts,
     JobSpec,
 )
 from infra.frameworks.custom import CustomAdapter
 from infra.frameworks.mindspeed_rl import MindSpeedRlAdapter
 from infra.frameworks.openrlhf import OpenRlhfAdapter
+from infra.frameworks.registry import adapter_class, framework_names
 from infra.frameworks.roll import RollAdapter
 from infra.frameworks.verl import VerlAdapter
 
@@ -27,33 +29,21 @@ __all__ = [
     "CodeSpec",
     "CustomAdapter",
     "FrameworkAdapter",
+    "FrameworkFacts",
     "JobSpec",
     "MindSpeedRlAdapter",
     "OpenRlhfAdapter",
     "RollAdapter",
     "VerlAdapter",
+    "adapter_class",
     "adapter_for",
     "check_before_deploy",
+    "framework_names",
     "head_reserved_gpus",
 ]
 
-Adapter = RollAdapter | VerlAdapter | OpenRlhfAdapter | MindSpeedRlAdapter | CustomAdapter
-
-
-def adapter_for(training: TrainingConfig, container: ContainerConfig) -> Adapter:
-    if training.framework == "roll":
-        return RollAdapter(training, container)
-    if training.framework == "verl":
-        return VerlAdapter(training, container)
-    if training.framework == "openrlhf":
-        return OpenRlhfAdapter(training, container)
-    if training.framework == "mindspeed-rl":
-        return MindSpeedRlAdapter(training, container)
-    return CustomAdapter(training, container)
-
-
-def _is_framework_adapter(adapter: Adapter) -> FrameworkAdapter:
-    return adapter  # mypy checks here that every adapter class satisfies the FrameworkAdapter protocol
+def adapter_for(training: TrainingConfig, container: ContainerConfig) -> FrameworkAdapter:
+    return adapter_class(training.framework)(training, container)
 
 
 def check_before_deploy(
@@ -68,5 +58,4 @@ def check_before_deploy(
 def head_reserved_gpus(training: TrainingConfig, container: ContainerConfig, gpus_per_node: int) -> list[int]:
     """GPU ids of the head that the job holds outside Ray (OpenRLHF's reward server, unless the roles are colocated
     with it): the head's Ray must neither count nor hand them out. Empty for every other framework."""
-    adapter = adapter_for(training, container)
-    return adapter.head_reserved_gpus(gpus_per_node) if isinstance(adapter, OpenRlhfAdapter) else []
+    return adapter_for(training, container).head_reserved_gpus(gpus_per_node)

@@ -13,11 +13,11 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from infra import layout
 from infra.config import PROJECT, ContainerConfig, TrainingConfig
-from infra.ray.commands import RewardServer
+from infra.ray.step_env import RewardServer
 
 
 @dataclass(frozen=True)
@@ -105,22 +105,6 @@ class CodeSpec:
         }
 
 
-# The line each framework prints when a training step is done (the start gate waits for it, jobStatus reports the
-# step number: the first integer of the last match). POSIX EREs, matched against the job's log.
-FIRST_STEP_PATTERNS: dict[str, str] = {
-    # ROLL 8eb27cc: logger.info(f"pipeline step {global_step} finished") at the end of every step
-    # (roll/pipeline/agentic/agentic_pipeline.py:619, roll/pipeline/rlvr/rlvr_pipeline.py:840).
-    "roll": "pipeline step [0-9]+ finished",
-    # verl v0.7.0: logger.log(data=metrics, step=global_steps) (verl/trainer/ppo/ray_trainer.py:1630) prints
-    # "step:N - key:val - ..." through the console backend (verl/utils/logger/aggregate_logger.py:26-32); the
-    # metrics hold training/global_step (ray_trainer.py:1612-1616), which the validation-only line does not.
-    "verl": "step:[0-9]+ - .*training/global_step:[0-9]+",
-    # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}")
-    # (openrlhf/trainer/ppo_trainer.py:545).
-    "openrlhf": "Global step [0-9]+: ",
-    # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py:30-35, grpo_trainer_hybrid.py:185).
-    "mindspeed-rl": "iteration: [0-9]+ / [0-9]+ [|]",
-}
 # Lines a model or data download prints, for the phase the gate and jobStatus report (never to extend the bound).
 # UNCONFIRMED against the images' package versions: ModelScope's "Downloading Model to directory:" and its
 # "Downloading [<file>]" bars, huggingface_hub's "Fetching N files".
@@ -135,7 +119,7 @@ class Checkpoints:
     """Where a job saves, how often, and how a resume finds its checkpoint (what the plan shows and the job step
     uses)."""
 
-    layout: str  # roll | verl | openrlhf | megatron: the layout latest_checkpoint reads; "" for none
+    layout: str  # one of infra.ray.step_env.CHECKPOINT_LAYOUTS: the layout latest_checkpoint reads; "" for none
     directory: str
     every: str  # in words: "every 10 steps and the final step"
     shared: bool  # on the shared storage (else each node's data dir)
@@ -218,12 +202,57 @@ class JobSpec:
     models: tuple[ModelRef, ...] = ()
 
 
+class FrameworkFacts:
+    """What the program knows of a framework besides its code and its job, as class attributes of its adapter
+    (infra/frameworks/registry.py reads them from the class, before any adapter is made). The defaults fit a
+    framework the program knows little about."""
+
+    name: ClassVar[str]
+    # The accelerators it runs on here ("nvidia", "ascend"): nodes.accelerator must be one of them.
+    accelerators: ClassVar[tuple[str, ...]] = ("nvidia",)
+    # The line it prints when a training step is done (the start gate waits for it, jobStatus reports the step
+    # number: the first integer of the last match). A POSIX ERE matched against the job's log; "": none known, so
+    # the job is not gated.
+    first_step_pattern: ClassVar[str] = ""
+    # Its job names its models (JobSpec.models), so with shared storage the head's model step fetches them once
+    # into the shared caches and every node's weights-prefetch reads them (infra/model_cache.py).
+    prefetches_models: ClassVar[bool] = False
+    # The hub it downloads from whatever training.modelSource says ("": it follows training.modelSource).
+    own_hub: ClassVar[str] = ""
+    # Its training.overrides reach a command line (Hydra, argparse), so option-like values are refused there.
+    overrides_on_command_line: ClassVar[bool] = False
+    # Its adapter checks the size values of training.overrides against the cluster itself (so the generic
+    # positive-size check of the config leaves them alone).
+    checks_override_sizes: ClassVar[bool] = False
+    # The override keys the program sets from the cluster's size, each with "nodes" or "gpus_per_node": a value in
+    # training.overrides that differs is refused (it would leave GPUs idle or wait for GPUs that do not exist).
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def head_reserved_gpus(self, gpus_per_node: int) -> list[int]:
+        """GPU ids of the head that the job holds outside Ray: the head's Ray must neither count nor hand them
+        out. None by default."""
+        return []
+
+
 class FrameworkAdapter(Protocol):
-    name: str
+    name: ClassVar[str]
+    accelerators: ClassVar[tuple[str, ...]]
+    first_step_pattern: ClassVar[str]
+    prefetches_models: ClassVar[bool]
+    own_hub: ClassVar[str]
+    overrides_on_command_line: ClassVar[bool]
+    checks_override_sizes: ClassVar[bool]
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]]
+
+    def __init__(self, training: TrainingConfig, container: ContainerConfig) -> None: ...
 
     def code(self) -> CodeSpec | None: ...
 
     def job(self, shape: ClusterShape) -> JobSpec: ...
+
+    def problems(self, shape: ClusterShape) -> list[str]: ...
+
+    def head_reserved_gpus(self, gpus_per_node: int) -> list[int]: ...
 
 
 def resume_of(training: TrainingConfig, default: bool = True) -> bool:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from infra.config import ContainerConfig, CustomConfig, TrainingConfig
-from infra.frameworks.base import ClusterShape, CodeSpec, JobSpec, image_facts, job_id, job_name, key, resume_of
+from infra.frameworks.base import (
+    ClusterShape,
+    CodeSpec,
+    FrameworkFacts,
+    JobSpec,
+    image_facts,
+    job_id,
+    job_name,
+    key,
+    resume_of,
+)
 
 # The environment the job gets (Ray's runtime_env), documented in training.custom's description.
 CHECKPOINT_ENV = "ROLL_CLUSTER_CHECKPOINT_DIR"
@@ -11,8 +23,9 @@ RESUME_ENV = "ROLL_CLUSTER_RESUME"
 MODEL_SOURCE_ENV = "ROLL_CLUSTER_MODEL_SOURCE"
 
 
-class CustomAdapter:
+class CustomAdapter(FrameworkFacts):
     name = "custom"
+    accelerators: ClassVar[tuple[str, ...]] = ("nvidia", "ascend")
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig):
         if training.custom is None:  # TrainingConfig already refuses this; kept for direct callers

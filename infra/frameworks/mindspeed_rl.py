@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from typing import Any
+from typing import Any, ClassVar
 
 from infra.config import DEFAULT_MSRL_REF, ContainerConfig, MindSpeedPin, MindSpeedRlConfig, TrainingConfig
 from infra.frameworks import mindspeed_rl_checks as checks
@@ -23,6 +23,7 @@ from infra.frameworks.base import (
     Checkpoints,
     ClusterShape,
     CodeSpec,
+    FrameworkFacts,
     JobSpec,
     bare_key,
     checkpoints,
@@ -82,7 +83,7 @@ BARE_CANN_IMAGE = re.compile(r"(?:^|/)ascendhub/cann(?::|@|$)")
 _GITCODE_ASCEND = re.compile(r"^https://gitcode\.com/Ascend/([\w.-]+?)(?:\.git)?/?$")
 
 
-def archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
+def pin_archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
     """The user's archive, else GitHub's archive of the ref: of the repo itself, or of the GitHub mirror
     (github.com/Ascend/<name>) for an Ascend repo on gitcode; the mirror carries the same commits."""
     if explicit:
@@ -93,8 +94,13 @@ def archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
     return github_archive_url(repo, ref)
 
 
-class MindSpeedRlAdapter:
+class MindSpeedRlAdapter(FrameworkFacts):
     name = "mindspeed-rl"
+    accelerators: ClassVar[tuple[str, ...]] = ("ascend",)
+    # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py:30-35, grpo_trainer_hybrid.py:185).
+    first_step_pattern = "iteration: [0-9]+ / [0-9]+ [|]"
+    overrides_on_command_line = True  # Hydra
+    checks_override_sizes = True  # with the cluster's sizes (mindspeed_rl_checks.py)
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig):
         if training.mindspeed_rl is None:  # TrainingConfig already refuses this; kept for direct callers
@@ -125,14 +131,14 @@ class MindSpeedRlAdapter:
         for prefix, pin in pins.items():
             extra[f"{prefix}_REPO"] = pin.repo
             extra[f"{prefix}_REF"] = pin.ref
-            extra[f"{prefix}_ARCHIVE_URL"] = archive_url(pin.repo, pin.ref, pin.archive_url) or ""
+            extra[f"{prefix}_ARCHIVE_URL"] = pin_archive_url(pin.repo, pin.ref, pin.archive_url) or ""
             extra[f"{prefix}_MIRROR_REPO"] = pin.mirror_repo or ""
         # fetch_code.sh checks out MindSpeed-RL itself and installs nothing: mindspeed_rl_code.sh installs the
         # requirements after the placement, in the install guide's order.
         return CodeSpec(
             repo=self.msrl.repo,
             ref=self.msrl.ref,
-            archive_url=archive_url(self.msrl.repo, self.msrl.ref, self.msrl.archive_url),
+            archive_url=pin_archive_url(self.msrl.repo, self.msrl.ref, self.msrl.archive_url),
             code_dir=self.msrl.code_dir,
             requirements_file=None,
             pip_index_url=self.msrl.pip_index_url,

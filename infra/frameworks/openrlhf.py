@@ -18,6 +18,7 @@ from infra.frameworks.base import (
     Checkpoints,
     ClusterShape,
     CodeSpec,
+    FrameworkFacts,
     JobSpec,
     ModelRef,
     bare_key,
@@ -32,7 +33,7 @@ from infra.frameworks.base import (
     resume_of,
     source_models,
 )
-from infra.ray.commands import HEAD_IP_VARIABLE, RewardServer
+from infra.ray.step_env import HEAD_IP_VARIABLE, RewardServer
 
 DEFAULT_SAVE_STEPS = 10  # training.checkpointEvery null
 OPENRLHF_DIR = "/workspace/OpenRLHF"
@@ -115,8 +116,13 @@ def _flag_value(value: Any) -> str:
     return str(value)
 
 
-class OpenRlhfAdapter:
+class OpenRlhfAdapter(FrameworkFacts):
     name = "openrlhf"
+    # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}")
+    # (openrlhf/trainer/ppo_trainer.py:545).
+    first_step_pattern = "Global step [0-9]+: "
+    prefetches_models = True
+    overrides_on_command_line = True  # argparse
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig):
         self.training = training
@@ -279,7 +285,7 @@ class OpenRlhfAdapter:
         entrypoint = " ".join(["python3", "-m", module, *map(_shell_word, arguments)])
         saves = self.checkpoints(shape)
         if saves.find:
-            entrypoint = f'{resume_command(saves.directory)} exec {entrypoint} "$@"'
+            entrypoint = f'{openrlhf_resume_command(saves.directory)} exec {entrypoint} "$@"'
 
         reward = self.reward_server(shape)
         download = shape.download_env()
@@ -531,7 +537,7 @@ class OpenRlhfAdapter:
         return demand, parts
 
 
-def resume_command(directory: str) -> str:
+def openrlhf_resume_command(directory: str) -> str:
     """The entrypoint's first part when a resume is possible: sets the arguments the command ends with. With the
     tag the job step found (`<directory>/_actor/global_step<N>`, a path of [A-Za-z0-9._/-] only, checked there),
     it points `_actor/latest` and `_critic/latest` at that tag, since OpenRLHF passes DeepSpeed no tag and

@@ -10,7 +10,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks import roll_checks, roll_images, roll_keys, roll_render, roll_sources
@@ -20,6 +20,7 @@ from infra.frameworks.base import (
     Checkpoints,
     ClusterShape,
     CodeSpec,
+    FrameworkFacts,
     JobSpec,
     ModelRef,
     checkpoints,
@@ -104,8 +105,16 @@ class Built:
     files: list[str]  # the examples/ files that were read: the base, then what its defaults pull in
 
 
-class RollAdapter:
+class RollAdapter(FrameworkFacts):
     name = "roll"
+    # ROLL 8eb27cc: logger.info(f"pipeline step {global_step} finished") at the end of every step
+    # (roll/pipeline/agentic/agentic_pipeline.py:619, roll/pipeline/rlvr/rlvr_pipeline.py:840).
+    first_step_pattern = "pipeline step [0-9]+ finished"
+    prefetches_models = True
+    # ROLL's default download type is ModelScope's (checkpoint_manager.py:74; a YAML model_download_type may say
+    # otherwise).
+    own_hub = "modelscope"
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]] = (("num_gpus_per_node", "gpus_per_node"),)
 
     def __init__(
         self, training: TrainingConfig, container: ContainerConfig, examples: roll_sources.Examples | None = None
@@ -209,7 +218,7 @@ class RollAdapter:
                          examples.where, [])
         except (ComposeError, roll_sources.RollSourceError) as error:
             return Built(None, None, [f"{key('training.roll.baseConfig')}: {error}"], [], examples.where, [])
-        keys = roll_keys.load()
+        keys = roll_keys.load_roll_keys()
         cluster = replace(
             roll_render.Cluster.of(shape), checkpoint_dir=self.checkpoint_dir(shape), resume=self.resume(),
             checkpoint_every=self.training.checkpoint_every,
@@ -218,7 +227,7 @@ class RollAdapter:
             overrides = roll_render.expand_dotted(self.training.overrides)
         except roll_render.RenderError as error:
             return Built(None, None, [f"{key('training.overrides')}: {error}"], [], examples.where, files)
-        rendered = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline)
+        rendered = roll_render.render_roll_config(composed, cluster, overrides, keys, self.roll.pipeline)
         result = roll_checks.check(rendered.config, cluster, self.roll.pipeline, keys)
         kept = self.keep_base_mappings(composed, cluster, overrides, keys, result)
         if kept is not None:
@@ -252,7 +261,8 @@ class RollAdapter:
         if len(span) >= cluster.total_gpus:
             return None  # the same size (nothing was resized) or larger than the cluster (nothing to keep)
         placeholder = "resizing breaks a rule of ROLL"
-        kept = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline, keep_mappings=placeholder)
+        kept = roll_render.render_roll_config(composed, cluster, overrides, keys, self.roll.pipeline,
+                                              keep_mappings=placeholder)
         result = roll_checks.check(kept.config, cluster, self.roll.pipeline, keys)
         if not set(result.errors) < set(resized.errors):
             return None  # resizing is not what breaks it: the resized render's problems are the ones to fix
@@ -261,7 +271,8 @@ class RollAdapter:
             f"kept as in the base (GPUs 0-{len(span) - 1}, sized for {len(span)}): resized to the cluster's "
             f"{cluster.total_gpus} GPUs they break a rule ROLL enforces ({broken}); training runs as in the base"
         )
-        kept = roll_render.render(composed, cluster, overrides, keys, self.roll.pipeline, keep_mappings=reason)
+        kept = roll_render.render_roll_config(composed, cluster, overrides, keys, self.roll.pipeline,
+                                              keep_mappings=reason)
         kept.notes.insert(0, f"every device_mapping {reason}")
         return kept, result
 
@@ -312,7 +323,7 @@ class RollAdapter:
         launcher = f"examples/start_{self.roll.pipeline}_pipeline.py"
         saves = self.checkpoints(shape, built)
         entrypoint = (
-            f"cd {ROLL_DIR} && {resume_command(paths['out']) + ' && ' if saves.find else ''}"
+            f"cd {ROLL_DIR} && {roll_resume_command(paths['out']) + ' && ' if saves.find else ''}"
             f"PYTHONPATH={ROLL_DIR} python3 {launcher} "
             f"--config_path {GENERATED_DIR.rsplit('/', 1)[-1]} --config_name {shlex.quote(paths['name'])}"
         )
@@ -489,7 +500,7 @@ def v0_budget_problems(name: str, strategy_config: Mapping[str, Any]) -> list[st
     return []
 
 
-def resume_command(yaml_path: str) -> str:
+def roll_resume_command(yaml_path: str) -> str:
     """The entrypoint's first part when a resume is possible: the path the job step found (a path of
     [A-Za-z0-9._/-] only, checked there) replaces the rendered `resume_from_checkpoint: false` line of the shipped
     YAML, which the job step writes anew at every submission. ROLL takes a str as the checkpoint to load

@@ -96,19 +96,19 @@ class CheckResult:
         self.errors.append(Problem(key, message))
 
 
-def lookup(config: Mapping[str, Any], dotted: str, _depth: int = 0) -> Any:
+def value_at(config: Mapping[str, Any], dotted: str, _depth: int = 0) -> Any:
     """The value at a dotted key, following a whole-value `${other.key}` interpolation; None when absent."""
     node: Any = config
     parts = dotted.split(".")
     for index, part in enumerate(parts):
         if isinstance(node, str) and _depth < 8 and (match := _WHOLE.match(node)):
             # `custom_envs.WebShopEnv: ${custom_env.WebShopEnv}`: the rest of the key is read there.
-            return lookup(config, ".".join([match.group(1), *parts[index:]]), _depth + 1)
+            return value_at(config, ".".join([match.group(1), *parts[index:]]), _depth + 1)
         if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]
     if isinstance(node, str) and _depth < 8 and (match := _WHOLE.match(node)):
-        return lookup(config, match.group(1), _depth + 1)
+        return value_at(config, match.group(1), _depth + 1)
     return node
 
 
@@ -229,7 +229,7 @@ def _vllm_parallelism(config: Mapping[str, Any], cluster: Cluster, result: Check
 
 
 def _lengths(config: Mapping[str, Any], result: CheckResult) -> None:
-    response, sequence, prompt = (lookup(config, k) for k in ("response_length", "sequence_length", "prompt_length"))
+    response, sequence, prompt = (value_at(config, k) for k in ("response_length", "sequence_length", "prompt_length"))
     if not response and not sequence:
         result.error(
             "sequence_length",
@@ -242,7 +242,7 @@ def _lengths(config: Mapping[str, Any], result: CheckResult) -> None:
             f"must be set when only response_length is (ROLL adds them up); got response_length={response!r} and "
             "no prompt_length",
         )
-    val_prompt, val_sequence = lookup(config, "val_prompt_length"), lookup(config, "val_sequence_length")
+    val_prompt, val_sequence = value_at(config, "val_prompt_length"), value_at(config, "val_sequence_length")
     if (val_prompt is None) != (val_sequence is None):
         result.error(
             "val_sequence_length",
@@ -252,16 +252,16 @@ def _lengths(config: Mapping[str, Any], result: CheckResult) -> None:
 
 
 def _megatron_dp(config: Mapping[str, Any], cluster: Cluster, result: CheckResult) -> None:
-    strategy = lookup(config, "actor_train.strategy_args.strategy_name")
-    mapping = lookup(config, "actor_train.device_mapping")
-    rollout = _int(lookup(config, "rollout_batch_size"))
+    strategy = value_at(config, "actor_train.strategy_args.strategy_name")
+    mapping = value_at(config, "actor_train.device_mapping")
+    rollout = _int(value_at(config, "rollout_batch_size"))
     if not isinstance(strategy, str) or "megatron" not in strategy.lower() or mapping is None:
         return
     try:
         world = len(parse_device_mapping(mapping))
     except DeviceMappingError:
         return  # reported by the device-mapping rule
-    strategy_config = lookup(config, "actor_train.strategy_args.strategy_config")
+    strategy_config = value_at(config, "actor_train.strategy_args.strategy_config")
     if not isinstance(strategy_config, Mapping):
         strategy_config = {}
     tp = _int(strategy_config.get("tensor_model_parallel_size")) or 1
@@ -287,19 +287,19 @@ def _megatron_dp(config: Mapping[str, Any], cluster: Cluster, result: CheckResul
 
 
 def _ppo(config: Mapping[str, Any], result: CheckResult) -> None:
-    infer = lookup(config, "actor_infer.strategy_args.strategy_name")
+    infer = value_at(config, "actor_infer.strategy_args.strategy_name")
     if infer is not None and infer not in INFER_STRATEGIES:
         result.error("actor_infer.strategy_args.strategy_name", f"must be vllm or sglang; got {infer!r}")
-    ratio = lookup(config, "async_generation_ratio") or 0
-    level = lookup(config, "generate_opt_level")
+    ratio = value_at(config, "async_generation_ratio") or 0
+    level = value_at(config, "generate_opt_level")
     if ratio and level is not None and level != 1:
         result.error(
             "generate_opt_level", f"must be 1 when async_generation_ratio is set; got {level!r} with ratio {ratio!r}"
         )
-    if not lookup(config, "pretrain"):
+    if not value_at(config, "pretrain"):
         missing = [
             role for role in ("actor_train", "actor_infer", "reference")
-            if not lookup(config, f"{role}.model_args.model_name_or_path")
+            if not value_at(config, f"{role}.model_args.model_name_or_path")
         ]
         if missing:
             result.error(
@@ -309,15 +309,15 @@ def _ppo(config: Mapping[str, Any], result: CheckResult) -> None:
 
 
 def _agentic(config: Mapping[str, Any], result: CheckResult) -> None:
-    max_steps = _int(lookup(config, "max_steps"))
+    max_steps = _int(value_at(config, "max_steps"))
     if max_steps is not None and not (max_steps > 0 or max_steps == -1):
         result.error("max_steps", f"must be greater than 0, or -1; got {max_steps}")
-    generating = lookup(config, "actor_infer.generating_args"), lookup(config, "train_env_manager.generating_args")
+    generating = value_at(config, "actor_infer.generating_args"), value_at(config, "train_env_manager.generating_args")
     if generating == (None, None):
         result.error("actor_infer.generating_args", "must be set (or train_env_manager.generating_args); got nothing")
-    rollout = _int(lookup(config, "rollout_batch_size"))
-    train_group = _int(lookup(config, "train_env_manager.group_size")) or 1
-    train_groups = _int(lookup(config, "train_env_manager.num_env_groups")) or 128
+    rollout = _int(value_at(config, "rollout_batch_size"))
+    train_group = _int(value_at(config, "train_env_manager.group_size")) or 1
+    train_groups = _int(value_at(config, "train_env_manager.num_env_groups")) or 128
     if rollout is not None and rollout > 0:
         if rollout % train_group:
             result.error(
@@ -326,9 +326,9 @@ def _agentic(config: Mapping[str, Any], result: CheckResult) -> None:
                 f"group_size={train_group}",
             )
         _max_traj(config, "train_env_manager", rollout, train_groups * train_group, result)
-    val = _int(lookup(config, "val_batch_size"))
-    val_group = _int(lookup(config, "val_env_manager.group_size")) or 1
-    val_groups = _int(lookup(config, "val_env_manager.num_env_groups")) or 128
+    val = _int(value_at(config, "val_batch_size"))
+    val_group = _int(value_at(config, "val_env_manager.group_size")) or 1
+    val_groups = _int(value_at(config, "val_env_manager.num_env_groups")) or 128
     if val is None or val < 0:
         return
     if val % val_group:
@@ -347,7 +347,7 @@ def _agentic(config: Mapping[str, Any], result: CheckResult) -> None:
 
 
 def _max_traj(config: Mapping[str, Any], manager: str, batch: int, envs: int, result: CheckResult) -> None:
-    configured = _int(lookup(config, f"{manager}.max_traj_per_env"))
+    configured = _int(value_at(config, f"{manager}.max_traj_per_env"))
     needed = (batch + envs - 1) // envs
     if configured is not None and configured >= 0 and configured < needed:
         result.error(
@@ -357,9 +357,9 @@ def _max_traj(config: Mapping[str, Any], manager: str, batch: int, envs: int, re
 
 
 def _rlvr(config: Mapping[str, Any], result: CheckResult) -> None:
-    if lookup(config, "prompt_length") is None and lookup(config, "actor_infer") is not None:
+    if value_at(config, "prompt_length") is None and value_at(config, "actor_infer") is not None:
         result.error("prompt_length", "must be set for rlvr (max_new_tokens = sequence_length - prompt_length)")
-    ratio = lookup(config, "async_generation_ratio")
+    ratio = value_at(config, "async_generation_ratio")
     if isinstance(ratio, (int, float)) and 0 < ratio < 1:
         result.error("async_generation_ratio", f"must be 0 (synchronous) or at least 1.0; got {ratio}")
 
@@ -379,7 +379,7 @@ def _no_bf16(config: Mapping[str, Any], result: CheckResult) -> None:
                     "got 'fa2'",
                 )
         for section in ("training_args", "strategy_args.strategy_config"):
-            node = lookup(worker, section)
+            node = value_at(worker, section)
             if isinstance(node, Mapping) and node.get("bf16"):
                 result.error(f"{name}.{section}.bf16", f"must be false: {why}; got {node.get('bf16')!r}")
 
@@ -422,7 +422,7 @@ def env_types(config: Mapping[str, Any]) -> dict[str, str]:
         return {}
     found: dict[str, str] = {}
     for name in envs:
-        env_type = lookup(config, f"custom_envs.{name}.env_type")
+        env_type = value_at(config, f"custom_envs.{name}.env_type")
         if isinstance(env_type, str):
             found[str(name)] = env_type
     return found
@@ -435,7 +435,7 @@ def _setup_needed(config: Mapping[str, Any], result: CheckResult) -> None:
             result.error(f"custom_envs.{name}.env_type", f"{SETUP_ENVS[env_type]}; got {env_type!r}")
         elif env_type in ROCK_ENVS:
             url_key, default, runs = ROCK_ENVS[env_type]
-            url = lookup(config, f"custom_envs.{name}.env_config.{url_key}")
+            url = value_at(config, f"custom_envs.{name}.env_config.{url_key}")
             address = url if isinstance(url, str) else default
             if _LOCAL_URL.match(address) or address == "https://xrl.alibaba-inc.com":
                 result.error(
@@ -471,15 +471,15 @@ def _foreign_paths(config: Mapping[str, Any], result: CheckResult, prefix: str =
 def _dp(config: Mapping[str, Any], role: str) -> tuple[int, int] | None:
     """(GPUs, data-parallel size) of a training role: Megatron divides by TP x PP x CP (as _megatron_dp); other
     strategies are data-parallel over all their GPUs (UNCONFIRMED for FSDP2 with Ulysses sequence parallelism)."""
-    mapping = lookup(config, f"{role}.device_mapping")
+    mapping = value_at(config, f"{role}.device_mapping")
     if mapping is None:
         return None
     try:
         world = len(parse_device_mapping(mapping))
     except DeviceMappingError:
         return None
-    strategy = lookup(config, f"{role}.strategy_args.strategy_name")
-    strategy_config = lookup(config, f"{role}.strategy_args.strategy_config")
+    strategy = value_at(config, f"{role}.strategy_args.strategy_name")
+    strategy_config = value_at(config, f"{role}.strategy_args.strategy_config")
     if isinstance(strategy, str) and "megatron" in strategy.lower() and isinstance(strategy_config, Mapping):
         parallel = 1
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
@@ -520,12 +520,12 @@ def scaling(base: Mapping[str, Any], config: Mapping[str, Any], cluster: Cluster
         return notes
     if len(before) != cluster.total_gpus:
         train_before, train_after = _dp(base, "actor_train"), _dp(config, "actor_train")
-        per_device = _int(lookup(config, "actor_train.training_args.per_device_train_batch_size")) or 1
-        accumulation = _int(lookup(config, "actor_train.training_args.gradient_accumulation_steps")) or 1
-        base_per_device = _int(lookup(base, "actor_train.training_args.per_device_train_batch_size")) or 1
-        base_accumulation = _int(lookup(base, "actor_train.training_args.gradient_accumulation_steps")) or 1
-        rollout = _int(lookup(config, "rollout_batch_size"))
-        group = _int(lookup(config, "num_return_sequences_in_group")) if pipeline.startswith("rlvr") else 1
+        per_device = _int(value_at(config, "actor_train.training_args.per_device_train_batch_size")) or 1
+        accumulation = _int(value_at(config, "actor_train.training_args.gradient_accumulation_steps")) or 1
+        base_per_device = _int(value_at(base, "actor_train.training_args.per_device_train_batch_size")) or 1
+        base_accumulation = _int(value_at(base, "actor_train.training_args.gradient_accumulation_steps")) or 1
+        rollout = _int(value_at(config, "rollout_batch_size"))
+        group = _int(value_at(config, "num_return_sequences_in_group")) if pipeline.startswith("rlvr") else 1
         samples = rollout * (group or 1) if rollout is not None else None
         if train_before and train_after and train_before != train_after:
             step_before = base_per_device * base_accumulation * train_before[1]
@@ -549,7 +549,7 @@ def scaling(base: Mapping[str, Any], config: Mapping[str, Any], cluster: Cluster
                 )
             notes.append(line)
             if samples is not None and pipeline.startswith("agentic") and samples % step_after:
-                mode = lookup(config, "batch_adjust_mode") or "copy"
+                mode = value_at(config, "batch_adjust_mode") or "copy"
                 added = step_after - samples % step_after
                 notes.append(
                     f"rollout_batch_size {samples} is not a multiple of {step_after}: ROLL's batch_adjust_mode "
@@ -561,7 +561,7 @@ def scaling(base: Mapping[str, Any], config: Mapping[str, Any], cluster: Cluster
         notes.append(
             f"GPUs {_ranges(idle)} of the cluster's {cluster.total_gpus} are in no role's device_mapping: idle"
         )
-    infer = lookup(config, "actor_infer.device_mapping")
+    infer = value_at(config, "actor_infer.device_mapping")
     if infer is not None and len(after) > 0:
         try:
             generating = sorted(set(parse_device_mapping(infer)))

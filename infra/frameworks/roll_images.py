@@ -32,7 +32,7 @@ IMAGE_MEGATRON_CORE: tuple[tuple[re.Pattern[str], str, str], ...] = (
 )
 
 
-def _version(text: str) -> tuple[int, ...]:
+def _image_version(text: str) -> tuple[int, ...]:
     parts = [int(p) for p in text.split(".")[:3]]
     return tuple(parts + [0] * (3 - len(parts)))
 
@@ -43,7 +43,7 @@ def image_megatron_core(tag: str) -> tuple[str, str] | None:
 
 
 def meets_mcore_adapter(version: str) -> bool:
-    return _LOWEST <= _version(version) < _BELOW
+    return _LOWEST <= _image_version(version) < _BELOW
 
 
 def megatron_core_note(tag: str) -> str:

@@ -153,5 +153,5 @@ def referenced_top_level(config: Any) -> set[str]:
 
 
 @cache
-def load() -> RollKeys:
+def load_roll_keys() -> RollKeys:
     return RollKeys(json.loads(DATA.read_text(encoding="utf-8")))

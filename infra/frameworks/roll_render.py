@@ -381,7 +381,7 @@ def _drop_pass(config: dict[str, Any], keys: RollKeys, pipeline: str, result: Re
 
 
 # ---------------------------------------------------------------------------------------------------- render
-def render(
+def render_roll_config(
     composed: Mapping[str, Any],
     cluster: Cluster,
     overrides: Mapping[str, Any],

@@ -8,7 +8,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from infra.config import ContainerConfig, TrainingConfig
 from infra.frameworks.base import (
@@ -17,6 +17,7 @@ from infra.frameworks.base import (
     Checkpoints,
     ClusterShape,
     CodeSpec,
+    FrameworkFacts,
     JobSpec,
     ModelRef,
     bare_key,
@@ -97,8 +98,16 @@ def hydra_value(value: Any) -> str:
     return f'"{escaped}"'
 
 
-class VerlAdapter:
+class VerlAdapter(FrameworkFacts):
     name = "verl"
+    # verl v0.7.0: logger.log(data=metrics, step=global_steps) (verl/trainer/ppo/ray_trainer.py:1630) prints
+    # "step:N - key:val - ..." through the console backend (verl/utils/logger/aggregate_logger.py:26-32); the
+    # metrics hold training/global_step (ray_trainer.py:1612-1616), which the validation-only line does not.
+    first_step_pattern = "step:[0-9]+ - .*training/global_step:[0-9]+"
+    prefetches_models = True
+    overrides_on_command_line = True  # Hydra
+    cluster_keys: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("trainer.nnodes", "nodes"), ("trainer.n_gpus_per_node", "gpus_per_node"))
 
     def __init__(self, training: TrainingConfig, container: ContainerConfig):
         self.training = training

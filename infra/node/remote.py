@@ -77,6 +77,35 @@ def _without_shebang(name: str) -> list[str]:
     return lines
 
 
+# A script names a Python helper of the library (infra/scripts/<name>.py, linted like the program) by the variable
+# HELPER_<NAME>, which the step sets to that file's path in the library before sourcing the scripts: the helpers a
+# step runs are the ones its scripts name, so a changed helper changes exactly those steps.
+HELPER_VARIABLE = re.compile(r"\$\{?HELPER_([A-Z0-9_]+)")
+
+
+def helpers(names: Sequence[str]) -> list[str]:
+    """The Python helpers (file names) that lib.sh and the named scripts use, in order of first use."""
+    found: list[str] = []
+    for name in [LIB_SCRIPT, *names]:
+        for variable in HELPER_VARIABLE.findall(script_path(name).read_text()):
+            helper = variable.lower() + ".py"
+            if helper not in found:
+                script_path(helper)  # a helper that does not exist fails here, naming it
+                found.append(helper)
+    return found
+
+
+def _helper_variable(helper: str) -> str:
+    return "HELPER_" + helper.removesuffix(".py").upper()
+
+
+def _no_helpers(names: Sequence[str], where: str) -> None:
+    """What runs without the library (the user data, the own-hosts probe) has no helper to run."""
+    used = helpers(names)
+    if used:
+        raise ValueError(f"{where} carries no script library, but {', '.join(names)} use(s) {', '.join(used)}")
+
+
 def script_text(names: Sequence[str]) -> str:
     """lib.sh followed by the named scripts, each without its shebang line."""
     return "".join(f"# ---- {name} ----\n" + "\n".join(_without_shebang(name)) + "\n" for name in [LIB_SCRIPT, *names])
@@ -121,8 +150,9 @@ def library_name(name: str) -> str:
 
 
 def library_scripts() -> list[str]:
-    """Every script a remote step can run: the top level of infra/scripts (local/ runs on the operator's machine)."""
-    return sorted(p.name for p in SCRIPTS_DIR.glob("*.sh"))
+    """Every script a remote step can run and the Python helpers they use: the top level of infra/scripts (local/
+    runs on the operator's machine)."""
+    return sorted(p.name for p in [*SCRIPTS_DIR.glob("*.sh"), *SCRIPTS_DIR.glob("*.py")])
 
 
 def library_dir(user: str) -> str:
@@ -175,12 +205,15 @@ def library_archive() -> pulumi.FileArchive:
 
 
 def _body(scripts: Sequence[str], library: str) -> str:
-    """The inner bash's text: check that every file is there (naming the one missing), then source each in turn."""
-    files = " ".join(f"{library}/{library_name(n)}" for n in [LIB_SCRIPT, *scripts])
+    """The inner bash's text: check that every file is there (naming the one missing), name the Python helpers the
+    scripts use (HELPER_<NAME>), then source each script in turn."""
+    used = helpers(scripts)
+    files = " ".join(f"{library}/{library_name(n)}" for n in [LIB_SCRIPT, *scripts, *used])
     check = (f'for roll_script in {files}; do [ -r "$roll_script" ] || {{ echo "$0: $roll_script is missing: '
              'the node script library step (${NODE_NAME:-node}-scripts) installs it" >&2; exit 1; }; done')
+    named = "".join(f"{_helper_variable(h)}={library}/{library_name(h)}\n" for h in used)
     sources = "\n".join(f". {library}/{library_name(n)}" for n in [LIB_SCRIPT, *scripts])
-    return f"{check}\nunset roll_script\n{sources}\n"
+    return f"{check}\nunset roll_script\n{named}{sources}\n"
 
 
 def _exports(step: str, env: Mapping[str, str]) -> list[str]:
@@ -210,6 +243,7 @@ def render_plain(step: str, scripts: Sequence[str], env: Mapping[str, str], sudo
 def render_inline(step: str, scripts: Sequence[str], env: Mapping[str, str], sudo: bool = False) -> str:
     """As render_plain, with the scripts' whole text in the command: for what runs where no library is (the own
     hosts' probe before `pulumi up`)."""
+    _no_helpers(scripts, f"the {step} step")
     return _command(step, script_text(scripts), env, sudo)
 
 
@@ -288,4 +322,5 @@ def render_user_data(script: str, env: Mapping[str, str]) -> str:
     resolve Outputs first (e.g. with Output.all(...).apply).
     """
     step = Path(script).stem.replace("_", "-")
+    _no_helpers([script], "the user data")
     return "#!/bin/bash\n" + "\n".join(_exports(step, env)) + "\n" + compact_text([script])

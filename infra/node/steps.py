@@ -72,7 +72,7 @@ class RunContext:
         self.steps.append(StepRecord(node, step, kind, tuple(scripts), tuple(depends_on), resource))
 
 
-def login_key(private_key_path: str, public_key: str | None, stack: str, run: RunContext) -> ssh_access.LoginKey:
+def stack_login_key(private_key_path: str, public_key: str | None, stack: str, run: RunContext) -> ssh_access.LoginKey:
     """How every SSH client logs in (infra/node/ssh_access.py); raises ConfigError before any resource.
     Offline runs (plan, tests) never read a key or ask an agent; what `up` would refuse goes to the run's notes."""
     if runmode.offline():

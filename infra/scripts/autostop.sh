@@ -81,10 +81,13 @@ pip_install_sdk() {
 # host_python: the path of a Python 3.8 or newer on the host (the SDK needs 3.7; stop_instances.py is written for
 # 3.8). Alibaba Cloud Linux 3's python3 is 3.6 (its platform Python, as RHEL 8's); Ubuntu 22.04's is 3.10.
 host_python() {
-  local candidate
+  local candidate version
   for candidate in python3.12 python3.11 python3.10 python3.9 python3.8 python3; do
-    if command -v -- "$candidate" >/dev/null 2>&1 &&
-      "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then
+    command -v -- "$candidate" >/dev/null 2>&1 || continue
+    # `Python 3.10.12` (Python 2 says it on stderr)
+    version=$("$candidate" --version 2>&1) || continue
+    if [[ "$version" =~ ^Python\ ([0-9]+)\.([0-9]+) ]] &&
+      ((BASH_REMATCH[1] > 3 || (BASH_REMATCH[1] == 3 && BASH_REMATCH[2] >= 8))); then
       command -v -- "$candidate"
       return 0
     fi

@@ -103,38 +103,8 @@ container_git_checkout() {
 # Download and unpack an archive into dir (its single top-level folder becomes dir), replacing dir.
 container_fetch_archive() {
   local url=$1 dir=$2 timeout_s=$3 python=$4
-  timeout "$timeout_s" "$python" - "$url" "$dir" <<'PY'
-import os, shutil, sys, tarfile, tempfile, urllib.request, zipfile
-
-url, dest = sys.argv[1], sys.argv[2].rstrip("/")
-parent = os.path.dirname(dest) or "/"
-os.makedirs(parent, exist_ok=True)
-work = tempfile.mkdtemp(prefix=".roll-cluster-archive-", dir=parent)
-try:
-    archive = os.path.join(work, "archive")
-    with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as out:
-        shutil.copyfileobj(response, out)
-    tree = os.path.join(work, "tree")
-    os.mkdir(tree)
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as bundle:
-            bundle.extractall(tree)
-    else:
-        with tarfile.open(archive) as bundle:
-            if hasattr(tarfile, "data_filter"):
-                bundle.extractall(tree, filter="data")
-            else:
-                bundle.extractall(tree)
-    entries = os.listdir(tree)
-    root = tree
-    if len(entries) == 1 and os.path.isdir(os.path.join(tree, entries[0])):
-        root = os.path.join(tree, entries[0])
-    if os.path.lexists(dest):
-        shutil.rmtree(dest)
-    os.rename(root, dest)
-finally:
-    shutil.rmtree(work, ignore_errors=True)
-PY
+  # The program arrives on stdin: archive_fetch.py, which the caller feeds (run_in_container -i).
+  timeout "$timeout_s" "$python" - "$url" "$dir"
 }
 
 container_remove_dir() {
@@ -261,8 +231,8 @@ mirror_checkout_once() {
 }
 
 archive_once() {
-  log_cmd run_in_container container_fetch_archive "$CODE_ARCHIVE_URL" "$CODE_DIR" "$ARCHIVE_TIMEOUT_S" \
-    "$CONTAINER_PYTHON"
+  log_cmd run_in_container -i container_fetch_archive "$CODE_ARCHIVE_URL" "$CODE_DIR" "$ARCHIVE_TIMEOUT_S" \
+    "$CONTAINER_PYTHON" <"$HELPER_ARCHIVE_FETCH"
 }
 
 # fetch_git: CODE_REF from the mirror first (when one is set), then from CODE_REPO. FETCHED_FROM names the mirror

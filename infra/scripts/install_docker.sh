@@ -178,11 +178,7 @@ install_parallel_gunzip() {
 
 # daemon_json_has_nvidia_runtime: whether daemon.json already registers the nvidia runtime.
 daemon_json_has_nvidia_runtime() {
-  [[ -s "$DOCKER_DAEMON_JSON" ]] && python3 -c '
-import json, sys
-with open(sys.argv[1]) as f:
-    config = json.load(f)
-sys.exit(0 if "nvidia" in config.get("runtimes", {}) else 1)' "$DOCKER_DAEMON_JSON"
+  [[ -s "$DOCKER_DAEMON_JSON" ]] && python3 "$HELPER_DAEMON_JSON" has-nvidia-runtime "$DOCKER_DAEMON_JSON"
 }
 
 configure_nvidia_runtime() {
@@ -204,26 +200,7 @@ configure_nvidia_runtime() {
 # set_daemon_json KEY JSON_VALUE: KEY set to the value in daemon.json, merged into what nvidia-ctk wrote (and whatever
 # else is there), not written over it; written atomically. Prints `unchanged` or `changed`.
 set_daemon_json() {
-  python3 - "$DOCKER_DAEMON_JSON" "$1" "$2" <<'PY'
-import json, os, sys
-path, key, value = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-config = {}
-if os.path.exists(path) and os.path.getsize(path) > 0:
-    with open(path) as f:
-        config = json.load(f)
-if config.get(key) == value:
-    print("unchanged")
-    sys.exit(0)
-config[key] = value
-os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-tmp = path + ".roll-cluster.tmp"
-with open(tmp, "w") as f:
-    json.dump(config, f, indent=4)
-    f.write("\n")
-os.chmod(tmp, 0o644)
-os.replace(tmp, path)
-print("changed")
-PY
+  python3 "$HELPER_DAEMON_JSON" set "$DOCKER_DAEMON_JSON" "$1" "$2"
 }
 
 configure_data_root() {
@@ -233,7 +210,7 @@ configure_data_root() {
     return 0
   fi
   mkdir -p "$DOCKER_DATA_ROOT"
-  result=$(set_daemon_json data-root "$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$DOCKER_DATA_ROOT")")
+  result=$(python3 "$HELPER_DAEMON_JSON" set-text "$DOCKER_DAEMON_JSON" data-root "$DOCKER_DATA_ROOT")
   if [[ "$result" == unchanged ]]; then
     banner "data-root already $DOCKER_DATA_ROOT in $DOCKER_DAEMON_JSON; skipped"
   else

@@ -11,7 +11,7 @@
 #   JOB_ENTRYPOINT           shell command of the driver, run with bash exactly as written              required
 #   JOB_RUNTIME_ENV_JSON     Ray runtime_env as JSON; a relative working_dir is relative to JOB_WORKDIR empty
 #   JOB_FILES_B64            base64 of a gzipped tar whose member paths are relative to / in the
-#                            container (infra.ray.commands.files_archive_b64), written before anything
+#                            container (infra.ray.step_env.files_archive_b64), written before anything
 #                            else, e.g. the generated ROLL YAML                                        empty
 #   JOB_PREPARE              shell command run in JOB_WORKDIR before submission (data preparation);
 #                            it must be idempotent itself                                              empty

@@ -316,17 +316,17 @@ package_lock_holder() {
 }
 
 # apt and dpkg take fcntl locks, which flock(1) cannot see; fuser sees the process holding the file open. Without
-# fuser (psmisc), probe the fcntl lock itself with python3 (present on both supported OSes).
+# fuser (psmisc), the kernel's table of file locks: /proc/locks lists each lock with its file's device
+# (major:minor, hex) and inode (proc(5), /proc/locks).
 apt_lock_file_busy() {
+  local device inode id
   if command -v fuser >/dev/null 2>&1; then
     fuser "$1" >/dev/null 2>&1
-  elif python3 -c 'import fcntl, sys
-with open(sys.argv[1], "r+") as f:
-    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)' "$1" 2>/dev/null; then
-    return 1
-  else
-    return 0
+    return
   fi
+  read -r device inode < <(stat -L -c '%d %i' -- "$1") || return 1
+  id=$(printf '%02x:%02x:%d' "$(((device >> 8) & 0xfff))" "$(((device & 0xff) | ((device >> 12) & 0xfff00)))" "$inode")
+  grep -q -- " $id " /proc/locks
 }
 
 package_lock_free() {

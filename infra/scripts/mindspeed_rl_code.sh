@@ -88,12 +88,8 @@ fetch_mindspeed_llm() {
 container_missing_runtime() {
   local python=$1 candidates=$2 lib
   shift 2
-  "$python" - "$@" <<'PY' || echo "$@"
-import importlib.util
-import sys
-
-print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
-PY
+  # The program arrives on stdin: missing_modules.py, which the caller feeds (run_in_container -i).
+  "$python" - "$@" || echo "$@"
   for lib in $candidates; do
     [[ -e "$lib" ]] && return 0
   done
@@ -126,7 +122,8 @@ container_placed_state() {
 check_runtime() {
   local missing modules
   read -r -a modules <<<"$MSRL_RUNTIME_MODULES"
-  missing=$(run_in_container container_missing_runtime "$CONTAINER_PYTHON" "$JEMALLOC_CANDIDATES" "${modules[@]}") \
+  missing=$(run_in_container -i container_missing_runtime "$CONTAINER_PYTHON" "$JEMALLOC_CANDIDATES" "${modules[@]}" \
+    <"$HELPER_MISSING_MODULES") \
     || fail "could not inspect the Python runtime of container $CONTAINER_NAME"
   missing=${missing//$'\n'/ }
   missing=${missing# }

@@ -43,44 +43,8 @@ check_settings() {
 # local directory); 2: the hub says it does not exist or is gated (not retried); 3: the hub's client is missing;
 # anything else: a failure worth retrying.
 container_fetch_model() {
-  "$1" - "${@:2}" <<'PY'
-import os, sys
-
-hub, repo_id, endpoint, workdir = sys.argv[1:5]
-if os.path.isabs(repo_id) or (workdir and os.path.isdir(os.path.join(workdir, repo_id))):
-    print(f"{repo_id}: a local directory of the job, nothing to download", flush=True)
-    sys.exit(0)
-if hub == "huggingface":
-    if endpoint:
-        os.environ["HF_ENDPOINT"] = endpoint  # read when huggingface_hub is imported (constants.py)
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-    except ImportError as error:
-        print(f"huggingface_hub is not in the image: {error}", file=sys.stderr)
-        sys.exit(3)
-    # Formats transformers and vLLM never read for a PyTorch model: not fetched (their size can double a repo's).
-    ignored = ["*.h5", "*.msgpack", "*.ot", "*.tflite", "*.onnx", "*.onnx_data", "*.gguf", "*.mlmodel",
-               "original/*", "coreml/*", "onnx/*"]
-    try:
-        path = snapshot_download(repo_id, ignore_patterns=ignored)
-    except (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError) as error:
-        print(f"{repo_id}: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.exit(2)
-elif hub == "modelscope":
-    try:
-        from modelscope.hub.snapshot_download import snapshot_download
-    except ImportError as error:
-        print(f"modelscope is not in the image: {error}", file=sys.stderr)
-        sys.exit(3)
-    path = snapshot_download(repo_id)
-else:
-    print(f"unknown hub {hub!r}", file=sys.stderr)
-    sys.exit(2)
-files = [os.path.join(root, name) for root, _, names in os.walk(path) for name in names]
-size = sum(os.path.getsize(f) for f in files if os.path.exists(f))
-print(f"{repo_id}: {len(files)} files, {size / 1e6:.1f} MB in {path}", flush=True)
-PY
+  # The program arrives on stdin: model_download.py, which the caller feeds (run_in_container -i).
+  "$1" - "${@:2}"
 }
 
 # container_has_client PYTHON HUB: whether the hub's client can be imported.
@@ -96,9 +60,7 @@ container_has_client() {
 
 # read_models: MODELS (hub, id, endpoint per line, tab-separated) from MODELS_JSON.
 read_models() {
-  MODELS=$(python3 -c 'import json, sys
-for hub, repo_id, endpoint in json.loads(sys.argv[1]):
-    print(hub, repo_id, endpoint, sep="\t")' "$MODELS_JSON") || fail "MODELS_JSON is not a list of [hub, id, endpoint]"
+  MODELS=$(python3 "$HELPER_MODEL_LIST" "$MODELS_JSON") || fail "MODELS_JSON is not a list of [hub, id, endpoint]"
 }
 
 left_s() {
@@ -115,8 +77,8 @@ fetch_once() {
     return 0
   fi
   printf '+ fetch %s %s %s\n' "$1" "$2" "${3:-(default endpoint)}" >>"$ROLL_STEP_LOG"
-  bounded "$limit" run_in_container container_fetch_model "$CONTAINER_PYTHON" "$1" "$2" "$3" "$JOB_WORKDIR" \
-    >>"$ROLL_STEP_LOG" 2>&1 || status=$?
+  bounded "$limit" run_in_container -i container_fetch_model "$CONTAINER_PYTHON" "$1" "$2" "$3" "$JOB_WORKDIR" \
+    <"$HELPER_MODEL_DOWNLOAD" >>"$ROLL_STEP_LOG" 2>&1 || status=$?
   # Not worth retrying: the hub refused the model (2), the client is missing (3), the bound is spent (124).
   if ((status == 2 || status == 3 || status == 124)); then
     FETCH_STATUS=$status

@@ -106,100 +106,25 @@ banner_lines() {
   done
 }
 
-# A scan of the container's processes in plain Python (no Ray import: fast, and whatever Ray version the image
-# holds). `gcs` lists the GCS address (ip:port) of every raylet, one per line: the scan Ray itself uses to find a
-# local cluster. `all` lists every live Ray process, matched as `ray stop` matches them (by process name, or by
-# the script a Python process runs) plus the dashboard's modules, which outlive the raylet by a moment.
-RAY_PROCESSES_PY='
-import os, sys
-mode = sys.argv[1]
-names = (b"raylet", b"plasma_store", b"gcs_server", b"ray::", b"ray-dashboard")
-scripts = (b"monitor.py", b"ray.util.client.server", b"default_worker.py", b"setup_worker.py", b"reporter.py",
-           b"dashboard/agent.py", b"dashboard/dashboard.py", b"runtime_env/agent/main.py", b"ray_process_reaper.py")
-found = set()
-for pid in os.listdir("/proc"):
-    if not pid.isdigit() or int(pid) == os.getpid():
-        continue
-    try:
-        with open("/proc/" + pid + "/cmdline", "rb") as handle:
-            args = handle.read().split(b"\0")
-        with open("/proc/" + pid + "/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        continue
-    name, state = stat[stat.find(b"(") + 1 : stat.rfind(b")")], stat[stat.rfind(b")") + 2 :][:1]
-    if state == b"Z":
-        continue  # already dead: only its parent has not collected it (a container without an init)
-    if mode == "gcs" and b"raylet" in os.path.basename(args[0]):
-        for arg in args:
-            for word in arg.split(b" "):
-                if word.startswith(b"--gcs-address="):
-                    found.add(word.split(b"=", 1)[1].decode())
-    elif mode == "all" and (any(n in name for n in names) or any(a.endswith(s) for a in args[1:3] for s in scripts)):
-        found.add(pid + " " + name.decode(errors="replace"))
-print("\n".join(sorted(found)))
-'
+# The container's Ray processes, read from /proc by ray_processes.py (HELPER_RAY_PROCESSES) with the container's
+# python3: `gcs` the raylets' GCS addresses, `all` every live Ray process.
+ray_processes() {
+  docker exec -i "$CONTAINER_NAME" python3 - "$1" <"$HELPER_RAY_PROCESSES"
+}
 
 ray_local_gcs_addresses() {
-  timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" python3 -c "$RAY_PROCESSES_PY" gcs \
+  timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec -i "$CONTAINER_NAME" python3 - gcs <"$HELPER_RAY_PROCESSES" \
     2>>"$ROLL_STEP_LOG" ||
     fail "could not list the Ray processes in container $CONTAINER_NAME (is python3 there?)"
 }
 
 no_ray_process() {
-  [[ -z "$(docker exec "$CONTAINER_NAME" python3 -c "$RAY_PROCESSES_PY" all)" ]]
+  [[ -z "$(ray_processes all)" ]]
 }
 
-# The Jobs API client used by the job steps: the same public JobSubmissionClient that `ray job` wraps.
-# `python3 -c "$RAY_JOB_CLIENT_PY" ACTION JOB_ID` in the head container, with RAY_JOB_API (the dashboard URL).
-#   ping     the Jobs API answers
-#   state    prints the job's status, or NOT_FOUND
-#   submit   submits JOB_ENTRYPOINT (run from JOB_WORKDIR with bash) with JOB_RUNTIME_ENV_JSON
-#   logs     prints the job's log
-#   message  prints the job's status message (why it failed)
-#   delete   deletes a job that has ended, so that its id can be submitted again
-#   stop     asks Ray to stop the job (it returns at once; the state turns STOPPED)
-# `ray job submit -- CMD` joins CMD with Windows quoting (subprocess.list2cmdline) and hands the result to
-# /bin/sh, which expands `$`, backquotes and backslashes in it; submitting the entrypoint string through the
-# client keeps it exactly as the user wrote it.
-RAY_JOB_CLIENT_PY='
-import json, os, shlex, sys
-from ray.job_submission import JobSubmissionClient
-action, job_id = sys.argv[1], sys.argv[2]
-client = JobSubmissionClient(os.environ["RAY_JOB_API"])
-if action == "ping":
-    client.list_jobs()
-elif action == "state":
-    states = [str(job.status.value) for job in client.list_jobs() if job.submission_id == job_id]
-    print(states[-1] if states else "NOT_FOUND")
-elif action == "logs":
-    sys.stdout.write(client.get_job_logs(job_id))
-elif action == "message":
-    print(client.get_job_info(job_id).message or "")
-elif action == "delete":
-    client.delete_job(job_id)
-elif action == "stop":
-    client.stop_job(job_id)
-elif action == "submit":
-    runtime_env = json.loads(os.environ.get("JOB_RUNTIME_ENV_JSON") or "{}")
-    command = "exec bash -c " + shlex.quote(os.environ["JOB_ENTRYPOINT"])
-    if "working_dir" not in runtime_env:
-        # Ray runs the entrypoint from its own directory; with a working_dir it runs from the unpacked copy.
-        command = "cd " + shlex.quote(os.environ["JOB_WORKDIR"]) + " && " + command
-    if os.environ.get("JOB_HEAD_IP"):
-        # The entrypoint may name the head by ROLL_CLUSTER_HEAD_IP (the OpenRLHF reward URL): set for its shell only.
-        command = "export ROLL_CLUSTER_HEAD_IP=" + shlex.quote(os.environ["JOB_HEAD_IP"]) + " && " + command
-    resume = os.environ.get("JOB_RESUME_FROM", "")
-    if resume:
-        # The newest complete checkpoint the job step found (job_submit.sh find_checkpoint): the entrypoint hands it
-        # to the framework; the metadata lets jobStatus say where the job resumed from.
-        command = "export ROLL_CLUSTER_RESUME_FROM=" + shlex.quote(resume) + " && " + command
-    client.submit_job(entrypoint=command, submission_id=job_id, runtime_env=runtime_env or None,
-                      metadata={"roll_cluster.resume_from": resume or "fresh"})
-else:
-    sys.exit("unknown action " + action)
-'
-
+# The Jobs API client of the job steps: ray_job_client.py (HELPER_RAY_JOB_CLIENT), the same public
+# JobSubmissionClient that `ray job` wraps, run in the head container with its python3 and RAY_JOB_API (the
+# dashboard URL); its docstring lists the actions.
 # job_client ACTION [DOCKER_EXEC_OPTION...]: run the Jobs API client for JOB_ID in the head container.
 # shellcheck disable=SC2153 # DASHBOARD_PORT is required by the job steps, from their environment
 # A Jobs API that accepts the connection and never answers would hang the step: every call is bounded by
@@ -208,7 +133,7 @@ job_client() {
   local action=$1
   shift
   RAY_JOB_API="http://127.0.0.1:$DASHBOARD_PORT" timeout -k 10 "${JOB_CLIENT_TIMEOUT_S:-120}" \
-    docker exec -e RAY_JOB_API "$@" "$CONTAINER_NAME" python3 -c "$RAY_JOB_CLIENT_PY" "$action" "$JOB_ID"
+    docker exec -i -e RAY_JOB_API "$@" "$CONTAINER_NAME" python3 - "$action" "$JOB_ID" <"$HELPER_RAY_JOB_CLIENT"
 }
 
 # job_state: prints the job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) or NOT_FOUND.

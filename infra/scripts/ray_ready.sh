@@ -32,85 +32,6 @@ READY_POLL_INTERVAL_S=${READY_POLL_INTERVAL_S:-2}
 HEAD_GPUS=${HEAD_GPUS:-$GPUS_PER_NODE}
 require_int GCS_PORT GPUS_PER_NODE HEAD_GPUS READY_TIMEOUT_S READY_POLL_INTERVAL_S
 
-# One driver that connects once and reads ray.nodes() (public API, any Ray version) until the cluster matches.
-# Prints one line per change of the cluster's shape; on timeout the last line says why it is not ready (exit 3).
-RAY_READY_PY='
-import sys, time
-address, expected_text, gpus_text, timeout_text, interval_text, resource, head_gpus_text, record_dir = sys.argv[1:9]
-expected = expected_text.split()
-gpus_per_node = float(gpus_text)
-head = address.rsplit(":", 1)[0]
-wanted = {ip: float(head_gpus_text) if ip == head else gpus_per_node for ip in expected}
-deadline = time.monotonic() + float(timeout_text)
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
-
-@ray.remote(num_cpus=0, max_retries=0)
-def leave_cluster(record):
-    # On the unexpected node, in its container: forget how Ray was started (the main process would start it
-    # again), then a graceful "ray stop", detached: it ends this worker too.
-    import os, subprocess
-    for name in ("start", "settings"):
-        try:
-            os.remove(os.path.join(record, name))
-        except FileNotFoundError:
-            pass
-    subprocess.Popen(["ray", "stop"], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-stopping = set()
-
-def shape():
-    alive = {}
-    for node in ray.nodes():
-        if node.get("Alive"):
-            alive.setdefault(node["NodeManagerAddress"], []).append(node.get("Resources", {}).get(resource, 0.0))
-            if node["NodeManagerAddress"] not in expected and node["NodeID"] not in stopping:
-                stopping.add(node["NodeID"])
-                print("stopping Ray on %s: not a node of this cluster any more" % node["NodeManagerAddress"],
-                      flush=True)
-                leave_cluster.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                    node_id=node["NodeID"], soft=False)).remote(record_dir)
-    missing = [ip for ip in expected if ip not in alive]
-    unexpected = sorted(ip for ip in alive if ip not in expected)
-    duplicated = sorted(ip for ip, gpus in alive.items() if len(gpus) > 1)
-    wrong_gpus = {}
-    for ip, gpus in sorted(alive.items()):
-        if ip in expected and len(gpus) == 1 and gpus[0] != wanted[ip]:
-            wrong_gpus.setdefault(wanted[ip], []).append("%s has %g" % (ip, gpus[0]))
-    total = sum(sum(gpus) for ip, gpus in alive.items() if ip in expected)
-    problems = []
-    if missing:
-        problems.append("missing nodes: " + " ".join(missing))
-    for count, nodes in sorted(wrong_gpus.items()):
-        problems.append("nodes without %g %ss: %s" % (count, resource, ", ".join(nodes)))
-    if unexpected:
-        problems.append("unexpected alive nodes: " + " ".join(unexpected))
-    if duplicated:
-        problems.append("several alive Ray nodes on: " + " ".join(duplicated))
-    want = sum(wanted.values())
-    summary = "%d of %d nodes, %g of %g %ss" % (len(expected) - len(missing), len(expected), total, want, resource)
-    if total < want:
-        summary += " (short by %g)" % (want - total)
-    return problems, summary
-
-last = None
-while True:
-    problems, summary = shape()
-    line = summary + ("; " + "; ".join(problems) if problems else "")
-    if not problems:
-        print("cluster ready: " + summary, flush=True)
-        sys.exit(0)
-    if time.monotonic() >= deadline:
-        print("not ready: " + line, flush=True)
-        sys.exit(3)
-    if line != last:
-        print("waiting: " + line, flush=True)
-        last = line
-    time.sleep(float(interval_text))
-'
-
 gcs_answers() {
   tcp_open "$HEAD_IP" "$GCS_PORT"
 }
@@ -122,8 +43,10 @@ wait_until_ready() {
     fail "the Ray GCS $HEAD_IP:$GCS_PORT is unreachable after ${READY_TIMEOUT_S}s"
   remaining=$((READY_TIMEOUT_S - (SECONDS - started)))
   ((remaining > 0)) || remaining=1
-  # `timeout` bounds the driver even if connecting to Ray hangs; the driver bounds its own wait.
-  timeout "$((remaining + 120))" docker exec "$CONTAINER_NAME" python3 -c "$RAY_READY_PY" \
+  # The driver, ray_ready.py (HELPER_RAY_READY), with the container's python3: it connects once and reads the
+  # cluster until it matches, printing one line per change. `timeout` bounds it even if connecting to Ray hangs; the
+  # driver bounds its own wait.
+  timeout "$((remaining + 120))" docker exec -i "$CONTAINER_NAME" python3 - <"$HELPER_RAY_READY" \
     "$HEAD_IP:$GCS_PORT" "$EXPECTED_NODE_IPS" "$GPUS_PER_NODE" "$remaining" "$READY_POLL_INTERVAL_S" "$ACCELERATOR_RESOURCE" \
     "$HEAD_GPUS" "$RAY_RECORD_DIR" \
     2>>"$ROLL_STEP_LOG" | banner_lines "$lines_file" || status=$?

@@ -64,8 +64,8 @@ webshop_git_once() {
 }
 
 webshop_archive_once() {
-  log_cmd run_in_container container_fetch_archive "$WEBSHOP_ARCHIVE_URL" "$WEBSHOP_PATH" "$ARCHIVE_TIMEOUT_S" \
-    "$CONTAINER_PYTHON"
+  log_cmd run_in_container -i container_fetch_archive "$WEBSHOP_ARCHIVE_URL" "$WEBSHOP_PATH" "$ARCHIVE_TIMEOUT_S" \
+    "$CONTAINER_PYTHON" <"$HELPER_ARCHIVE_FETCH"
 }
 
 webshop_code() {

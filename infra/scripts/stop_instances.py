@@ -99,7 +99,7 @@ def answers_of(body: bytes, ids: list[str]) -> dict[str, str]:
     return {instance: codes.get(instance, "200" if not listed else "no answer") for instance in ids}
 
 
-def stop(client: Any, ids: list[str], host: str, scheme: str, batch: bool) -> dict[str, str]:
+def stop_batch(client: Any, ids: list[str], host: str, scheme: str, batch: bool) -> dict[str, str]:
     try:
         body = client.do_action_with_exception(stop_request(ids, host, scheme, batch))
     except ServerException as error:
@@ -127,13 +127,13 @@ def main() -> int:
     say(f"StopInstances ({mode}, SuccessFirst) for {' '.join(ids)} in {region} with role {role}")
     results: dict[str, str] = {}
     for start in range(0, len(ids), MAX_IDS_PER_CALL):
-        results.update(stop(client, ids[start:start + MAX_IDS_PER_CALL], host, scheme, batch=True))
+        results.update(stop_batch(client, ids[start:start + MAX_IDS_PER_CALL], host, scheme, batch=True))
     refused = [instance for instance, code in results.items() if code not in NOTHING_LEFT]
     if refused and len(ids) > 1:
         # ECS refused the call as a whole (or answered nothing for some): each of those on its own, so that one
         # instance ECS cannot stop leaves none of the others running.
         for instance in refused:
-            results.update(stop(client, [instance], host, scheme, batch=False))
+            results.update(stop_batch(client, [instance], host, scheme, batch=False))
     for instance in ids:
         say(f"{instance}: {results[instance]}")
     left = [instance for instance in ids if results[instance] not in NOTHING_LEFT]

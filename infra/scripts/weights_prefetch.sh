@@ -33,9 +33,8 @@ check_settings() {
 
 # read_models: MODELS (hub, id per line, tab-separated) from MODELS_JSON.
 read_models() {
-  MODELS=$(python3 -c 'import json, sys
-for hub, repo_id, _ in json.loads(sys.argv[1]):
-    print(hub, repo_id, sep="\t")' "$MODELS_JSON") || fail "MODELS_JSON is not a list of [hub, id, endpoint]"
+  MODELS=$(python3 "$HELPER_MODEL_LIST" "$MODELS_JSON" | cut -f 1,2) ||
+    fail "MODELS_JSON is not a list of [hub, id, endpoint]"
 }
 
 # huggingface_files REPO_ID: "size path" of every complete file of the model's main snapshot, NUL-separated.

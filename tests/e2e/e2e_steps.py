@@ -1,4 +1,4 @@
-"""How the real-host tier obtains the commands it runs: the environments from infra.ray.commands, rendered by
+"""How the real-host tier obtains the commands it runs: the environments from infra.ray.step_env, rendered by
 infra.node.remote.render_plain exactly as the Pulumi components render them. This is the one place to change when
 the tier takes its commands from the Pulumi program under mocks instead; the harness only runs strings.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from e2e_harness import RAY_VENV, TestHost
 
 from infra.node.remote import local_library, render_plain
-from infra.ray import commands as rc
+from infra.ray import step_env
 
 
 def hosts_library() -> str:
@@ -29,42 +29,45 @@ def hosts_library() -> str:
     return str(target)
 
 
-def _render(step: rc.StepScripts, host: TestHost, env: Mapping[str, str], secrets: Mapping[str, str] | None) -> str:
+def _render(
+    step: step_env.StepScripts, host: TestHost, env: Mapping[str, str], secrets: Mapping[str, str] | None
+) -> str:
     return render_plain(step.step, step.scripts, {**env, "NODE_NAME": host.name, **(secrets or {})},
                         library=hosts_library())
 
 
-def head(settings: rc.RaySettings, host: TestHost, secrets: Mapping[str, str] | None = None) -> str:
-    return _render(rc.HEAD_STEP, host, rc.head_env(settings, host.ip), secrets)
+def head(settings: step_env.RaySettings, host: TestHost, secrets: Mapping[str, str] | None = None) -> str:
+    return _render(step_env.HEAD_STEP, host, step_env.head_env(settings, host.ip), secrets)
 
 
 def worker(
-    settings: rc.RaySettings, host: TestHost, head_ip: str, rank: int, secrets: Mapping[str, str] | None = None
+    settings: step_env.RaySettings, host: TestHost, head_ip: str, rank: int, secrets: Mapping[str, str] | None = None
 ) -> str:
-    return _render(rc.WORKER_STEP, host, rc.worker_env(settings, host.ip, head_ip, rank), secrets)
+    return _render(step_env.WORKER_STEP, host, step_env.worker_env(settings, host.ip, head_ip, rank), secrets)
 
 
-def ready(settings: rc.RaySettings, head_host: TestHost, node_ips: Sequence[str]) -> str:
-    return _render(rc.READY_STEP, head_host, rc.ready_env(settings, head_host.ip, node_ips), {})
+def ready(settings: step_env.RaySettings, head_host: TestHost, node_ips: Sequence[str]) -> str:
+    return _render(step_env.READY_STEP, head_host, step_env.ready_env(settings, head_host.ip, node_ips), {})
 
 
-def ray_stop(settings: rc.RaySettings, host: TestHost) -> str:
-    return _render(rc.RAY_STOP_STEP, host, rc.ray_stop_env(settings), {})
+def ray_stop(settings: step_env.RaySettings, host: TestHost) -> str:
+    return _render(step_env.RAY_STOP_STEP, host, step_env.ray_stop_env(settings), {})
 
 
 def submit(
-    settings: rc.RaySettings, head_host: TestHost, job: rc.JobSpec, secrets: Mapping[str, str] | None = None
+    settings: step_env.RaySettings, head_host: TestHost, job: step_env.JobSubmission,
+    secrets: Mapping[str, str] | None = None,
 ) -> str:
-    return _render(rc.submit_step(job), head_host, rc.submit_env(settings, job), secrets)
+    return _render(step_env.submit_step(job), head_host, step_env.submit_env(settings, job), secrets)
 
 
-def job_stop(settings: rc.RaySettings, head_host: TestHost, job_id: str) -> str:
-    return _render(rc.JOB_STOP_STEP, head_host, rc.job_stop_env(settings, job_id), {})
+def job_stop(settings: step_env.RaySettings, head_host: TestHost, job_id: str) -> str:
+    return _render(step_env.JOB_STOP_STEP, head_host, step_env.job_stop_env(settings, job_id), {})
 
 
-def reward_server(settings: rc.RaySettings, head_host: TestHost, reward: rc.RewardServer) -> str:
-    return _render(rc.REWARD_SERVER_STEP, head_host, rc.reward_server_env(settings, reward), {})
+def reward_server(settings: step_env.RaySettings, head_host: TestHost, reward: step_env.RewardServer) -> str:
+    return _render(step_env.REWARD_SERVER_STEP, head_host, step_env.reward_server_env(settings, reward), {})
 
 
-def reward_stop(settings: rc.RaySettings, head_host: TestHost) -> str:
-    return _render(rc.REWARD_STOP_STEP, head_host, rc.reward_stop_env(settings), {})
+def reward_stop(settings: step_env.RaySettings, head_host: TestHost) -> str:
+    return _render(step_env.REWARD_STOP_STEP, head_host, step_env.reward_stop_env(settings), {})

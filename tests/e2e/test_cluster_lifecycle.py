@@ -24,7 +24,7 @@ from e2e_harness import REPO, CommandResult, TestHost, TestNetwork
 from program_commands import ProgramCommands, render_cluster
 
 from devtools.offline_cloud import unwrap
-from infra.ray.commands import JOBS_API_WAIT_S
+from infra.ray.user_commands import JOBS_API_WAIT_S
 
 pytestmark = pytest.mark.e2e
 

@@ -29,7 +29,7 @@ from e2e_harness import BRIDGE_IP, STATE_ROOT, CommandResult, TestHost, TestNetw
 from program_commands import ProgramCommands, render_cluster
 
 from infra.autostop import role_name
-from infra.ray.commands import JOBS_API_WAIT_S
+from infra.ray.user_commands import JOBS_API_WAIT_S
 
 pytestmark = pytest.mark.e2e
 

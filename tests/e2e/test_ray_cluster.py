@@ -20,17 +20,17 @@ import e2e_steps as steps
 import pytest
 from e2e_harness import UNREACHABLE_IP, CommandResult, TestHost, TestNetwork
 
-from infra.ray import commands as rc
+from infra.ray import step_env, user_commands
 
 pytestmark = pytest.mark.e2e
 
 CONTAINER = "roll"
 SECRET = "e2e-wandb-secret-5b8d1c"  # must never appear in any step's output or log
 SECRETS = {"WANDB_API_KEY": SECRET}
-SETTINGS = rc.RaySettings(
+SETTINGS = step_env.RaySettings(
     container_name=CONTAINER,
     gpus_per_node=2,
-    ports=rc.RayPorts(gcs=8100, dashboard=8101, client=8102),
+    ports=step_env.RayPorts(gcs=8100, dashboard=8101, client=8102),
     dashboard_host="0.0.0.0",
     temp_dir="/tmp/ray-data",  # the hosts' /tmp is private to each
     spill_dir="/tmp/ray-spill",
@@ -67,10 +67,10 @@ held = [ray.put(b"x" * 30_000_000) for _ in range(6)]
 print("objects held:", len(held), flush=True)
 """
 DEFAULT_PORTS = dataclasses.replace(
-    SETTINGS, ports=rc.RayPorts(), dashboard_host="127.0.0.1", temp_dir="", spill_dir="", extra_env_names=()
+    SETTINGS, ports=step_env.RayPorts(), dashboard_host="127.0.0.1", temp_dir="", spill_dir="", extra_env_names=()
 )
 JOB_DIR = "/tmp/e2e-job"
-SPREAD_JOB = rc.JobSpec(
+SPREAD_JOB = step_env.JobSubmission(
     job_id="e2e-spread-1",
     workdir=JOB_DIR,
     # Quotes and a dollar sign: the entrypoint must reach bash exactly as written.
@@ -101,7 +101,7 @@ def alive_node_ids(network: TestNetwork, head: TestHost) -> list[str]:
 
 def job_status(network: TestNetwork, head: TestHost, job_id: str) -> CommandResult:
     return network.run_user_command(
-        rc.job_status_command(head.ip, str(network.client_key), CONTAINER, job_id, SETTINGS.ports.dashboard)
+        user_commands.job_status_command(head.ip, str(network.client_key), CONTAINER, job_id, SETTINGS.ports.dashboard)
     )
 
 
@@ -208,7 +208,8 @@ def test_custom_job_runs_a_task_on_every_node(network: TestNetwork, hosts: list[
 
     wait_for_job(network, head, "e2e-spread-1", "Job 'e2e-spread-1' succeeded")
     logs = network.run_user_command(
-        rc.job_logs_command(head.ip, str(network.client_key), CONTAINER, "e2e-spread-1", SETTINGS.ports.dashboard)
+        user_commands.job_logs_command(head.ip, str(network.client_key), CONTAINER, "e2e-spread-1",
+                                       SETTINGS.ports.dashboard)
     ).check()
 
     digest = hashlib.sha256(SECRET.encode()).hexdigest()[:16]
@@ -230,7 +231,7 @@ def test_job_submit_run_twice_does_not_submit_again(network: TestNetwork, hosts:
 
 def test_a_job_that_fails_at_once_fails_the_step_with_its_log(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
-    failing = rc.JobSpec(job_id="e2e-fails", workdir="/tmp", entrypoint="echo exploding-marker-42; exit 3")
+    failing = step_env.JobSubmission(job_id="e2e-fails", workdir="/tmp", entrypoint="echo exploding-marker-42; exit 3")
     first = network.run(head, steps.submit(SETTINGS, head, failing))
     second = network.run(head, steps.submit(SETTINGS, head, failing))
 
@@ -244,7 +245,7 @@ def test_a_job_that_fails_at_once_fails_the_step_with_its_log(network: TestNetwo
 
 def test_a_failed_pre_submit_check_submits_nothing(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
-    checked = rc.JobSpec(
+    checked = step_env.JobSubmission(
         job_id="e2e-unchecked", workdir="/tmp", entrypoint="true", pre_submit_check="test -f /tmp/no-such-config.yaml"
     )
     result = network.run(head, steps.submit(SETTINGS, head, checked))
@@ -255,7 +256,7 @@ def test_a_failed_pre_submit_check_submits_nothing(network: TestNetwork, hosts: 
 
 def test_job_stop_stops_a_running_job_and_tolerates_none(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
-    sleeper = rc.JobSpec(job_id="e2e-sleeper", workdir="/tmp", entrypoint="sleep 600", settle_s=1)
+    sleeper = step_env.JobSubmission(job_id="e2e-sleeper", workdir="/tmp", entrypoint="sleep 600", settle_s=1)
     network.run(head, steps.submit(SETTINGS, head, sleeper)).check()
     stopped = network.run(head, steps.job_stop(SETTINGS, head, "e2e-sleeper")).check()
     again = network.run(head, steps.job_stop(SETTINGS, head, "e2e-sleeper")).check()
@@ -285,7 +286,7 @@ def reward_port_answers(network: TestNetwork, head: TestHost, port: int) -> bool
 def test_reward_server_is_supervised_single_and_stoppable(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
     # Stand-in for OpenRLHF's serve_rm (needs a GPU and a model): any server that listens on the port.
-    server = rc.RewardServer(
+    server = step_env.RewardServer(
         command="exec python3 -m http.server 5001 --bind 127.0.0.1", port=5001, health_timeout_s=30
     )
     started = network.run(head, steps.reward_server(SETTINGS, head, server)).check()
@@ -377,7 +378,7 @@ def reward_server_ops(port: int) -> list[tuple[str, str]]:
 
 def test_a_changed_reward_server_port_stops_the_old_server(network: TestNetwork, hosts: list[TestHost]) -> None:
     head = hosts[0]
-    old, new = (rc.RewardServer(command=f"exec python3 -m http.server {p} --bind 127.0.0.1", port=p,
+    old, new = (step_env.RewardServer(command=f"exec python3 -m http.server {p} --bind 127.0.0.1", port=p,
                                 health_timeout_s=30) for p in (5001, 5002))
     network.run(head, steps.reward_server(SETTINGS, head, old)).check()
     try:

@@ -15,12 +15,12 @@ import e2e_steps as steps
 import pytest
 from e2e_harness import UNREACHABLE_IP, TestHost, TestNetwork
 
-from infra.ray import commands as rc
+from infra.ray import step_env
 
 pytestmark = pytest.mark.e2e
 
 CONTAINER = "roll"
-SETTINGS = rc.RaySettings(
+SETTINGS = step_env.RaySettings(
     container_name=CONTAINER,
     gpus_per_node=2,
     object_store_memory=100 * 1024 * 1024,

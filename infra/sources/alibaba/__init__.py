@@ -26,7 +26,7 @@ CAPABILITIES = Capabilities(
 )
 
 
-def make(config: ClusterConfig, stack: str, login: LoginKey) -> NodeSource:
+def make_alibaba_source(config: ClusterConfig, stack: str, login: LoginKey) -> NodeSource:
     """The source for a stack; it reaches no machine before they exist, so the login is not needed."""
     from infra.sources.alibaba.source import AlibabaSource
 
@@ -34,4 +34,4 @@ def make(config: ClusterConfig, stack: str, login: LoginKey) -> NodeSource:
     return AlibabaSource(config, stack)
 
 
-ENTRY = SourceEntry("alibaba", CAPABILITIES, make)
+ENTRY = SourceEntry("alibaba", CAPABILITIES, make_alibaba_source)

@@ -111,7 +111,7 @@ def _keep(config: ClusterConfig, stack: str, existing: ExistingCluster) -> Place
     type_name = existing.instance_type
     live = _live_price(type_name)
     known = catalog.lookup(type_name)
-    gpus, model = _gpus(live.gpus if live else None, known)
+    gpus, model = _gpus_and_model(live.gpus if live else None, known)
     family = catalog.FAMILIES.get(catalog.family_of(type_name) or "")
     if gpus is None or family is None:
         raise PlacementError(
@@ -215,7 +215,7 @@ def _place_by_stock(config: ClusterConfig, stack: str) -> Placement:
             continue
         zone = sorted(nas_zones)[0]
         known = catalog.lookup(type_name)
-        gpus, model = _gpus(live.gpus, known)
+        gpus, model = _gpus_and_model(live.gpus, known)
         if gpus is None:
             tried.append(f"{type_name}: the region reports no GPUs for it")
             continue
@@ -297,7 +297,7 @@ def _live_price(type_name: str) -> Any:
     return answer[0] if answer else None
 
 
-def _gpus(live: Sequence[object] | None, known: catalog.GpuInstanceType | None) -> tuple[int | None, str]:
+def _gpus_and_model(live: Sequence[object] | None, known: catalog.GpuInstanceType | None) -> tuple[int | None, str]:
     # pulumi-alicloud 4.x returns `gpus` as a list of {amount: str, category: str}; the live answer wins.
     if live:
         amount = sum(int(getattr(g, "amount", 0) or 0) for g in live)

@@ -26,7 +26,7 @@ CAPABILITIES = Capabilities(
 )
 
 
-def make(config: ClusterConfig, stack: str, login: LoginKey) -> NodeSource:
+def make_hosts_source(config: ClusterConfig, stack: str, login: LoginKey) -> NodeSource:
     """The source for a stack: `login` is how it looks at the hosts before anything is registered."""
     from infra import runmode
     from infra.node.known_hosts import known_hosts_path
@@ -38,4 +38,4 @@ def make(config: ClusterConfig, stack: str, login: LoginKey) -> NodeSource:
     return HostsSource(config, stack, access)
 
 
-ENTRY = SourceEntry("hosts", CAPABILITIES, make)
+ENTRY = SourceEntry("hosts", CAPABILITIES, make_hosts_source)
