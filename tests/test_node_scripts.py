@@ -1042,3 +1042,27 @@ def test_fetch_code_runs_the_openrlhf_spec_like_upstreams_dockerfile(node: FakeN
     assert_ok(second)
     assert "requirements already installed for this checkout in this container; skipped" in second.stdout
     assert len(node.calls("pip")) == 2
+
+
+def test_install_docker_lists_exactly_the_pull_caches_address_as_insecure_and_replaces_it_when_it_changes(
+        node: FakeNode) -> None:
+    daemon_json = node.etc / "docker" / "daemon.json"
+    daemon_json.parent.mkdir(parents=True, exist_ok=True)
+    daemon_json.write_text(json.dumps({"insecure-registries": ["192.168.9.9:443"]}))  # the host's own entry
+
+    first = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.1:5000")
+    assert_ok(first)
+    assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443", "10.20.0.1:5000"]
+    assert docker_info(node)["insecure-registries"] == ["192.168.9.9:443", "10.20.0.1:5000"]  # dockerd has it
+
+    moved = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.7:5000")
+    assert_ok(moved)
+    assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443", "10.20.0.7:5000"]
+    assert any(call.startswith("restart") for call in node.calls("systemctl"))  # dockerd reads it at start only
+
+    off = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="")
+    assert_ok(off)
+    assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443"]
+
+    refused = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="0.0.0.0/0")
+    assert refused.returncode != 0 and "INSECURE_REGISTRIES must list IPv4:port addresses" in refused.stderr

@@ -16,6 +16,7 @@ It installs what it needs from Debian's packages when missing (docker.io, docker
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import re
 import shutil
@@ -188,10 +189,8 @@ def world() -> Iterator[World]:
         yield World(root, upstream_port, cache_port, daemons[:DAEMONS], image, layers[1:], layers[0])
     finally:
         if cache_pid.exists():
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(cache_pid.read_text().strip()), signal.SIGTERM)
-            except (ProcessLookupError, ValueError):
-                pass
         for process in reversed(processes):
             _stop(process)
         _unmount_under(root)

@@ -1,0 +1,111 @@
+"""The pull cache inside the VPC (issue 34): when the program uses one (container.pullCache), which nodes run a cache
+and which each node pulls through, and the steps the program declares for it (offline cloud). The cache itself, with
+real Docker, is tests/e2e/test_pull_cache.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from offline_helpers import run, step_command
+
+from devtools.offline_cloud import unwrap
+from infra import pull_cache
+from infra.config import ConfigError, parse_cluster_config
+from infra.sources.alibaba.network_plan import NetworkArgs, ingress_rules
+
+PASSWORD = "registry-secret-for-the-cache-test"
+
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test"
+
+
+def _parsed(count: int, **container: Any) -> Any:
+    raw = {
+        "nodes": json.dumps({"instanceTypes": ["ecs.gn6v-c8g1.4xlarge"], "count": count}),
+        "access": json.dumps({"adminCidrs": ["203.0.113.0/24"], "sshPublicKey": KEY}),
+        "container": json.dumps(container),
+    }
+    return parse_cluster_config(raw, "cn-hangzhou")
+
+
+@pytest.mark.parametrize(("count", "setting", "used"), [
+    (2, "auto", False), (32, "auto", False), (33, "auto", True), (2, "on", True), (256, "off", False)])
+def test_the_cache_is_chosen_above_32_nodes_or_when_forced(count: int, setting: str, used: bool) -> None:
+    config = _parsed(count, pullCache=setting)
+    assert (pull_cache.plan_for(config) is not None) is used, pull_cache.why_not(config)
+
+
+def test_no_cache_for_a_baked_image_or_an_image_pinned_by_digest() -> None:
+    baked = _parsed(64, pullCache="on")
+    baked = baked.model_copy(update={"nodes": baked.nodes.model_copy(update={"image": "m-bp1abc"})})
+    assert "baked image" in (pull_cache.why_not(baked) or "")
+    pinned = _parsed(64, image="registry-vpc.cn-hangzhou.aliyuncs.com/me/roll@sha256:" + "a" * 64)
+    assert "digest" in (pull_cache.why_not(pinned) or "")
+
+
+def test_a_wrong_setting_is_rejected_naming_the_key() -> None:
+    with pytest.raises(ConfigError) as raised:
+        _parsed(2, pullCache="yes")
+    problems = " ".join(raised.value.problems)
+    assert "container.pullCache" in problems and "auto" in problems and "yes" in problems, problems
+
+
+@pytest.mark.parametrize(("nodes", "caches"), [(2, (0,)), (16, (0,)), (17, (0, 16)), (64, (0, 16, 32, 48)),
+                                                (256, tuple(range(0, 256, 16)))])
+def test_one_cache_per_16_nodes_each_node_pulling_through_its_own_group(nodes: int, caches: tuple[int, ...]) -> None:
+    plan = pull_cache.layout(nodes)
+    assert plan.caches == caches
+    served = {cache: plan.pulls_from.count(cache) for cache in plan.caches}
+    assert all(1 <= count <= pull_cache.NODES_PER_CACHE for count in served.values())
+    assert all(plan.pulls_from[cache] == cache for cache in caches)  # a cache's node pulls through itself
+
+
+@pytest.mark.parametrize(("image", "expected"), [
+    ("registry-vpc.cn-hangzhou.aliyuncs.com/me/roll:v1", ("https://registry-vpc.cn-hangzhou.aliyuncs.com", "me/roll:v1")),
+    ("verlai/verl:tag", ("https://registry-1.docker.io", "verlai/verl:tag")),
+    ("ubuntu:22.04", ("https://registry-1.docker.io", "library/ubuntu:22.04")),
+    ("docker.io/ubuntu", ("https://registry-1.docker.io", "library/ubuntu")),
+])
+def test_the_upstream_and_the_path_behind_the_cache(image: str, expected: tuple[str, str]) -> None:
+    assert pull_cache.upstream(image) == expected
+
+
+def test_the_cache_port_is_never_opened_to_the_admin_cidrs() -> None:
+    rules = ingress_rules(NetworkArgs("s", "cn-hangzhou-h", "ecs.gn6v-c8g1.4xlarge", 0, "vsw", ["203.0.113.0/24"],
+                                      8265, True))
+    for rule in rules:
+        if rule.source != "this security group":
+            low, high = (int(p) for p in rule.ports.split("/"))
+            assert not low <= pull_cache.PORT <= high, rule
+    assert any(r.source == "this security group" and r.protocol == "tcp" and r.ports == "1/65535" for r in rules)
+
+
+def _env(result: Any, name: str) -> str:
+    return step_command(result, name)
+
+
+def test_with_the_cache_the_head_runs_it_and_every_node_pulls_through_it_without_the_password() -> None:
+    result = run("multi", config={"roll-cluster:container": {"pullCache": "on", "registryUsername": "me"}},
+                 secrets={"roll-cluster:registryPassword": PASSWORD})
+    cache = _env(result, "node-0-pull-cache")
+    assert "pull_cache" in cache and "CACHE_UPSTREAM=https://roll-registry.cn-hangzhou.cr.aliyuncs.com" in cache
+    assert "CACHE_REPOSITORY=roll/pytorch:nvcr-24.05-py3-torch260-vllm084" in cache
+    assert PASSWORD in cache  # the cache's config gets it (on stdin, a secret: infra/node/remote.py)
+    assert "node-1-pull-cache" not in {r.name for r in result.cloud.resources}
+    head_ip = unwrap(result.cloud.named("node-0-instance").outputs)["primaryIpAddress"]
+    for node in ("node-0", "node-1"):
+        pull = _env(result, f"{node}-pull-image")
+        assert f"PULL_CACHE={head_ip}:5000" in pull, pull[-2000:]
+        assert PASSWORD not in pull
+        assert f"INSECURE_REGISTRIES={head_ip}:5000" in _env(result, f"{node}-docker")
+        record = next(r for r in result.steps if r.key == f"{node}/pull-image")
+        assert "node-0/pull-cache" in record.depends_on
+
+
+def test_without_the_cache_nothing_changes() -> None:
+    result = run("multi")
+    assert "node-0-pull-cache" not in {r.name for r in result.cloud.resources}
+    assert "PULL_CACHE" not in _env(result, "node-1-pull-image")
+    assert "INSECURE_REGISTRIES=''" in _env(result, "node-1-docker")
