@@ -28,11 +28,15 @@ import math
 from dataclasses import dataclass
 
 from infra.config import ClusterConfig
+from infra.image_path import image_path
 
 PORT = 5000  # the distribution registry's own default; outside Ray's ports (6379, 8265, 10001, 10002-19999)
-# auto: on above this many nodes. At a stock pull of 35 MB/s per node (infra/image_path.py), 33 nodes draw 9.2
-# Gbit/s, about the 10 Gbit/s OSS cap behind the registry in cn-hangzhou and most mainland regions (reference,
-# performance-frontier); below it each node's own rate bounds its pull and a cache would only add a hop.
+# auto: on above this many nodes, for an image pulled over the VPC (the region's ACR). At a stock pull of 35 MB/s per
+# node (infra/image_path.py), 33 nodes draw 9.2 Gbit/s, about the 10 Gbit/s OSS cap behind the registry in
+# cn-hangzhou and most mainland regions (reference, performance-frontier); below it each node's own rate bounds its
+# pull and a cache would only add a hop. Not for an image pulled over the public IPs: the cache's fill would come
+# over the head's public IP (at most 100 Mbit/s), and the distribution registry fetches each blob twice while it
+# fills (tests/e2e/test_pull_cache.py), so the head's fill alone would take twice one node's direct pull.
 AUTO_ABOVE = 32
 # Nodes one cache serves (itself included): a 2-GPU gn6v's VPC bandwidth, about 5 Gbit/s (an estimate between the
 # 2.5 and 10 Gbit/s of the 1- and 4-GPU types, reference [27]), over a stock pull's 35 MB/s (0.28 Gbit/s) per node
@@ -67,6 +71,9 @@ def why_not(config: ClusterConfig) -> str | None:
         return "one node: nothing to share"
     if setting == "auto" and config.nodes.count <= AUTO_ABOVE:
         return f"{config.nodes.count} nodes, at most {AUTO_ABOVE}: each node's own pull rate bounds its pull"
+    if setting == "auto" and image_path(config).kind != "vpc":
+        return ("the image comes over the nodes' public IPs: the cache would fill over the head's public IP, twice "
+                "one node's pull (copy the image into your ACR in the region: docs/performance.md)")
     return None
 
 

@@ -21,7 +21,11 @@ PASSWORD = "registry-secret-for-the-cache-test"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test"
 
 
+VPC_IMAGE = "registry-vpc.cn-hangzhou.aliyuncs.com/me/roll:v1"
+
+
 def _parsed(count: int, **container: Any) -> Any:
+    container = {"image": VPC_IMAGE, **container}
     raw = {
         "nodes": json.dumps({"instanceTypes": ["ecs.gn6v-c8g1.4xlarge"], "count": count}),
         "access": json.dumps({"adminCidrs": ["203.0.113.0/24"], "sshPublicKey": KEY}),
@@ -35,6 +39,13 @@ def _parsed(count: int, **container: Any) -> Any:
 def test_the_cache_is_chosen_above_32_nodes_or_when_forced(count: int, setting: str, used: bool) -> None:
     config = _parsed(count, pullCache=setting)
     assert (pull_cache.plan_for(config) is not None) is used, pull_cache.why_not(config)
+
+
+def test_auto_leaves_an_image_pulled_over_the_public_ips_to_a_direct_pull() -> None:
+    public = _parsed(64, image="roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:v1")
+    assert "public IP" in (pull_cache.why_not(public) or "")
+    assert pull_cache.plan_for(_parsed(64, image="roll-registry.cn-hangzhou.cr.aliyuncs.com/roll/pytorch:v1",
+                                       pullCache="on")) is not None
 
 
 def test_no_cache_for_a_baked_image_or_an_image_pinned_by_digest() -> None:
@@ -63,7 +74,7 @@ def test_one_cache_per_16_nodes_each_node_pulling_through_its_own_group(nodes: i
 
 
 @pytest.mark.parametrize(("image", "expected"), [
-    ("registry-vpc.cn-hangzhou.aliyuncs.com/me/roll:v1", ("https://registry-vpc.cn-hangzhou.aliyuncs.com", "me/roll:v1")),
+    (VPC_IMAGE, ("https://registry-vpc.cn-hangzhou.aliyuncs.com", "me/roll:v1")),
     ("verlai/verl:tag", ("https://registry-1.docker.io", "verlai/verl:tag")),
     ("ubuntu:22.04", ("https://registry-1.docker.io", "library/ubuntu:22.04")),
     ("docker.io/ubuntu", ("https://registry-1.docker.io", "library/ubuntu")),

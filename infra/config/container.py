@@ -113,9 +113,11 @@ class ContainerConfig(Section):
         "mode on the head, plus one fan-out cache on a worker for every 16 nodes beyond the head's): the image's "
         "registry serves each layer once per cluster instead of once per node, and the nodes pull from the cache "
         "over the VPC (plain HTTP on port 5000, open only inside the cluster's security group). `auto`: on above 32 "
-        "nodes pulling an image (not with nodes.image, not for an image pinned by digest): where 33 nodes' pulls at "
-        "a stock 35 MB/s each exceed the 10 Gbit/s OSS cap behind most regions' registries "
-        "(docs/performance.md, 'The pull cache'). `on`: from 2 nodes. `off`: every node pulls from the registry. "
+        "nodes pulling an image from the region's Container Registry over the VPC (not with nodes.image, not for "
+        "an image pinned by digest, not over the public IPs, where the cache's fill would come over the head's "
+        "public IP): where 33 nodes' pulls at a stock 35 MB/s each exceed the 10 Gbit/s OSS cap behind most "
+        "regions' registries (docs/performance.md, 'The pull cache'). `on`: from 2 nodes, any registry. "
+        "`off`: every node pulls from the registry. "
         "Turning it on or off for running nodes restarts their dockerd once (daemon.json's insecure-registries).",
     )
     privileged: bool = Field(
