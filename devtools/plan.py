@@ -404,6 +404,8 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         lines.append(f"  critical path, {label}, 64 nodes: " + " -> ".join(
             f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path))
         lines.append(f"      model: {plan.profile.model_how}")
+        if plan.profile.dataset_how:
+            lines.append(f"      dataset: {plan.profile.dataset_how}")
         if plan.profile.cache_how:
             lines.append(f"      pull cache: {plan.profile.cache_how}")
         if plan.profile.first_read_how:
@@ -453,8 +455,8 @@ def backend_lines(config: ClusterConfig, slots: int, image_gb: float | None) -> 
             f"({schedule.registry_backend_gbit_s(config):g} Gbit/s modelled, the region's OSS cap): "
             f"{shared:.0f} min per node instead of "
             f"{alone:.0f} alone. Boot from a baked image (nodes.image) or pause and resume the cluster "
-            "(nodes.paused) instead of pulling on every new node; docs/performance.md, 'P2P image distribution: "
-            "why not yet'"]
+            "(nodes.paused) instead of pulling on every new node, or pull through the cache inside the VPC "
+            "(container.pullCache on; docs/performance.md, 'The pull cache')"]
 
 
 # ------------------------------------------------------------------------------------------------ the summary

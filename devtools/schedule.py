@@ -104,6 +104,8 @@ class Profile:
     checkpoint_minutes: float = 0.0  # the resumed job's read of its newest checkpoint
     checkpoint_how: str = ""
     state_write_minutes: float = 0.0  # Pulumi's checkpoint saves (self-managed backend), before the job's step ends
+    dataset_minutes: float = 0.0  # the job's dataset download before its start (verl's preparation on the head)
+    dataset_how: str = ""
     cache_fill_minutes: float = 0.0  # the pull cache's step (the head's fill, then the fan-out caches'), if any
     cache_how: str = ""
 
@@ -137,6 +139,8 @@ class Profile:
             return self.state_write_minutes
         if step == "pull-cache":
             return self.cache_fill_minutes
+        if step == "dataset":
+            return self.dataset_minutes
         return NEW_NODE_MINUTES.get(step, 0.0)
 
     def restarted(self, step: str) -> float | None:
@@ -285,6 +289,9 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
         if profile.state_write_minutes > 0:  # Pulumi's saves, served one at a time, hold the steps up to the job's
             finish["node-0/state-writes"] = finish[job] + profile.state_write_minutes
             previous["node-0/state-writes"], submitted = job, "node-0/state-writes"
+        if profile.dataset_minutes > 0:  # the job's data, downloaded on the head before the training starts
+            finish["node-0/dataset"] = finish[submitted] + profile.dataset_minutes
+            previous["node-0/dataset"], submitted = submitted, "node-0/dataset"
         finish["node-0/weights"], previous["node-0/weights"] = finish[submitted] + profile.model_minutes, submitted
         last_read = "node-0/weights"
         # Where they apply: the image's files read from a disk not yet loaded from OSS (warm, no snapshot prefetch),
@@ -494,6 +501,22 @@ def _checkpoint(config: ClusterConfig, path: Path, nodes: int, options: Options)
                                         f"shared storage ({total:g} GB in all)")
 
 
+def _dataset(config: ClusterConfig, path: Path) -> tuple[float, str]:
+    """The job's dataset download before its start: verl's preparation on the head (one download from the hub over
+    the head's public IP, skipped where the parquets are on the shared storage already); ROLL's data comes with its
+    repository (the code step)."""
+    framework = config.training.framework
+    if framework == "roll":
+        return 0.0, "ROLL's data is in its repository (data/*.jsonl): the code step's clone brings it"
+    if framework != "verl":
+        return 0.0, f"not modelled for {framework} (its data is the user's; UNCONFIRMED how large)"
+    if path != "new" and model_cache.shared_cache(config):
+        return c("model-check"), "verl's train.parquet is on the shared storage: preparation skipped"
+    rate = min(c("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
+    return (transfer_minutes(c("dataset-verl"), rate),
+            f"the head prepares GSM8K ({c('dataset-verl'):g} GB from the hub at {rate:g} MB/s) before the job")
+
+
 def _page_cache(config: ClusterConfig, path: Path) -> bool:
     """Whether every node's weights-prefetch step finds the model in the shared cache and leaves it in its page
     cache before the job: with shared storage, when the model is there before the cluster starts (in-region, warm)."""
@@ -608,7 +631,7 @@ def backend_bound_pull(config: ClusterConfig, parallel: int,
     parallelism lets start together) share the registry's backend so that each takes longer than alone; None when
     they do not, or nothing is pulled (a baked image)."""
     path = configured_path(config)
-    if path == "warm":
+    if path == "warm" or cache_used(config, path, config.nodes.count):
         return None
     image = image_path(config, image_gb)
     rate, backend = _pull_rates(config, path, NO_OPTIONS, image)
@@ -624,6 +647,7 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
     p2p = options.p2p and nodes > c("p2p-above")
     rate, backend = _pull_rates(config, path, options, image)
     pull = pull_minutes(image.size_gb, rate, backend, pullers, p2p)
+    dataset, dataset_how = _dataset(config, path)
     fill, cache_how = 0.0, ""
     if cache_used(config, path, nodes) and not p2p:
         fill, pull, cache_how = cache_minutes(config, path, nodes, options, image_gb)
@@ -655,6 +679,8 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         resumed=options.resume and path == "warm",
         checkpoint_minutes=checkpoint,
         checkpoint_how=checkpoint_how,
+        dataset_minutes=dataset,
+        dataset_how=dataset_how,
         cache_fill_minutes=fill,
         cache_how=cache_how,
     )

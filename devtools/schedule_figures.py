@@ -77,6 +77,10 @@ CONSTANTS: Mapping[str, Constant] = {
                            "model's size"),
     "modelscope-intra-cloud": Constant(50.0, "MB/s", "[30][31] ModelScope over OSS's internal endpoint in its "
                                        "regions; 50-100 MB/s from one anecdote (UNCONFIRMED)"),
+    "dataset-verl": Constant(0.01, "GB", "ASSUMPTION: verl's default data preparation (examples/data_preprocess/"
+                             "gsm8k.py) downloads GSM8K, 7,473 + 1,319 problems, a few MB of parquet, on the head "
+                             "before the job, skipped when train.parquet is there (reference frameworks-at-runtime "
+                             "F10); ROLL reads data/*.jsonl from its own repository, cloned by the code step"),
     "model-check": Constant(0.1, "min", "ASSUMPTION: the model step finding the model in the cache: the hub "
                             "client lists the repository's files (one API call) and compares them with the cache"),
     "hub-public": Constant(12.5, "MB/s", "[29] at most the node's public IP (100 Mbit/s); hf-mirror observed "
