@@ -120,3 +120,100 @@ def test_without_the_cache_nothing_changes() -> None:
     assert "node-0-pull-cache" not in {r.name for r in result.cloud.resources}
     assert "PULL_CACHE" not in _env(result, "node-1-pull-image")
     assert "INSECURE_REGISTRIES=''" in _env(result, "node-1-docker")
+
+
+# ------------------------------------------------------------------------------------------------ the model and plan
+def _multi(**overrides: Any) -> tuple[list[Any], Any]:
+    from infra.node import steps
+
+    fits = {"roll-cluster:training": {"overrides": {"rollout_batch_size": 128}}}
+    result = run("multi", config={**fits, **overrides})
+    return list(result.steps), steps.NOTES["config"]
+
+
+def test_the_model_builds_the_cache_where_the_program_would() -> None:
+    from devtools import schedule
+
+    _, config = _multi()
+    # multi pulls ROLL's public image: the new path pulls directly at every count; in the region's registry the
+    # cache comes above 32 nodes, as infra/pull_cache.py chooses.
+    assert not schedule.cache_used(config, "new", 256)
+    assert [schedule.cache_used(config, "in-region", n) for n in (2, 32, 33, 256)] == [False, False, True, True]
+    assert not schedule.cache_used(config, "warm", 256)
+    assert not schedule.cache_used(schedule.without_cache(config), "in-region", 256)
+
+
+def test_with_the_cache_the_registry_serves_each_cache_once_and_the_nodes_pull_at_their_own_rate() -> None:
+    from devtools import schedule
+
+    records, config = _multi()
+    fill, pull, how = schedule.cache_minutes(config, "in-region", 64)
+    # The head: 2 fetches of 25 GB at 625 MB/s (5 Gbit/s) = 1.3 min, bounded by its 200 GiB PL1 disk (220 MB/s): 1.9.
+    # Three fan-out caches from the head's 5 Gbit/s: 3 x 2 x 25 GB / 625 MB/s = 4.0. Each node: 25 GB at 35 MB/s.
+    assert fill == pytest.approx(25_000 / 220 / 60 + 150_000 / 625 / 60, abs=0.01)
+    assert pull == pytest.approx(25_000 / 35 / 60, abs=0.01)
+    assert "3 fan-out caches" in how
+    cached = schedule.first_step(config, records, "in-region", 64, 64)
+    direct = schedule.first_step(schedule.without_cache(config), records, "in-region", 64, 64)
+    assert "node-0/pull-cache" in cached.critical_path and "node-0/pull-cache" not in direct.critical_path
+    assert cached.step_minutes("node-0/pull-image") < direct.step_minutes("node-0/pull-image")
+    assert cached.total == pytest.approx(41.4, abs=0.05) and direct.total == pytest.approx(46.9, abs=0.05)
+    # Every node's pull waits for the cache, in the graph the program declares.
+    worker_pull = next(r for r in schedule.with_cache(schedule.template(records), True) if r.key == "node-1/pull-image")
+    assert "node-0/pull-cache" in worker_pull.depends_on
+
+
+def test_the_dataset_download_is_a_term_of_its_own() -> None:
+    from devtools import schedule
+    from infra.node import steps
+
+    run("verl")
+    verl = steps.NOTES["config"]
+    records = list(steps.RECORDED)
+    new = schedule.first_step(verl, records, "new", 2, 2)
+    assert "node-0/dataset" in new.finish and "GSM8K" in new.profile.dataset_how
+    _, roll = _multi()
+    assert "repository" in schedule.profile_for(roll, "new", 64, 64).dataset_how
+
+
+def test_the_plan_prints_built_paths_only_with_and_without_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    from devtools import plan
+
+    text = plan.render(run("multi"), parallel=8)
+    assert "NOT BUILT" not in text and "P2P" not in text.split("Constants")[0].split("Time to the first")[1]
+    assert "in-region without the pull cache (container.pullCache off)" in text
+    assert "pull cache: the head's cache fills from the registry" in text
+    assert "`auto` builds it above 32 nodes for an image in the region's registry" in text
+
+
+def test_the_plan_advises_a_baked_image_for_a_large_cluster_with_the_command_and_its_cost() -> None:
+    from devtools import plan
+
+    summary = plan.render_summary(run("multi", config={"roll-cluster:nodes": {"count": 64}}), parallel=64)
+    advice = next(line for line in summary.splitlines() if "advice: boot from a baked image" in line
+                  or "advice:" in line)
+    joined = " ".join(line.strip() for line in summary.splitlines())
+    assert "pulumi up --config-path -c roll-cluster:nodes.bake=true" in joined, advice
+    assert "keeping the image costs at most 48 CNY a month (snapshots of 400 GB at 0.12 CNY per GB-month" in joined
+    small = plan.render_summary(run("multi"), parallel=8)
+    assert "advice: boot from a baked image" not in small
+
+
+def test_above_16_nodes_fan_out_caches_fill_from_the_heads_and_serve_their_group() -> None:
+    image = "registry-vpc.cn-hangzhou.aliyuncs.com/me/pytorch:nvcr-24.05-py3-torch260-vllm084"
+    result = run("multi", config={"roll-cluster:nodes": {"count": 40}, "roll-cluster:container": {"image": image},
+                                  "roll-cluster:training": {"overrides": {"rollout_batch_size": 128}}})
+    caches = sorted(r.name for r in result.cloud.resources if r.name.endswith("-pull-cache"))
+    assert caches == ["node-0-pull-cache", "node-16-pull-cache", "node-32-pull-cache"]  # auto: 40 > 32, over the VPC
+
+    def ip(node: str) -> str:
+        return str(unwrap(result.cloud.named(f"{node}-instance").outputs)["primaryIpAddress"])
+
+    fan_out = _env(result, "node-16-pull-cache")
+    assert f"CACHE_UPSTREAM=http://{ip('node-0')}:5000" in fan_out and "REGISTRY_PASSWORD" not in fan_out
+    for node, cache in (("node-5", "node-0"), ("node-16", "node-16"), ("node-20", "node-16"), ("node-39", "node-32")):
+        assert f"PULL_CACHE={ip(cache)}:5000" in _env(result, f"{node}-pull-image"), node
+        record = next(r for r in result.steps if r.key == f"{node}/pull-image")
+        assert f"{cache}/pull-cache" in record.depends_on, node
+    head_fill = next(r for r in result.steps if r.key == "node-16/pull-cache")
+    assert "node-0/pull-cache" in head_fill.depends_on
