@@ -211,9 +211,10 @@ platform_arch() {
   esac
 }
 
-# warm_once: every blob of the image's manifest (its platform's, from a multi-platform index) fetched once through
-# the cache, one request per blob, then each blob's file in the cache's storage awaited, so that no node's pull
-# finds a blob still in flight.
+# warm_once: every blob of the image's manifest (its platform's, from a multi-platform index) that the cache's storage
+# does not hold yet fetched once through the cache, one request per blob, then each blob's file in the storage
+# awaited, so that no node's pull finds a blob still in flight. A second run (a resumed cluster) reads the manifest
+# and fetches nothing.
 warm_once() {
   CACHE_URL="http://$CACHE_LISTEN_ADDR:$CACHE_PORT" CACHE_ARCH=$(platform_arch) \
     timeout "$CACHE_WARM_TIMEOUT_S" python3 - >>"$ROLL_STEP_LOG" 2>&1 <<'PY'
@@ -241,6 +242,12 @@ if "manifests" in manifest:
     manifest = json.load(get(f"manifests/{chosen[0]['digest']}", ACCEPT))
 blobs = [manifest["config"]["digest"]] + [layer["digest"] for layer in manifest["layers"]]
 
+def stored(digest):
+    hexed = digest.split(":", 1)[1]
+    return f"{root}/sha256/{hexed[:2]}/{hexed}/data"
+
+missing = [digest for digest in blobs if not os.path.exists(stored(digest))]
+
 def fetch(digest):
     size = 0
     with get(f"blobs/{digest}") as response:
@@ -249,16 +256,14 @@ def fetch(digest):
     return size
 
 with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-    total = sum(pool.map(fetch, blobs))
-for digest in blobs:
-    hexed = digest.split(":", 1)[1]
-    path = f"{root}/sha256/{hexed[:2]}/{hexed}/data"
+    total = sum(pool.map(fetch, missing))
+for digest in missing:
     deadline = time.monotonic() + 600
-    while not os.path.exists(path):
+    while not os.path.exists(stored(digest)):
         if time.monotonic() > deadline:
-            sys.exit(f"blob {digest} fetched but not stored in the cache ({path})")
+            sys.exit(f"blob {digest} fetched but not stored in the cache ({stored(digest)})")
         time.sleep(0.5)
-print(f"cache holds {len(blobs)} blobs, {total / 1e9:.2f} GB")
+print(f"cache holds {len(blobs)} blobs ({len(missing)} fetched now, {total / 1e9:.2f} GB)")
 PY
 }
 

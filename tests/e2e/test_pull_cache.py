@@ -227,7 +227,7 @@ def test_four_daemons_pull_through_the_cache_and_the_upstream_serves_each_layer_
     before = _blob_gets(w.root / "upstream" / "access.log")
     step = _step("pull-cache", ["pull_cache.sh"], _cache_env(w))
     assert step.returncode == 0, step.stdout + step.stderr
-    assert "cache holds 3 blobs" in step.stdout
+    assert "cache holds 3 blobs (3 fetched now" in step.stdout
     filled = _blob_gets(w.root / "upstream" / "access.log") - before
     # The fill: each blob's two fetches by distribution 2.8's proxy (one to the requester, one stored), and no more.
     assert filled == Counter({digest: 2 for digest in (*w.layers, w.config_digest)}), filled
@@ -260,6 +260,7 @@ def test_the_cache_step_again_changes_nothing_and_keeps_the_password_in_its_conf
     step = _step("pull-cache", ["pull_cache.sh"], _cache_env(w))
     assert step.returncode == 0, step.stdout + step.stderr
     assert "already running" in step.stdout and "config unchanged" in step.stdout
+    assert "cache holds 3 blobs (0 fetched now" in step.stdout  # a second run (a resumed cluster) fetches nothing
     assert (w.root / "cache" / "registry.pid").read_text().strip() == pid
     config = w.root / "cache" / "config.yml"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
