@@ -140,7 +140,9 @@ class NodeBootstrap(pulumi.ComponentResource):
             env["CACHE_UPSTREAM"] = pulumi.Output.concat("http://", head.address, f":{pull_cache.PORT}")
         step = remote_steps.remote_step(
             ctx, "pull-cache", ["pull_cache.sh"], env,
-            after=[prepared, *([(head.key, head.step)] if head is not None else [])])
+            after=[prepared, *([(head.key, head.step)] if head is not None else [])],
+            # Turned off, or at destroy: the cache leaves the node (your own hosts keep nothing of it).
+            delete_scripts=["pull_cache_stop.sh"], delete_env={"CACHE_DIR": str(env["CACHE_DIR"])})
         self.cache = CacheRef(f"{machine.name}/pull-cache", step, machine.private_ip)
         return self.cache
 

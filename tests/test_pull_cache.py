@@ -105,6 +105,9 @@ def test_with_the_cache_the_head_runs_it_and_every_node_pulls_through_it_without
     assert "CACHE_REPOSITORY=roll/pytorch:nvcr-24.05-py3-torch260-vllm084" in cache
     assert PASSWORD in cache  # the cache's config gets it (on stdin, a secret: infra/node/remote.py)
     assert "node-1-pull-cache" not in {r.name for r in result.cloud.resources}
+    # Turned off or destroyed, the cache leaves the node (its teardown runs pull_cache_stop.sh there).
+    teardown = str(unwrap(result.cloud.named("node-0-pull-cache-teardown").inputs)["environment"]["REMOTE_COMMAND"])
+    assert "pull_cache_stop" in teardown and "CACHE_DIR=/data/pull-cache" in teardown
     head_ip = unwrap(result.cloud.named("node-0-instance").outputs)["primaryIpAddress"]
     for node in ("node-0", "node-1"):
         pull = _env(result, f"{node}-pull-image")

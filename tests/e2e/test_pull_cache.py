@@ -156,7 +156,7 @@ def world() -> Iterator[World]:
     _install()
     root = Path(tempfile.mkdtemp(prefix="roll-cluster-e2e-pull-cache-", dir="/var/tmp"))
     processes: list[subprocess.Popen[bytes]] = []
-    cache_pid = root / "cache" / "registry.pid"
+    cache_pid = root / "pull-cache" / "registry.pid"
     try:
         upstream_port, cache_port = _free_port(), _free_port()
         processes.append(_registry(root / "upstream", upstream_port))
@@ -211,7 +211,7 @@ def _cache_env(w: World) -> dict[str, str]:
         "CACHE_REPOSITORY": IMAGE_PATH,
         "CACHE_LISTEN_ADDR": "127.0.0.1",
         "CACHE_PORT": str(w.cache_port),
-        "CACHE_DIR": str(w.root / "cache"),
+        "CACHE_DIR": str(w.root / "pull-cache"),
         "REGISTRY_USERNAME": "e2e-user",
         "REGISTRY_PASSWORD": SECRET,
         "ROLL_LOG_DIR": str(w.root / "cache-logs"),
@@ -256,13 +256,13 @@ def test_four_daemons_pull_through_the_cache_and_the_upstream_serves_each_layer_
 
 def test_the_cache_step_again_changes_nothing_and_keeps_the_password_in_its_config_only(world: World) -> None:
     w = world
-    pid = (w.root / "cache" / "registry.pid").read_text().strip()
+    pid = (w.root / "pull-cache" / "registry.pid").read_text().strip()
     step = _step("pull-cache", ["pull_cache.sh"], _cache_env(w))
     assert step.returncode == 0, step.stdout + step.stderr
     assert "already running" in step.stdout and "config unchanged" in step.stdout
     assert "cache holds 3 blobs (0 fetched now" in step.stdout  # a second run (a resumed cluster) fetches nothing
-    assert (w.root / "cache" / "registry.pid").read_text().strip() == pid
-    config = w.root / "cache" / "config.yml"
+    assert (w.root / "pull-cache" / "registry.pid").read_text().strip() == pid
+    config = w.root / "pull-cache" / "config.yml"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
     assert SECRET in config.read_text()
     assert SECRET not in step.stdout + step.stderr
@@ -273,13 +273,30 @@ def test_the_cache_step_again_changes_nothing_and_keeps_the_password_in_its_conf
 
 def test_a_cache_that_cannot_fill_fails_the_step_by_name(world: World) -> None:
     w = world
-    env = {**_cache_env(w), "CACHE_REPOSITORY": "e2e/missing:v1", "CACHE_DIR": str(w.root / "cache-missing"),
+    env = {**_cache_env(w), "CACHE_REPOSITORY": "e2e/missing:v1", "CACHE_DIR": str(w.root / "missing" / "pull-cache"),
            "CACHE_PORT": str(_free_port()), "RETRY_ATTEMPTS": "1"}
     step = _step("pull-cache", ["pull_cache.sh"], env)
     try:
         assert step.returncode != 0
         assert "pull-cache: FAILED: filling the pull cache with e2e/missing:v1" in step.stderr
     finally:
-        pid_file = w.root / "cache-missing" / "registry.pid"
+        pid_file = w.root / "missing" / "pull-cache" / "registry.pid"
         if pid_file.exists():
             os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+
+
+def test_the_caches_teardown_stops_it_and_removes_its_data(world: World) -> None:
+    # Last in this module: it removes the cache the tests above used (started here when run alone).
+    w = world
+    started = _step("pull-cache", ["pull_cache.sh"], _cache_env(w))
+    assert started.returncode == 0, started.stdout + started.stderr
+    pid = int((w.root / "pull-cache" / "registry.pid").read_text().strip())
+    env = {"CACHE_DIR": str(w.root / "pull-cache"), "ROLL_LOG_DIR": str(w.root / "cache-logs"), "NODE_NAME": "node-0",
+           "SYSTEMD_RUN_DIR": str(w.root / "no-systemd")}
+    step = _step("pull-cache-delete", ["pull_cache_stop.sh"], env)
+    assert step.returncode == 0, step.stdout + step.stderr
+    _wait("the cache's process to end", lambda: not Path(f"/proc/{pid}").exists() or
+          "zombie" in Path(f"/proc/{pid}/status").read_text(errors="replace").lower(), timeout=30)
+    assert not (w.root / "pull-cache").exists()
+    again = _step("pull-cache-delete", ["pull_cache_stop.sh"], env)
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
