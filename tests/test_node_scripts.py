@@ -1066,3 +1066,20 @@ def test_install_docker_lists_exactly_the_pull_caches_address_as_insecure_and_re
 
     refused = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="0.0.0.0/0")
     assert refused.returncode != 0 and "INSECURE_REGISTRIES must list IPv4:port addresses" in refused.stderr
+
+
+def test_install_docker_leaves_insecure_registries_alone_on_a_node_that_has_the_image_already(node: FakeNode) -> None:
+    # A running node of a cluster that grows past 32 nodes (the cache comes on): it pulls nothing, so its dockerd
+    # (and the training container under it) is not restarted for the cache's address.
+    first = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="")
+    assert_ok(first)
+    node.set_state("docker/images/registry.example.com_me_roll:v1", "sha256:abc")
+    restarts = sum(call.startswith("restart") for call in node.calls("systemctl"))
+
+    second = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", IMAGE="registry.example.com/me/roll:v1",
+                           INSECURE_REGISTRIES="10.20.0.1:5000")
+
+    assert_ok(second)
+    assert "is already here: no pull through a cache, insecure-registries left as it is" in second.stdout
+    assert "insecure-registries" not in json.loads((node.etc / "docker" / "daemon.json").read_text())
+    assert sum(call.startswith("restart") for call in node.calls("systemctl")) == restarts

@@ -16,6 +16,9 @@
 #                                  security group (infra/pull_cache.py): listed in daemon.json's insecure-registries,
 #                                  beside any the host already lists; the one this step added before is removed
 #                                  when it changes or is emptied (recorded in ROLL_STATE_DIR)
+#   IMAGE ['']                     the training image: a node whose running dockerd already has it needs no cache,
+#                                  and its insecure-registries is left as it is (no dockerd restart under a running
+#                                  container when the cache is turned on or off, or the cluster grows past 32 nodes)
 #   DOCKER_START_TIMEOUT_S [120]   bound for dockerd to answer after a (re)start
 #   PARALLEL_GUNZIP_PACKAGE [pigz] the package that puts `unpigz` on dockerd's PATH (best effort, see below)
 #   YUM_REPOS_DIR [/etc/yum.repos.d], APT_SOURCES_DIR [/etc/apt/sources.list.d], APT_KEYRINGS_DIR [/etc/apt/keyrings]
@@ -35,6 +38,7 @@
 : "${DOCKER_MAX_CONCURRENT_DOWNLOADS:=10}"
 : "${DOCKER_START_TIMEOUT_S:=120}"
 : "${INSECURE_REGISTRIES:=}"
+: "${IMAGE:=}"
 : "${PARALLEL_GUNZIP_PACKAGE:=pigz}"
 : "${YUM_REPOS_DIR:=/etc/yum.repos.d}"
 : "${APT_SOURCES_DIR:=/etc/apt/sources.list.d}"
@@ -279,6 +283,11 @@ configure_insecure_registries() {
   if [[ -f "$record" ]]; then previous=$(cat -- "$record"); fi
   if [[ -z "$INSECURE_REGISTRIES" && -z "$previous" ]]; then
     banner "no pull cache to reach over plain HTTP; skipped"
+    return 0
+  fi
+  if [[ "$INSECURE_REGISTRIES" != "$previous" && -n "$IMAGE" ]] && docker info >/dev/null 2>&1 &&
+    docker image inspect -- "$IMAGE" >/dev/null 2>&1; then
+    banner "$IMAGE is already here: no pull through a cache, insecure-registries left as it is (no dockerd restart)"
     return 0
   fi
   result=$(PREVIOUS="$previous" WANTED="$INSECURE_REGISTRIES" python3 - "$DOCKER_DAEMON_JSON" <<'PY'
