@@ -1076,8 +1076,8 @@ def test_install_docker_leaves_insecure_registries_alone_on_a_node_that_has_the_
     node.set_state("docker/images/registry.example.com_me_roll:v1", "sha256:abc")
     restarts = sum(call.startswith("restart") for call in node.calls("systemctl"))
 
-    second = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", IMAGE="registry.example.com/me/roll:v1",
-                           INSECURE_REGISTRIES="10.20.0.1:5000")
+    second = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="",
+                           IMAGE="registry.example.com/me/roll:v1", INSECURE_REGISTRIES="10.20.0.1:5000")
 
     assert_ok(second)
     assert "is already here: no pull through a cache, insecure-registries left as it is" in second.stdout

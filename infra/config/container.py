@@ -118,7 +118,8 @@ class ContainerConfig(Section):
         "public IP): where 33 nodes' pulls at a stock 35 MB/s each exceed the 10 Gbit/s OSS cap behind most "
         "regions' registries (docs/performance.md, 'The pull cache'). `on`: from 2 nodes, any registry. "
         "`off`: every node pulls from the registry. "
-        "Turning it on or off for running nodes restarts their dockerd once (daemon.json's insecure-registries).",
+        "A running node that already has the image is left as it is (no dockerd restart); a node that pulls gets the "
+        "cache's address in daemon.json's insecure-registries, which restarts its dockerd once.",
     )
     privileged: bool = Field(
         False,
