@@ -14,7 +14,7 @@ from components.autostop import Autostop, spot_notices
 from components.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.ray_cluster import RayCluster, RayClusterArgs, RayNode
 from components.training_job import TrainingJob, TrainingJobArgs
-from infra import outputs, parallelism, pause, runmode, stack_config, summary
+from infra import outputs, parallelism, pause, pull_cache, runmode, stack_config, summary
 from infra.frameworks import adapter_for
 from infra.node import accelerators, steps
 from infra.sources import source_for
@@ -46,7 +46,8 @@ if not runmode.offline():  # the update opens with the plan's summary (the offli
                                        cluster.outputs.get("cost")))
 known = known_hosts.register(stack, cluster.machines)
 ray_nodes: list[RayNode] = []
-for machine in cluster.machines:
+cache_plan = pull_cache.plan_for(config)
+for index, machine in enumerate(cluster.machines):
     head_ip = ray_nodes[0].private_ip if ray_nodes else machine.private_ip
     bootstrap = NodeBootstrap(
         f"{machine.name}-bootstrap",
@@ -68,6 +69,9 @@ for machine in cluster.machines:
             registry_password=secrets.registry_password,
             code_env=code.env(config.container.name) if code else None,
             code_scripts=code.scripts if code else (),
+            cache_plan=cache_plan,
+            node_index=index,
+            caches={i: node.bootstrap.cache for i, node in enumerate(ray_nodes) if node.bootstrap.cache},
         ),
     )
     ray_nodes.append(RayNode(machine.name, machine, bootstrap))

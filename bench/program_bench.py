@@ -36,6 +36,7 @@ from devtools.schedule import (
     Options,
     Path,
     first_step,
+    without_cache,
 )
 
 SIZES = (1, 8, 32, 64)
@@ -173,12 +174,13 @@ def first_step_rows(result: OfflineRun) -> list[tuple[str, list[float]]]:
     config = result.notes["config"]
     records = list(result.steps)
 
-    def row(path: Path, options: Options, slots: int | None = None) -> list[float]:
-        return [first_step(config, records, path, n, slots or n, options).total for n in NODE_COUNTS]
+    def row(path: Path, options: Options, slots: int | None = None, stack: Any = None) -> list[float]:
+        return [first_step(stack or config, records, path, n, slots or n, options).total for n in NODE_COUNTS]
 
     rows: list[tuple[str, list[float]]] = [(path, row(path, NO_OPTIONS)) for path in PATHS]
     rows += [(f"{path}, {LAPTOP_SLOTS} slots", row(path, NO_OPTIONS, LAPTOP_SLOTS)) for path in ("in-region",)]
     rows.append(("warm, resumed", row("warm", RESUMED)))
+    rows.append(("in-region, no pull cache", row("in-region", NO_OPTIONS, stack=without_cache(config))))
     # Modelled options the program does not build (docs/performance.md, 'Modelled options, not built').
     rows += [(f"NOT BUILT {path} + options", row(path, OPTIONS)) for path in ("in-region", "warm")]
     rows.append(("NOT BUILT warm + opt., no prefetch", row("warm", NO_SNAPSHOT_PREFETCH)))

@@ -39,7 +39,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components import remote_steps
-from infra import model_cache
+from infra import model_cache, pull_cache
 from infra.config import ClusterConfig
 from infra.layout import DATA_MOUNT, SHARED_MOUNT, WORKSPACE
 from infra.node import accelerators, remote, ssh_access, steps
@@ -68,6 +68,15 @@ def container_command() -> list[str]:
 
 
 @dataclass(frozen=True)
+class CacheRef:
+    """A pull cache another node's steps use: its step (what pulls wait for) and the address it serves."""
+
+    key: str  # its step key ("node-0/pull-cache")
+    step: pulumi.Resource
+    address: pulumi.Input[str]  # the private IP of the node that runs it
+
+
+@dataclass(frozen=True)
 class NodeBootstrapArgs:
     config: ClusterConfig
     machine: Machine
@@ -86,6 +95,11 @@ class NodeBootstrapArgs:
     nfs_export: str = "/"  # the path nas_server exports
     nfs_options: str | None = None  # NFS mount options; None: prepare_host.sh's defaults (Alibaba NAS)
     shared_host_dir: str | None = None  # a host directory that is already shared, bind-mounted at SHARED_MOUNT
+    # The pull cache (infra/pull_cache.py): the stack's layout (None: no cache), this node's index in the cluster and
+    # the caches the nodes before it run (by node index); a node whose index is in the layout's caches runs one.
+    cache_plan: pull_cache.CachePlan | None = None
+    node_index: int = 0
+    caches: dict[int, CacheRef] | None = None
 
 
 class NodeBootstrap(pulumi.ComponentResource):
@@ -98,6 +112,40 @@ class NodeBootstrap(pulumi.ComponentResource):
     prefetch_after: list[tuple[str, pulumi.Resource]]
     shared_host_dir: str  # the host's path of the shared storage (SHARED_MOUNT, or storage.sharedHostPath)
     baked_image_id: pulumi.Output[str] | None = None  # the custom image baked from this node (nodes.bake)
+    cache: CacheRef | None = None  # the pull cache this node runs, for the nodes that pull through it
+
+    def _pull_cache(self, args: NodeBootstrapArgs, ctx: remote_steps.StepContext,
+                    prepared: tuple[str, pulumi.Resource], has_data_disk: bool) -> CacheRef | None:
+        """The cache this node pulls through (None: none), after the pull-cache step of a node that runs one: the
+        head's proxies the image's registry with its credentials; a fan-out cache proxies the head's."""
+        plan, index = args.cache_plan, args.node_index
+        if plan is None:
+            return None
+        caches = args.caches or {}
+        if index not in plan.caches:
+            return caches[plan.pulls_from[index]]
+        config, machine = args.config, args.machine
+        registry_url, repository = pull_cache.upstream(config.container.pull_image)
+        head = caches.get(0) if index != 0 else None
+        env: dict[str, pulumi.Input[str]] = {
+            "CACHE_REPOSITORY": repository,
+            "CACHE_LISTEN_ADDR": machine.private_ip,
+            "CACHE_PORT": str(pull_cache.PORT),
+            "CACHE_DIR": pull_cache.cache_dir(DATA_MOUNT if has_data_disk else None),
+        }
+        if head is None:
+            env |= {"CACHE_UPSTREAM": registry_url,
+                    "REGISTRY_USERNAME": config.container.registry_username or "",
+                    "REGISTRY_PASSWORD": args.registry_password or ""}
+        else:
+            env["CACHE_UPSTREAM"] = pulumi.Output.concat("http://", head.address, f":{pull_cache.PORT}")
+        step = remote_steps.remote_step(
+            ctx, "pull-cache", ["pull_cache.sh"], env,
+            after=[prepared, *([(head.key, head.step)] if head is not None else [])],
+            # Turned off, or at destroy: the cache leaves the node (your own hosts keep nothing of it).
+            delete_scripts=["pull_cache_stop.sh"], delete_env={"CACHE_DIR": str(env["CACHE_DIR"])})
+        self.cache = CacheRef(f"{machine.name}/pull-cache", step, machine.private_ip)
+        return self.cache
 
     def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("roll-cluster:index:NodeBootstrap", name, None, opts)
@@ -135,6 +183,13 @@ class NodeBootstrap(pulumi.ComponentResource):
         # What Docker must wait for at boot (docker_mount_order.sh): the data disk, the NFS share mounted here.
         nfs_mounted = config.storage.shared and not args.shared_host_dir
         mounts = [m for m, used in ((DATA_MOUNT, has_data_disk), (SHARED_MOUNT, nfs_mounted)) if used]
+        through = self._pull_cache(args, ctx, (f"{node_name}/prepare-host", prepare), has_data_disk)
+        cache_address: pulumi.Input[str] = ""
+        cache_env: dict[str, pulumi.Input[str]] = {}
+        if through is not None:
+            cache_address = pulumi.Output.concat(through.address, f":{pull_cache.PORT}")
+            cache_env = {"PULL_CACHE": cache_address,
+                         "CACHE_REPOSITORY": pull_cache.upstream(config.container.pull_image)[1]}
         install_docker = remote_steps.remote_step(
             ctx,
             "docker",
@@ -144,6 +199,8 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "NVIDIA_RUNTIME": "1" if kind.nvidia_runtime else "0",
                 "KEEP_EXISTING_DOCKER": "1" if machine.existing else "0",
                 "MOUNTS": " ".join(mounts),
+                "INSECURE_REGISTRIES": cache_address,  # the cache's plain HTTP, exactly its address
+                "IMAGE": config.container.pull_image,  # present already: the address is not needed (no restart)
             },
             after=[(f"{node_name}/prepare-host", prepare)],
         )
@@ -154,10 +211,13 @@ class NodeBootstrap(pulumi.ComponentResource):
             {
                 "IMAGE": config.container.pull_image,
                 "REGISTRY_USERNAME": config.container.registry_username or "",
-                "REGISTRY_PASSWORD": args.registry_password or "",
+                # Through a cache the node never logs in to the registry: the cache holds the credentials.
+                "REGISTRY_PASSWORD": (args.registry_password or "") if through is None else "",
                 "CHECK_IMAGE_ARCH": "1",
+                **cache_env,
             },
-            after=[(f"{node_name}/docker", install_docker)],
+            after=[(f"{node_name}/docker", install_docker),
+                   *([(through.key, through.step)] if through is not None else [])],
         )
         accelerators_ready: pulumi.Resource
         if kind.kind == "ascend":

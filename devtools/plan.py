@@ -30,7 +30,7 @@ from devtools.offline_cloud import (
     stack_config,
     unwrap,
 )
-from infra import image_path, model_cache, parallelism, summary
+from infra import cost, image_path, model_cache, parallelism, pull_cache, summary
 from infra.autostop import plan_lines as autostop_plan_lines
 from infra.config import ClusterConfig, ConfigError
 from infra.frameworks.registry import adapter_class
@@ -377,10 +377,11 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
     header = f"  {'minutes to the first step at N nodes':62}" + "".join(f"{n:>8}" for n in sizes)
     lines.append(header + f"   this stack ({count} nodes, {slots} slots)")
 
-    def row(label: str, path: schedule.Path, options: schedule.Options, mark: bool) -> str:
-        cells = "".join(f"{schedule.first_step(config, records, path, n, max(n, slots), options, image_gb).total:8.1f}"
+    def row(label: str, path: schedule.Path, options: schedule.Options, mark: bool,
+            stack: ClusterConfig = config) -> str:
+        cells = "".join(f"{schedule.first_step(stack, records, path, n, max(n, slots), options, image_gb).total:8.1f}"
                         for n in sizes)
-        here = schedule.first_step(config, records, path, count, slots, options, image_gb)
+        here = schedule.first_step(stack, records, path, count, slots, options, image_gb)
         suffix = f"   {here.total:.1f}" + (f" ({here.waves} waves)" if here.waves > 1 else "")
         return f"  {label:62}{cells}{suffix}" + ("  <- this stack" if mark else "")
 
@@ -389,7 +390,13 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         if not model_cache.shared_cache(config):
             label = label.replace("model on shared storage", "model on the data disks")
         lines.append(row(label, name, schedule.NO_OPTIONS, name == configured))
+        if name == "in-region" and config.container.pull_cache != "off":
+            lines.append(row("  in-region without the pull cache (container.pullCache off)", name,
+                             schedule.NO_OPTIONS, False, schedule.without_cache(config)))
     lines.append(row("  warm, resumed after an economical-mode stop (nodes.paused)", "warm", schedule.RESUMED, False))
+    lines.append(f"  (the pull cache: container.pullCache {config.container.pull_cache}; `auto` builds it above "
+                 f"{pull_cache.AUTO_ABOVE} nodes for an image in the region's registry, one cache per "
+                 f"{pull_cache.NODES_PER_CACHE} nodes; docs/performance.md, 'The pull cache')")
     writes = schedule.state_write_minutes(count)
     lines.append(f"  (each figure includes Pulumi's state saves with a self-managed backend: {writes:.1f} min at "
                  f"{count} nodes, {schedule.state_write_minutes(64):.1f} at 64; Pulumi Cloud journals instead; "
@@ -404,6 +411,10 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
         lines.append(f"  critical path, {label}, 64 nodes: " + " -> ".join(
             f"{key} {plan.step_minutes(key):.1f}" for key in plan.critical_path))
         lines.append(f"      model: {plan.profile.model_how}")
+        if plan.profile.dataset_how:
+            lines.append(f"      dataset: {plan.profile.dataset_how}")
+        if plan.profile.cache_how:
+            lines.append(f"      pull cache: {plan.profile.cache_how}")
         if plan.profile.first_read_how:
             lines.append(f"      first read: {plan.profile.first_read_how}")
         if plan.profile.checkpoint_how:
@@ -451,8 +462,8 @@ def backend_lines(config: ClusterConfig, slots: int, image_gb: float | None) -> 
             f"({schedule.registry_backend_gbit_s(config):g} Gbit/s modelled, the region's OSS cap): "
             f"{shared:.0f} min per node instead of "
             f"{alone:.0f} alone. Boot from a baked image (nodes.image) or pause and resume the cluster "
-            "(nodes.paused) instead of pulling on every new node; docs/performance.md, 'P2P image distribution: "
-            "why not yet'"]
+            "(nodes.paused) instead of pulling on every new node, or pull through the cache inside the VPC "
+            "(container.pullCache on; docs/performance.md, 'The pull cache')"]
 
 
 # ------------------------------------------------------------------------------------------------ the summary
@@ -546,8 +557,28 @@ def time_line(ctx: PlanContext) -> list[str]:
                                    image_gb).total
 
     others = ", ".join(f"{PATH_SHORT[other]} {total(other):.0f} min" for other in schedule.PATHS if other != path)
-    return [f"{here.total:.0f} min to the first training step, modelled ({PATH_SHORT[path]}; longest step "
-            f"{longest} {here.step_minutes(longest):.0f} min); {others}"]
+    lines = [f"{here.total:.0f} min to the first training step, modelled ({PATH_SHORT[path]}; longest step "
+             f"{longest} {here.step_minutes(longest):.0f} min); {others}"]
+    advice = baked_advice(ctx.config, total("warm"), here.total)
+    return lines + ([advice] if advice else [])
+
+
+# Above this many nodes the plan advises booting from a baked image (where the stack pulls its image): every node's
+# bootstrap then finds its work done, and no registry or cache carries the image to N nodes.
+BAKED_ADVICE_ABOVE = 16
+
+
+def baked_advice(config: ClusterConfig, warm: float, here: float) -> str | None:
+    """The advice for a large cluster that pulls its image: bake once, boot from the image; with the cost of keeping
+    the image (infra/cost.py baked_image_cost)."""
+    if (config.nodes.count <= BAKED_ADVICE_ABOVE or config.nodes.image is not None or config.nodes.bake
+            or config.nodes.capabilities.existing_machines):
+        return None
+    size, monthly = cost.baked_image_cost(config)
+    return (f"advice: boot from a baked image: {warm:.0f} min instead of {here:.0f}. Bake once: `pulumi up "
+            f"--config-path -c roll-cluster:nodes.bake=true` (output bakedImageId), then set nodes.image to it; "
+            f"keeping the image costs at most {monthly:.0f} CNY a month (snapshots of {size} GB at "
+            f"{cost.SNAPSHOT_CNY_PER_GB_MONTH:g} CNY per GB-month, by the blocks written)")
 
 
 PATH_SHORT: dict[schedule.Path, str] = {

@@ -54,7 +54,7 @@ from devtools.schedule_figures import (
     Constant,
     constant,
 )
-from infra import model_cache, parallelism
+from infra import model_cache, parallelism, pull_cache
 from infra.config import ClusterConfig
 from infra.config.training import is_mainland_region
 from infra.image_path import ImagePath, image_path, inbound_mbps
@@ -104,6 +104,10 @@ class Profile:
     checkpoint_minutes: float = 0.0  # the resumed job's read of its newest checkpoint
     checkpoint_how: str = ""
     state_write_minutes: float = 0.0  # Pulumi's checkpoint saves (self-managed backend), before the job's step ends
+    dataset_minutes: float = 0.0  # the job's dataset download before its start (verl's preparation on the head)
+    dataset_how: str = ""
+    cache_fill_minutes: float = 0.0  # the pull cache's step (the head's fill, then the fan-out caches'), if any
+    cache_how: str = ""
 
     def minutes(self, step: str) -> float:
         if self.resumed and step in RESUMED_MINUTES:
@@ -133,6 +137,10 @@ class Profile:
             return self.checkpoint_minutes
         if step == "state-writes":
             return self.state_write_minutes
+        if step == "pull-cache":
+            return self.cache_fill_minutes
+        if step == "dataset":
+            return self.dataset_minutes
         return NEW_NODE_MINUTES.get(step, 0.0)
 
     def restarted(self, step: str) -> float | None:
@@ -281,6 +289,9 @@ def schedule(records: Iterable[StepRecord], profile: Profile | None = None, work
         if profile.state_write_minutes > 0:  # Pulumi's saves, served one at a time, hold the steps up to the job's
             finish["node-0/state-writes"] = finish[job] + profile.state_write_minutes
             previous["node-0/state-writes"], submitted = job, "node-0/state-writes"
+        if profile.dataset_minutes > 0:  # the job's data, downloaded on the head before the training starts
+            finish["node-0/dataset"] = finish[submitted] + profile.dataset_minutes
+            previous["node-0/dataset"], submitted = submitted, "node-0/dataset"
         finish["node-0/weights"], previous["node-0/weights"] = finish[submitted] + profile.model_minutes, submitted
         last_read = "node-0/weights"
         # Where they apply: the image's files read from a disk not yet loaded from OSS (warm, no snapshot prefetch),
@@ -492,6 +503,22 @@ def _checkpoint(config: ClusterConfig, path: Path, nodes: int, options: Options)
                                         f"shared storage ({total:g} GB in all)")
 
 
+def _dataset(config: ClusterConfig, path: Path) -> tuple[float, str]:
+    """The job's dataset download before its start: verl's preparation on the head (one download from the hub over
+    the head's public IP, skipped where the parquets are on the shared storage already); ROLL's data comes with its
+    repository (the code step)."""
+    framework = config.training.framework
+    if framework == "roll":
+        return 0.0, "ROLL's data is in its repository (data/*.jsonl): the code step's clone brings it"
+    if framework != "verl":
+        return 0.0, f"not modelled for {framework} (its data is the user's; UNCONFIRMED how large)"
+    if path != "new" and model_cache.shared_cache(config):
+        return constant("model-check"), "verl's train.parquet is on the shared storage: preparation skipped"
+    rate = min(constant("hub-public"), inbound_mbps(config.nodes.internet_bandwidth_mbps) / 8.0)
+    return (transfer_minutes(constant("dataset-verl"), rate),
+            f"the head prepares GSM8K ({constant('dataset-verl'):g} GB from the hub at {rate:g} MB/s) before the job")
+
+
 def _page_cache(config: ClusterConfig, path: Path) -> bool:
     """Whether every node's weights-prefetch step finds the model in the shared cache and leaves it in its page
     cache before the job: with shared storage, when the model is there before the cluster starts (in-region, warm)."""
@@ -542,13 +569,73 @@ def _pull_rates(config: ClusterConfig, path: Path, options: Options, image: Imag
     return min(rate, disk), registry_backend_gbit_s(config)
 
 
+def cache_used(config: ClusterConfig, path: Path, nodes: int) -> bool:
+    """Whether the program builds the pull cache for `nodes` nodes on `path` (infra/pull_cache.py's choice, with the
+    image in the region's registry on the in-region path)."""
+    if path == "warm" or nodes < 2 or "@" in config.container.pull_image:
+        return False
+    setting = config.container.pull_cache
+    if setting != "auto":
+        return setting == "on"
+    over_vpc = path == "in-region" or image_path(config).kind == "vpc"
+    return nodes > pull_cache.AUTO_ABOVE and over_vpc
+
+
+def cache_minutes(config: ClusterConfig, path: Path, nodes: int, options: Options = NO_OPTIONS,
+                  image_gb: float | None = None) -> tuple[float, float, str]:
+    """(the cache step: the head's fill and then the fan-out caches', one node's pull through its cache, how): the
+    head fetches every blob cache-fill-fetches times from the registry (over the VPC at its NIC or the backend's cap,
+    over its public IP on the new path) and writes it once to its data disk; each fan-out cache does the same from
+    the head, all sharing the head's NIC; a node then pulls at its own rate or its share of its cache's NIC."""
+    image = image_path(config, image_gb)
+    size, fetches = image.size_gb, constant("cache-fill-fetches")
+    nic = constant("cache-nic") * 1000.0 / 8.0  # MB/s
+    if path == "new" and image.kind == "public":
+        upstream = min(image.rate_mbps / 8.0, nic)
+    else:
+        upstream = min(nic, registry_backend_gbit_s(config) * 1000.0 / 8.0)
+    disk = disk_mbyte_s(config, options)
+    head = max(transfer_minutes(fetches * size, upstream), transfer_minutes(size, disk))
+    caches = len(pull_cache.layout(nodes).caches)
+    fan_out = 0.0
+    if caches > 1:
+        fan_out = max(transfer_minutes((caches - 1) * fetches * size, nic), transfer_minutes(size, disk))
+    node_rate = min(constant("tuned-pull") if options.tuned_pull else constant("vpc-pull"),
+                    disk_bound_mbyte_s(config, options))
+    served = min(nodes, pull_cache.NODES_PER_CACHE)
+    pull = max(transfer_minutes(size, node_rate), transfer_minutes(served * size, nic))
+    how = (f"the head's cache fills from the registry ({fetches:g} fetches per blob at {upstream:g} MB/s, "
+           f"{head:.1f} min)" + (f", then {caches - 1} fan-out caches from the head's ({fan_out:.1f} min)"
+                                 if caches > 1 else "")
+           + f"; each node pulls through its cache, {served} nodes per cache: {pull:.1f} min")
+    return head + fan_out, pull, how
+
+
+def without_cache(config: ClusterConfig) -> ClusterConfig:
+    """The stack with container.pullCache off (the plan's comparison row)."""
+    return config.model_copy(update={"container": config.container.model_copy(update={"pull_cache": "off"})})
+
+
+def with_cache(records: Sequence[StepRecord], used: bool) -> list[StepRecord]:
+    """The step graph with the head's pull-cache step before every pull (used), or without it: the program's choice
+    at a node count other than the recorded one."""
+    key = "node-0/pull-cache"
+    kept = [r for r in records if r.key != key]
+    kept = [replace(r, depends_on=tuple(d for d in r.depends_on if d != key)) for r in kept]
+    if not used:
+        return kept
+    cache = StepRecord("node-0", "pull-cache", "remote", ("pull_cache.sh",), ("node-0/prepare-host",),
+                       "node-0-pull-cache")
+    return [cache, *(replace(r, depends_on=(*r.depends_on, key)) if r.step == "pull-image" else r for r in kept)]
+
+
 def backend_bound_pull(config: ClusterConfig, parallel: int,
                        image_gb: float | None = None) -> tuple[float, float] | None:
     """(one node's pull, the same node alone) in minutes when the stack's nodes pulling at once (as many as Pulumi's
     parallelism lets start together) share the registry's backend so that each takes longer than alone; None when
     they do not, or nothing is pulled (a baked image)."""
     path = configured_path(config)
-    if path == "warm":
+    if path == "warm" or cache_used(config, path, config.nodes.count):
         return None
     image = image_path(config, image_gb)
     rate, backend = _pull_rates(config, path, NO_OPTIONS, image)
@@ -564,6 +651,10 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
     p2p = options.p2p and nodes > constant("p2p-above")
     rate, backend = _pull_rates(config, path, options, image)
     pull = pull_minutes(image.size_gb, rate, backend, pullers, p2p)
+    dataset, dataset_how = _dataset(config, path)
+    fill, cache_how = 0.0, ""
+    if cache_used(config, path, nodes) and not p2p:
+        fill, pull, cache_how = cache_minutes(config, path, nodes, options, image_gb)
     model, how = _model_step(config, path, nodes, options)
     prefetch, prefetch_how = _prefetch(config, path)
     page_cache, page_cache_how = _weights_prefetch(config, path, nodes, options)
@@ -592,6 +683,10 @@ def profile_for(config: ClusterConfig, path: Path, nodes: int, parallel: int,
         resumed=options.resume and path == "warm",
         checkpoint_minutes=checkpoint,
         checkpoint_how=checkpoint_how,
+        dataset_minutes=dataset,
+        dataset_how=dataset_how,
+        cache_fill_minutes=fill,
+        cache_how=cache_how,
     )
 
 
@@ -606,7 +701,8 @@ def first_step(config: ClusterConfig, records: Sequence[StepRecord], path: Path,
                options: Options = NO_OPTIONS, image_gb: float | None = None) -> Schedule:
     """The schedule to the first training step of `nodes` nodes on `path` with `parallel` Pulumi slots: node-0 in
     the first wave, node-1 standing for a worker of the last one."""
-    steps = template(records)
+    steps = with_cache(template(records), cache_used(config, path, nodes) and not (options.p2p and
+                                                                                   nodes > constant("p2p-above")))
     if path == "warm" or options.base_image:
         # No driver installer, so no reboot: the weights-prefetch overlaps docker and the pull, as the program
         # orders it on a node booted from a baked or maintained image (components/bootstrap.py, prefetch_after).
@@ -618,6 +714,9 @@ def first_step(config: ClusterConfig, records: Sequence[StepRecord], path: Path,
         return replace(schedule(steps, profile, to_first_step=True), waves=count)
     # A wave ends when its nodes' last bootstrap step (before Ray) ends; the next wave's nodes start then.
     bootstrap = [r for r in steps if r.node == "node-1" and not r.step.startswith(("ray-", "job"))]
+    # The worker's pull waits for the head's cache (when there is one): its steps come along, from boot.
+    bootstrap += [r for r in steps if r.key in ("node-0/pull-cache", "node-0/prepare-host")
+                  and any(r.key == "node-0/pull-cache" for r in steps)]
     start = 0.0
     for _ in range(count - 1):
         alone = schedule(bootstrap, profile, worker_start=start)

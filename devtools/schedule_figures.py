@@ -53,6 +53,20 @@ CONSTANTS: Mapping[str, Constant] = {
                                        "cn-shenzhen (same UNCONFIRMED as registry-backend)"),
     "registry-backend-abroad": Constant(5.0, "Gbit/s", "[26] OSS's cap outside the mainland (cn-hongkong included; "
                                         "same UNCONFIRMED as registry-backend)"),
+    # The pull cache the program builds (infra/pull_cache.py, container.pullCache): the head's cache fills from the
+    # registry once, fan-out caches (one per 16 nodes) fill from the head's, and every node pulls through its cache.
+    "cache-nic": Constant(5.0, "Gbit/s", "[27] estimate: a cache node's VPC bandwidth; gn6v gets 2.5 / 10 / 20 "
+                          "Gbit/s with 1 / 4 / 8 V100, so a 2-V100 gn6v-c8g1.4xlarge (multi) about 5 (UNCONFIRMED for "
+                          "that type; larger types get more, so this is a floor for the V100 stacks)"),
+    "cache-fill-fetches": Constant(2.0, "x", "[42] measured by tests/e2e/test_pull_cache.py: the distribution "
+                                   "registry 2.8 in proxy mode fetches a blob twice on its first request (one "
+                                   "stream to the requester, one stored in the background: "
+                                   "registry/proxy/proxyblobstore.go ServeBlob at v2.8), then serves it from its "
+                                   "storage; the nodes' pulls fetch "
+                                   "nothing more from the upstream"),
+    "cache-serves-from-memory": Constant(1.0, "yes", "ASSUMPTION: a cache serves the image from its page cache (the "
+                                         "25 GB image fits in a GPU node's memory), so its disk does not bound "
+                                         "serving; its NIC does (cache-nic)"),
     "public-source": Constant(10.0, "Gbit/s", "ASSUMPTION: the public registry owner's cap is unknown (reference "
                               "section 3 table)"),
     "p2p-above": Constant(16.0, "nodes", "[16][16d][24] P2P (ACR EE, Kraken, Dragonfly) pays off above ~16 nodes "
@@ -63,6 +77,10 @@ CONSTANTS: Mapping[str, Constant] = {
                            "model's size"),
     "modelscope-intra-cloud": Constant(50.0, "MB/s", "[30][31] ModelScope over OSS's internal endpoint in its "
                                        "regions; 50-100 MB/s from one anecdote (UNCONFIRMED)"),
+    "dataset-verl": Constant(0.01, "GB", "ASSUMPTION: verl's default data preparation (examples/data_preprocess/"
+                             "gsm8k.py) downloads GSM8K, 7,473 + 1,319 problems, a few MB of parquet, on the head "
+                             "before the job, skipped when train.parquet is there (reference frameworks-at-runtime "
+                             "F10); ROLL reads data/*.jsonl from its own repository, cloned by the code step"),
     "model-check": Constant(0.1, "min", "ASSUMPTION: the model step finding the model in the cache: the hub "
                             "client lists the repository's files (one API call) and compares them with the cache"),
     "hub-public": Constant(12.5, "MB/s", "[29] at most the node's public IP (100 Mbit/s); hf-mirror observed "

@@ -43,8 +43,20 @@ def _data_disk_rate(config: ClusterConfig) -> float:
     key = "cloud_auto" if nodes.data_disk_category == "cloud_auto" else nodes.data_disk_performance_level or "PL1"
     return DATA_DISK_CNY_PER_GB_MONTH[key]
 NAS_CNY_PER_GB_MONTH = {"Capacity": 0.35, "Performance": 1.85, "Premium": 1.85}  # by used GB (UNCONFIRMED)
-SNAPSHOT_CNY_PER_GB_MONTH = 0.12  # a baked image's snapshots, by their size (UNCONFIRMED)
+# A baked image's snapshots, by the blocks written (never-written blocks are not billed; 5 GiB free per month):
+# "the price per GiB for snapshot storage is the same as that for the OSS Standard storage class"
+# (alibabacloud.com/help/doc-detail/56159.htm); the snapshot billing page's example prices a standard snapshot in
+# cn-hangzhou at USD 0.0173 per GB-month (alibabacloud.com/help/en/ecs/snapshots-1), about 0.12 CNY
+# (docs/performance-sources.md [43]). Regional list prices: the ECS pricing page's Snapshot tab (not asked here).
+SNAPSHOT_CNY_PER_GB_MONTH = 0.12
 TRAFFIC_CNY_PER_GB = 0.8  # outbound public traffic, PayByTraffic (UNCONFIRMED)
+
+
+def baked_image_cost(config: ClusterConfig) -> tuple[int, float]:
+    """(GB at most, CNY per month at most) of keeping an image baked from this stack's head: the snapshots of its
+    system and data disks, billed by the blocks written, so the disks' sizes bound it."""
+    size = config.nodes.system_disk_gb + config.nodes.data_disk_gb
+    return size, size * SNAPSHOT_CNY_PER_GB_MONTH
 
 
 def _disk_gb(config: ClusterConfig) -> int:

@@ -1042,3 +1042,44 @@ def test_fetch_code_runs_the_openrlhf_spec_like_upstreams_dockerfile(node: FakeN
     assert_ok(second)
     assert "requirements already installed for this checkout in this container; skipped" in second.stdout
     assert len(node.calls("pip")) == 2
+
+
+def test_install_docker_lists_exactly_the_pull_caches_address_as_insecure_and_replaces_it_when_it_changes(
+        node: FakeNode) -> None:
+    daemon_json = node.etc / "docker" / "daemon.json"
+    daemon_json.parent.mkdir(parents=True, exist_ok=True)
+    daemon_json.write_text(json.dumps({"insecure-registries": ["192.168.9.9:443"]}))  # the host's own entry
+
+    first = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.1:5000")
+    assert_ok(first)
+    assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443", "10.20.0.1:5000"]
+    assert docker_info(node)["insecure-registries"] == ["192.168.9.9:443", "10.20.0.1:5000"]  # dockerd has it
+
+    moved = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.7:5000")
+    assert_ok(moved)
+    assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443", "10.20.0.7:5000"]
+    assert any(call.startswith("restart") for call in node.calls("systemctl"))  # dockerd reads it at start only
+
+    off = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="")
+    assert_ok(off)
+    assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443"]
+
+    refused = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="0.0.0.0/0")
+    assert refused.returncode != 0 and "INSECURE_REGISTRIES must list IPv4:port addresses" in refused.stderr
+
+
+def test_install_docker_leaves_insecure_registries_alone_on_a_node_that_has_the_image_already(node: FakeNode) -> None:
+    # A running node of a cluster that grows past 32 nodes (the cache comes on): it pulls nothing, so its dockerd
+    # (and the training container under it) is not restarted for the cache's address.
+    first = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="")
+    assert_ok(first)
+    node.set_state("docker/images/registry.example.com_me_roll:v1", "sha256:abc")
+    restarts = sum(call.startswith("restart") for call in node.calls("systemctl"))
+
+    second = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="",
+                           IMAGE="registry.example.com/me/roll:v1", INSECURE_REGISTRIES="10.20.0.1:5000")
+
+    assert_ok(second)
+    assert "is already here: no pull through a cache, insecure-registries left as it is" in second.stdout
+    assert "insecure-registries" not in json.loads((node.etc / "docker" / "daemon.json").read_text())
+    assert sum(call.startswith("restart") for call in node.calls("systemctl")) == restarts

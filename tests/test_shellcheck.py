@@ -15,6 +15,8 @@ SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "infra" / "scripts"
 ALL_SCRIPTS = sorted(SCRIPTS_DIR.rglob("*.sh"))
 # The bootstrap steps run as lib.sh followed by one script (render_plain, render_user_data).
 SINGLE_SCRIPT_STEPS = [
+    "pull_cache_stop.sh",
+    "pull_cache.sh",
     "first_boot.sh",
     "prepare_host.sh",
     "install_docker.sh",

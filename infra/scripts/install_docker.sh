@@ -12,6 +12,13 @@
 #   DOCKER_DAEMON_JSON [/etc/docker/daemon.json]
 #   DOCKER_MAX_CONCURRENT_DOWNLOADS [10]   layers a pull downloads at once (Docker's default 3); Alibaba's ACR P2P
 #                                  guide recommends 5-20 (doc-detail/120603); not applied with KEEP_EXISTING_DOCKER=1
+#   INSECURE_REGISTRIES ['']      host:port of the pull cache this node pulls through over plain HTTP inside the
+#                                  security group (infra/pull_cache.py): listed in daemon.json's insecure-registries,
+#                                  beside any the host already lists; the one this step added before is removed
+#                                  when it changes or is emptied (recorded in ROLL_STATE_DIR)
+#   IMAGE ['']                     the training image: a node whose running dockerd already has it needs no cache,
+#                                  and its insecure-registries is left as it is (no dockerd restart under a running
+#                                  container when the cache is turned on or off, or the cluster grows past 32 nodes)
 #   DOCKER_START_TIMEOUT_S [120]   bound for dockerd to answer after a (re)start
 #   PARALLEL_GUNZIP_PACKAGE [pigz] the package that puts `unpigz` on dockerd's PATH (best effort, see below)
 #   YUM_REPOS_DIR [/etc/yum.repos.d], APT_SOURCES_DIR [/etc/apt/sources.list.d], APT_KEYRINGS_DIR [/etc/apt/keyrings]
@@ -30,6 +37,8 @@
 : "${DOCKER_DAEMON_JSON:=/etc/docker/daemon.json}"
 : "${DOCKER_MAX_CONCURRENT_DOWNLOADS:=10}"
 : "${DOCKER_START_TIMEOUT_S:=120}"
+: "${INSECURE_REGISTRIES:=}"
+: "${IMAGE:=}"
 : "${PARALLEL_GUNZIP_PACKAGE:=pigz}"
 : "${YUM_REPOS_DIR:=/etc/yum.repos.d}"
 : "${APT_SOURCES_DIR:=/etc/apt/sources.list.d}"
@@ -49,6 +58,11 @@ APPLIED_CONFIG_RECORD=$ROLL_STATE_DIR/docker-daemon-json.applied
 check_settings() {
   require_int DOCKER_START_TIMEOUT_S
   require_int DOCKER_MAX_CONCURRENT_DOWNLOADS
+  local address
+  for address in $INSECURE_REGISTRIES; do
+    [[ "$address" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}:[0-9]+$ ]] ||
+      fail "INSECURE_REGISTRIES must list IPv4:port addresses, got '$address'"
+  done
   if [[ -n "$DOCKER_DATA_ROOT" && "$DOCKER_DATA_ROOT" != /* ]]; then
     fail "DOCKER_DATA_ROOT must be an absolute path, got '$DOCKER_DATA_ROOT'"
   fi
@@ -238,6 +252,59 @@ configure_pull_concurrency() {
   fi
 }
 
+# configure_insecure_registries: the pull cache's address (plain HTTP inside the security group) in daemon.json's
+# insecure-registries, and nothing else of the program's: the addresses this step added last time (its record) are
+# replaced, the host's own kept. dockerd reads the list at start only: a change restarts it (start_docker).
+configure_insecure_registries() {
+  local record="$ROLL_STATE_DIR/insecure-registries.added" previous='' result
+  if [[ -f "$record" ]]; then previous=$(cat -- "$record"); fi
+  if [[ -z "$INSECURE_REGISTRIES" && -z "$previous" ]]; then
+    banner "no pull cache to reach over plain HTTP; skipped"
+    return 0
+  fi
+  if [[ "$INSECURE_REGISTRIES" != "$previous" && -n "$IMAGE" ]] && docker info >/dev/null 2>&1 &&
+    docker image inspect -- "$IMAGE" >/dev/null 2>&1; then
+    banner "$IMAGE is already here: no pull through a cache, insecure-registries left as it is (no dockerd restart)"
+    return 0
+  fi
+  result=$(PREVIOUS="$previous" WANTED="$INSECURE_REGISTRIES" python3 - "$DOCKER_DAEMON_JSON" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+config = {}
+if os.path.exists(path) and os.path.getsize(path) > 0:
+    with open(path) as f:
+        config = json.load(f)
+previous, wanted = os.environ["PREVIOUS"].split(), os.environ["WANTED"].split()
+current = config.get("insecure-registries", [])
+kept = [a for a in current if a not in previous and a not in wanted]
+updated = kept + wanted
+if updated == current:
+    print("unchanged")
+    sys.exit(0)
+if updated:
+    config["insecure-registries"] = updated
+else:
+    config.pop("insecure-registries", None)
+os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+tmp = path + ".roll-cluster.tmp"
+with open(tmp, "w") as f:
+    json.dump(config, f, indent=4)
+    f.write("\n")
+os.chmod(tmp, 0o644)
+os.replace(tmp, path)
+print("changed")
+PY
+  )
+  mkdir -p -- "$ROLL_STATE_DIR"
+  write_file_if_changed "$record" "$INSECURE_REGISTRIES"
+  if [[ "$result" == unchanged ]]; then
+    banner "insecure-registries already lists '${INSECURE_REGISTRIES}' in $DOCKER_DAEMON_JSON; skipped"
+  else
+    banner "insecure-registries in $DOCKER_DAEMON_JSON: '${INSECURE_REGISTRIES}' (the pull cache, plain HTTP inside the security group)"
+    DAEMON_JSON_CHANGED=1
+  fi
+}
+
 daemon_json_digest() {
   if [[ -f "$DOCKER_DAEMON_JSON" ]]; then
     sha256sum "$DOCKER_DAEMON_JSON" | cut -d ' ' -f 1
@@ -293,6 +360,7 @@ run_step install_parallel_gunzip "parallel layer decompression (unpigz)"
 run_step configure_nvidia_runtime "nvidia runtime in $DOCKER_DAEMON_JSON"
 run_step configure_data_root "Docker data root"
 run_step configure_pull_concurrency "concurrent layer downloads"
+run_step configure_insecure_registries "the pull cache's address"
 run_step start_docker "docker service"
 if [[ "$NVIDIA_RUNTIME" == 1 ]]; then
   run_step verify_docker "docker with the nvidia runtime"

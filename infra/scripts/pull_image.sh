@@ -10,6 +10,13 @@
 #   PULL_TIMEOUT_S [3600]            bound for one pull attempt (a stalled pull is retried)
 #   PULL_PROGRESS_S [30]             a progress line (time so far, layers done) this often while a pull runs:
 #                                    a 25 GB image over a public IP takes half an hour, which is otherwise silent
+#   PULL_CACHE ['']                  host:port of the pull-through cache inside the VPC to pull through
+#                                    (infra/pull_cache.py): the image is pulled as PULL_CACHE/CACHE_REPOSITORY, then
+#                                    tagged IMAGE (the name every later step uses) and the cache's name removed. No
+#                                    login: the cache holds the registry's credentials. A failed pull through the
+#                                    cache fails this step naming the cache (no fallback to the registry: at the node
+#                                    counts that use a cache, every node pulling directly is what the cache avoids)
+#   CACHE_REPOSITORY ['']            the image's path[:tag] behind the cache (required with PULL_CACHE)
 #   CHECK_IMAGE_ARCH [0]             1: fail unless the image is built for this host's CPU (an amd64 image on an
 #                                    arm64 Ascend server would only fail later, with `exec format error`). Docker
 #                                    pulls the host's own platform of a multi-platform image by itself.
@@ -20,6 +27,8 @@
 : "${PULL_TIMEOUT_S:=3600}"
 : "${PULL_PROGRESS_S:=30}"
 : "${CHECK_IMAGE_ARCH:=0}"
+: "${PULL_CACHE:=}"
+: "${CACHE_REPOSITORY:=}"
 
 check_settings() {
   require_env IMAGE
@@ -27,6 +36,11 @@ check_settings() {
   ((PULL_PROGRESS_S > 0)) || fail "PULL_PROGRESS_S must be at least 1, got $PULL_PROGRESS_S"
   if [[ -n "$REGISTRY_USERNAME" && -z "$REGISTRY_PASSWORD" ]]; then
     fail "REGISTRY_USERNAME is set but REGISTRY_PASSWORD is empty"
+  fi
+  if [[ -n "$PULL_CACHE" ]]; then
+    [[ "$PULL_CACHE" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}:[0-9]+$ ]] || fail "PULL_CACHE must be IPv4:port, got '$PULL_CACHE'"
+    [[ "$CACHE_REPOSITORY" =~ ^[a-z0-9]+([._/-]+[a-z0-9]+)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$ ]] ||
+      fail "CACHE_REPOSITORY must be path[:tag] with PULL_CACHE, got '$CACHE_REPOSITORY'"
   fi
 }
 
@@ -64,13 +78,13 @@ layers_done() {
   printf '%s of %s layers done' "$finished" "$total"
 }
 
-# pull_once: one pull attempt, bounded by PULL_TIMEOUT_S, with a progress line every PULL_PROGRESS_S on the step's
-# output and in its log; docker's own output goes to the step log.
+# pull_once [REFERENCE]: one pull attempt of REFERENCE (default IMAGE), bounded by PULL_TIMEOUT_S, with a progress
+# line every PULL_PROGRESS_S on the step's output and in its log; docker's own output goes to the step log.
 pull_once() {
-  local pid status=0 started=$SECONDS next output="$ROLL_STEP_LOG.pull"
-  printf '+ timeout %s docker pull -- %s\n' "$PULL_TIMEOUT_S" "$IMAGE" >>"$ROLL_STEP_LOG"
+  local reference=${1:-$IMAGE} pid status=0 started=$SECONDS next output="$ROLL_STEP_LOG.pull"
+  printf '+ timeout %s docker pull -- %s\n' "$PULL_TIMEOUT_S" "$reference" >>"$ROLL_STEP_LOG"
   : >"$output"
-  timeout "$PULL_TIMEOUT_S" docker pull -- "$IMAGE" >>"$output" 2>&1 &
+  timeout "$PULL_TIMEOUT_S" docker pull -- "$reference" >>"$output" 2>&1 &
   pid=$!
   next=$((SECONDS + PULL_PROGRESS_S))
   while kill -0 "$pid" 2>/dev/null; do
@@ -93,11 +107,28 @@ pull_progress() {
   banner "$line" >>"$ROLL_STEP_LOG"
 }
 
+# pull_through_cache: IMAGE pulled as PULL_CACHE/CACHE_REPOSITORY, tagged IMAGE, the cache's name removed.
+pull_through_cache() {
+  local started=$SECONDS cached="$PULL_CACHE/$CACHE_REPOSITORY"
+  unset REGISTRY_PASSWORD # the cache holds the registry's credentials: no login here
+  banner "pulling $IMAGE through the pull cache as $cached (a progress line every ${PULL_PROGRESS_S}s)"
+  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" pull_once "$cached" ||
+    fail "pulling $IMAGE through the pull cache at $PULL_CACHE failed after $RETRY_ATTEMPTS attempts: see the pull-cache step of the node at ${PULL_CACHE%:*} (/var/log/roll-cluster/pull-cache.log there); container.pullCache off pulls from the registry directly"
+  logged docker tag -- "$cached" "$IMAGE"
+  logged docker rmi -- "$cached"
+  image_present || fail "$IMAGE is not present after the pull through the cache"
+  banner "pulled $IMAGE through the pull cache in $((SECONDS - started))s ($(docker image inspect --format '{{.Id}}' -- "$IMAGE"))"
+}
+
 pull_image() {
   local started=$SECONDS
   REGISTRY_HOST=$(registry_host)
   if image_present; then
     banner "$IMAGE already present; pull skipped"
+    return 0
+  fi
+  if [[ -n "$PULL_CACHE" ]]; then
+    pull_through_cache
     return 0
   fi
   if [[ -n "$REGISTRY_USERNAME" ]]; then
