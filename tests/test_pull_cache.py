@@ -180,7 +180,7 @@ def test_the_dataset_download_is_a_term_of_its_own() -> None:
 def test_the_plan_prints_built_paths_only_with_and_without_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
     from devtools import plan
 
-    text = plan.render(run("multi"), parallel=8)
+    text = plan.plan_text(run("multi"), parallel=8)
     assert "NOT BUILT" not in text and "P2P" not in text.split("Constants")[0].split("Time to the first")[1]
     assert "in-region without the pull cache (container.pullCache off)" in text
     assert "pull cache: the head's cache fills from the registry" in text

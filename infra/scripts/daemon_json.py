@@ -5,6 +5,10 @@ OSes). Usage:
                                              runtimes and whatever else), written atomically; prints `unchanged`
                                              or `changed`
   daemon_json.py set-text PATH KEY TEXT      the same with TEXT as a JSON string
+  daemon_json.py replace-owned PATH KEY PREVIOUS WANTED
+                                             KEY's list with the entries this program added last time (PREVIOUS,
+                                             space-separated) replaced by WANTED, the host's own entries kept and
+                                             the key dropped when nothing is left; prints `unchanged` or `changed`
 """
 
 from __future__ import annotations
@@ -21,14 +25,36 @@ def has_nvidia_runtime(path: str) -> bool:
     return "nvidia" in config.get("runtimes", {})
 
 
-def set_daemon_key(path: str, key: str, value: Any) -> str:
+def read_config(path: str) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if os.path.exists(path) and os.path.getsize(path) > 0:
         with open(path) as f:
             config = json.load(f)
+    return config
+
+
+def set_daemon_key(path: str, key: str, value: Any) -> str:
+    config = read_config(path)
     if config.get(key) == value:
         return "unchanged"
     config[key] = value
+    return write_config(path, config)
+
+
+def replace_owned_entries(path: str, key: str, previous: list[str], wanted: list[str]) -> str:
+    config = read_config(path)
+    current = config.get(key, [])
+    updated = [entry for entry in current if entry not in previous and entry not in wanted] + wanted
+    if updated == current:
+        return "unchanged"
+    if updated:
+        config[key] = updated
+    else:
+        config.pop(key, None)
+    return write_config(path, config)
+
+
+def write_config(path: str, config: dict[str, Any]) -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".roll-cluster.tmp"
     with open(tmp, "w") as f:
@@ -46,6 +72,10 @@ def main() -> None:
     if action in ("set", "set-text"):
         key, text = sys.argv[3], sys.argv[4]
         print(set_daemon_key(path, key, json.loads(text) if action == "set" else text))
+        return
+    if action == "replace-owned":
+        key, previous, wanted = sys.argv[3], sys.argv[4], sys.argv[5]
+        print(replace_owned_entries(path, key, previous.split(), wanted.split()))
         return
     sys.exit(f"daemon_json.py: unknown action {action}")
 

@@ -267,34 +267,8 @@ configure_insecure_registries() {
     banner "$IMAGE is already here: no pull through a cache, insecure-registries left as it is (no dockerd restart)"
     return 0
   fi
-  result=$(PREVIOUS="$previous" WANTED="$INSECURE_REGISTRIES" python3 - "$DOCKER_DAEMON_JSON" <<'PY'
-import json, os, sys
-path = sys.argv[1]
-config = {}
-if os.path.exists(path) and os.path.getsize(path) > 0:
-    with open(path) as f:
-        config = json.load(f)
-previous, wanted = os.environ["PREVIOUS"].split(), os.environ["WANTED"].split()
-current = config.get("insecure-registries", [])
-kept = [a for a in current if a not in previous and a not in wanted]
-updated = kept + wanted
-if updated == current:
-    print("unchanged")
-    sys.exit(0)
-if updated:
-    config["insecure-registries"] = updated
-else:
-    config.pop("insecure-registries", None)
-os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-tmp = path + ".roll-cluster.tmp"
-with open(tmp, "w") as f:
-    json.dump(config, f, indent=4)
-    f.write("\n")
-os.chmod(tmp, 0o644)
-os.replace(tmp, path)
-print("changed")
-PY
-  )
+  result=$(python3 "$HELPER_DAEMON_JSON" replace-owned "$DOCKER_DAEMON_JSON" insecure-registries "$previous" \
+    "$INSECURE_REGISTRIES")
   mkdir -p -- "$ROLL_STATE_DIR"
   write_file_if_changed "$record" "$INSECURE_REGISTRIES"
   if [[ "$result" == unchanged ]]; then

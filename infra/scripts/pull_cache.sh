@@ -95,27 +95,7 @@ install_cache_registry() {
 # The config, as YAML whose strings are JSON strings (a subset of YAML): no value can break out of its field. The
 # password comes from the environment, never from argv.
 cache_config_text() {
-  python3 - <<'PY'
-import json, os
-q = json.dumps
-lines = [
-    "# roll-cluster pull-through cache (infra/scripts/pull_cache.sh); written by the pull-cache step",
-    "version: 0.1",
-    "log:",
-    "  level: info",
-    "storage:",
-    "  filesystem:",
-    f"    rootdirectory: {q(os.environ['CACHE_DIR'] + '/registry')}",
-    "http:",
-    f"  addr: {q(os.environ['CACHE_LISTEN_ADDR'] + ':' + os.environ['CACHE_PORT'])}",
-    "proxy:",
-    f"  remoteurl: {q(os.environ['CACHE_UPSTREAM'])}",
-]
-if os.environ.get("REGISTRY_USERNAME"):
-    lines.append(f"  username: {q(os.environ['REGISTRY_USERNAME'])}")
-    lines.append(f"  password: {q(os.environ['REGISTRY_PASSWORD'])}")
-print("\n".join(lines))
-PY
+  python3 "$HELPER_PULL_CACHE_CONFIG"
 }
 
 write_cache_config() {
@@ -217,54 +197,7 @@ platform_arch() {
 # and fetches nothing.
 warm_once() {
   CACHE_URL="http://$CACHE_LISTEN_ADDR:$CACHE_PORT" CACHE_ARCH=$(platform_arch) \
-    timeout "$CACHE_WARM_TIMEOUT_S" python3 - >>"$ROLL_STEP_LOG" 2>&1 <<'PY'
-import concurrent.futures, json, os, sys, time, urllib.request
-
-base, repo_tag, arch = os.environ["CACHE_URL"], os.environ["CACHE_REPOSITORY"], os.environ["CACHE_ARCH"]
-repo, _, tag = repo_tag.partition(":")
-tag = tag or "latest"
-root = os.environ["CACHE_DIR"] + "/registry/docker/registry/v2/blobs"
-ACCEPT = ", ".join([
-    "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json",
-])
-
-def get(path, accept=None):
-    request = urllib.request.Request(f"{base}/v2/{repo}/{path}", headers={"Accept": accept} if accept else {})
-    return urllib.request.urlopen(request, timeout=600)
-
-manifest = json.load(get(f"manifests/{tag}", ACCEPT))
-if "manifests" in manifest:
-    chosen = [m for m in manifest["manifests"]
-              if m.get("platform", {}).get("os") == "linux" and m.get("platform", {}).get("architecture") == arch]
-    if not chosen:
-        sys.exit(f"no linux/{arch} manifest in {repo}:{tag}")
-    manifest = json.load(get(f"manifests/{chosen[0]['digest']}", ACCEPT))
-blobs = [manifest["config"]["digest"]] + [layer["digest"] for layer in manifest["layers"]]
-
-def stored(digest):
-    hexed = digest.split(":", 1)[1]
-    return f"{root}/sha256/{hexed[:2]}/{hexed}/data"
-
-missing = [digest for digest in blobs if not os.path.exists(stored(digest))]
-
-def fetch(digest):
-    size = 0
-    with get(f"blobs/{digest}") as response:
-        while chunk := response.read(1 << 20):
-            size += len(chunk)
-    return size
-
-with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-    total = sum(pool.map(fetch, missing))
-for digest in missing:
-    deadline = time.monotonic() + 600
-    while not os.path.exists(stored(digest)):
-        if time.monotonic() > deadline:
-            sys.exit(f"blob {digest} fetched but not stored in the cache ({stored(digest)})")
-        time.sleep(0.5)
-print(f"cache holds {len(blobs)} blobs ({len(missing)} fetched now, {total / 1e9:.2f} GB)")
-PY
+    timeout "$CACHE_WARM_TIMEOUT_S" python3 "$HELPER_PULL_CACHE_WARM" >>"$ROLL_STEP_LOG" 2>&1
 }
 
 warm_cache() {

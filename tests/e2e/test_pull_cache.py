@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from e2e_harness import apt_install
 
-from infra.node.remote import render_inline
+from infra.node.remote import local_library, render_plain
 
 DAEMONS = 4
 IMAGE_PATH = "e2e/tiny:v1"
@@ -109,8 +109,8 @@ def _answers(port: int) -> bool:
 
 def _step(step: str, scripts: list[str], env: dict[str, str], extra: dict[str, str] | None = None,
           ) -> subprocess.CompletedProcess[str]:
-    """A product step run here as pulumi-command runs it on a node: its rendered text, lib.sh first."""
-    command = render_inline(step, scripts, env)
+    """A product step run here as pulumi-command runs it on a node: its rendered command over the staged library."""
+    command = render_plain(step, scripts, env, library=local_library())
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=600,
                           env={**os.environ, **(extra or {})})
 
