@@ -278,7 +278,8 @@ class World:
     def _docker(self, cloud: OfflineCloud, prior: dict[str, Registered], r: Registered, verb: str) -> str | None:
         """A docker resource's create or delete dials its provider's host: the provider as this run configured it
         (an updated provider keeps its id and is configured anew). A delete is skipped when the resource it is
-        deleted with goes in this run (step.go:603-612); an image kept locally is not removed (no call, UNCONFIRMED)."""
+        deleted with goes in this run (step.go); an image kept locally is not removed (no call, UNCONFIRMED).
+        See verified-facts#day-two-world-step."""
         if verb == "delete":
             reg = r.registration
             going = {n for v, n in cloud.ops if v == "delete"} | {n for n, c in cloud.changes.items() if c == "replace"}
@@ -377,8 +378,9 @@ class World:
     def _run_local(self, r: Registered, which: str, home: Path | None,
                    previous: Registered | None = None) -> str | None:
         """A local.Command's create or delete as pulumi-command runs it: `/bin/sh -c`, in the project root, with
-        its `environment` (local/commandOutputs.go:73-80); an update gets the previous stdout as
-        PULUMI_COMMAND_STDOUT when addPreviousOutputInEnv (:88-95). Its stdout becomes its output."""
+        its `environment` (local/commandOutputs.go); an update gets the previous stdout as
+        PULUMI_COMMAND_STDOUT when addPreviousOutputInEnv. Its stdout becomes its output.
+        See verified-facts#day-two-world-commandoutputs."""
         self.save()
         command = str(unwrap(r.inputs[which]))
         environment = {k: str(unwrap(v)) for k, v in (unwrap(r.inputs.get("environment")) or {}).items()}

@@ -4,11 +4,11 @@ verl (v0.7.0, the `verl` package installed without dependencies by dev.py from r
 its Hydra config files (verl/trainer/config/ppo_trainer.yaml and the files it composes) are composed with the
 job's overrides by hydra-core exactly as `python3 -m verl.trainer.main_ppo` does (config_path "config",
 config_name "ppo_trainer"): an unknown key or a value of the wrong type fails there. Then verl's own
-`validate_config` (verl/utils/config.py:74-207), which the TaskRunner runs before any worker exists
-(verl/trainer/main_ppo.py:292-296), runs on the composed config: the module imports only dataclasses, typing and
-omegaconf (:15-18), so it is loaded from its file, not through `verl/__init__.py` (which imports torch through
+`validate_config` (verl/utils/config.py), which the TaskRunner runs before any worker exists
+(verl/trainer/main_ppo.py), runs on the composed config: the module imports only dataclasses, typing and
+omegaconf, so it is loaded from its file, not through `verl/__init__.py` (which imports torch through
 verl.protocol). Its two calls into the worker config dataclasses, `ActorConfig.validate` and
-`CriticConfig.validate` (:151-152, :184-186, through `omega_conf_to_dataclass` and Hydra's instantiate of
+`CriticConfig.validate` (through `omega_conf_to_dataclass` and Hydra's instantiate of
 `verl.workers.config.*`), need torch: `verl.workers.config` imports verl.utils.profiler, which imports
 verl/utils/device.py, whose line 13 is `import torch`. Those two are stood in for by the conditions they assert,
 evaluated here on the composed config (verl_violations), each citing its place in verl v0.7.0.
@@ -19,11 +19,12 @@ is taken from the installed file with `ast` and executed on its own, with argpar
 final `train(args)` call: upstream's parser and every check it makes after parsing (hierarchize, the estimator
 and batch-size asserts) run as they would on the head. `openrlhf.utils.config` (hierarchize) is loaded from its
 file (serve_rm's block uses it from the module's top-level imports); `modelscope` (for `--use_ms`) is a no-op
-stand-in. Then upstream's own `train(args)` (train_ppo_ray.py:19-...) runs, taken from the file the same way, with
-Ray, the strategy and the actor classes stood in for: its colocation asserts (:41-47, :55-63) run as written, up
+stand-in. Then upstream's own `train(args)` (train_ppo_ray.py) runs, taken from the file the same way, with
+Ray, the strategy and the actor classes stood in for: its colocation asserts run as written, up
 to the first thing that would place a model (vLLM engines, or the actor group without them). The strategy
-(get_strategy, openrlhf/utils/utils.py:25-37) is a stand-in: DeepspeedStrategy imports deepspeed and torch at the
-top of openrlhf/utils/deepspeed/deepspeed.py (:12-13), and its checks (:77-78, tensor parallelism) are not run.
+(get_strategy, openrlhf/utils/utils.py) is a stand-in: DeepspeedStrategy imports deepspeed and torch at the
+top of openrlhf/utils/deepspeed/deepspeed.py, and its checks (tensor parallelism) are not run.
+See verified-facts#framework-contracts-config-3.
 """
 
 from __future__ import annotations
@@ -106,18 +107,22 @@ def verl_violations(config: dict[str, Any]) -> list[str]:
         problems.append(f"rollout.name {rollout['name']!r}")
     dynamic = actor["use_dynamic_bsz"]
     if not dynamic:
-        # verl/utils/config.py:84-115: with FSDP the minimal batch is the GPU count.
+        # verl/utils/config.py: with FSDP the minimal batch is the GPU count.
+        # see verified-facts#framework-contracts-config
         real = data["train_batch_size"] * rollout["n"]
         if real % n_gpus:
             problems.append(f"train_batch_size x rollout.n = {real} is not divisible by {n_gpus} GPUs")
-        # verl/workers/config/actor.py:176-187: exactly one of the actor's micro-batch sizes.
+        # verl/workers/config/actor.py: exactly one of the actor's micro-batch sizes.
+        # see verified-facts#framework-contracts-actor
         both = (actor["ppo_micro_batch_size"], actor["ppo_micro_batch_size_per_gpu"])
         if both.count(None) != 1:
             problems.append(f"actor: exactly one of ppo_micro_batch_size(_per_gpu) must be set; got {both}")
-        # verl/workers/config/actor.py:204-208
+        # verl/workers/config/actor.py
+        # see verified-facts#framework-contracts-actor-2
         if data["train_batch_size"] < actor["ppo_mini_batch_size"]:
             problems.append("train_batch_size < actor.ppo_mini_batch_size")
-        # verl/workers/fsdp_workers.py:242-262: the mini-batch per data-parallel rank, and the micro-batch in it.
+        # verl/workers/fsdp_workers.py: the mini-batch per data-parallel rank, and the micro-batch in it.
+        # see verified-facts#framework-contracts-fsdp-workers
         sp = actor.get("ulysses_sequence_parallel_size", 1)
         normalized = actor["ppo_mini_batch_size"] * rollout["n"] // (n_gpus // sp)
         micro = actor["ppo_micro_batch_size_per_gpu"]
@@ -125,16 +130,19 @@ def verl_violations(config: dict[str, Any]) -> list[str]:
             problems.append(f"normalized ppo_mini_batch_size {normalized} is not > 0")
         elif isinstance(micro, int) and (normalized % micro or normalized // micro <= 0):
             problems.append(f"normalized ppo_mini_batch_size {normalized} not divisible by micro-batch {micro}")
-        # verl/utils/config.py:117-167: the rollout's (and with a reference policy the ref's) log-prob micro-batch.
+        # verl/utils/config.py: the rollout's (and with a reference policy the ref's) log-prob micro-batch.
+        # see verified-facts#framework-contracts-config-2
         sections = [("actor_rollout_ref.rollout", rollout)]
-        # verl/trainer/main_ppo.py:252: the reference policy exists with a KL loss or a KL reward.
+        # verl/trainer/main_ppo.py: the reference policy exists with a KL loss or a KL reward.
+        # see verified-facts#framework-contracts-main-ppo
         if algorithm["use_kl_in_reward"] or actor["use_kl_loss"]:
             sections.append(("actor_rollout_ref.ref", ref))
         for name, section in sections:
             pair = (section["log_prob_micro_batch_size"], section["log_prob_micro_batch_size_per_gpu"])
             if not section.get("log_prob_use_dynamic_bsz") and pair.count(None) != 1:
                 problems.append(f"{name}: exactly one of log_prob_micro_batch_size(_per_gpu) must be set; got {pair}")
-    # verl/trainer/ppo/utils.py:86-97 and verl/workers/config/critic.py:104-105: a critic needs its micro-batch.
+    # verl/trainer/ppo/utils.py and verl/workers/config/critic.py: a critic needs its micro-batch.
+    # see verified-facts#framework-contracts-utils
     critic = config["critic"]
     uses_critic = critic.get("enable") if critic.get("enable") is not None else algorithm["adv_estimator"] == "gae"
     if uses_critic and not critic.get("use_dynamic_bsz"):
@@ -171,9 +179,10 @@ class _VerlWorkerConfig:
 
 def run_verl_validate_config(config: dict[str, Any]) -> tuple[str, list[tuple[str, tuple[Any, ...]]]]:
     """verl's own validate_config on a composed config, with the arguments the TaskRunner passes: a reference
-    policy when the KL is in the reward or in the loss (verl/trainer/main_ppo.py:252 adds Role.RefPolicy then;
-    need_reference_policy, verl/trainer/ppo/utils.py:72-76), a critic as need_critic decides (:86-97). Returns what
+    policy when the KL is in the reward or in the loss (verl/trainer/main_ppo.py adds Role.RefPolicy then;
+    need_reference_policy, verl/trainer/ppo/utils.py), a critic as need_critic decides. Returns what
     it printed and the worker-config validations it asked for; raises what it raises (AssertionError, ValueError).
+    See verified-facts#framework-contracts-main-ppo-2.
     """
     from omegaconf import OmegaConf
 
@@ -291,18 +300,21 @@ def openrlhf_train_violations(args: Any) -> list[str]:
     """What train() in openrlhf/cli/train_ppo_ray.py (v0.10.2) asserts before it places anything."""
     problems: list[str] = []
     colocate = args.train.colocate_actor_ref or args.train.colocate_all
-    # train_ppo_ray.py:42-47
+    # train_ppo_ray.py
+    # see verified-facts#framework-contracts-train-ppo-ray
     if colocate and args.algo.kl.init_coef > 0 and (
         args.actor.num_nodes != args.ref.num_nodes or args.actor.num_gpus_per_node != args.ref.num_gpus_per_node
     ):
         problems.append("colocated actor and ref differ in nodes or GPUs")
-    # train_ppo_ray.py:55-63
+    # train_ppo_ray.py
+    # see verified-facts#framework-contracts-train-ppo-ray-2
     if args.vllm.num_engines and args.train.colocate_all and not args.train.async_enable:
         actor = args.actor.num_nodes * args.actor.num_gpus_per_node
         engines = args.vllm.num_engines * args.vllm.tensor_parallel_size
         if actor != engines:
             problems.append(f"colocate_all: actor GPUs {actor} != vLLM engines x TP {engines}")
-    # openrlhf/datasets/prompts_dataset.py:27-42: a list of messages is a prompt only through the chat template.
+    # openrlhf/datasets/prompts_dataset.py: a list of messages is a prompt only through the chat template.
+    # see verified-facts#framework-contracts-prompts-dataset
     if args.data.input_key == "context_messages" and not args.data.apply_chat_template:
         problems.append("data.input_key context_messages without data.apply_chat_template")
     for name, path in (("ckpt.path", args.ckpt.path), ("ckpt.output_dir", args.ckpt.output_dir)):

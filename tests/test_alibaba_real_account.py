@@ -1,5 +1,5 @@
 """What a real Alibaba account and the real alicloud provider do that the offline cloud once hid
-(../shared/reference/alibaba-real-account.md F1-F7, F12): image look-ups the provider refuses, stock per instance
+(verified-facts#test-alibaba-real-account-alibaba-real-account): image look-ups the provider refuses, stock per instance
 type, the price as information, changes that replace every node, baked-image disks, and the order of `destroy`.
 The offline cloud enforces the provider's own rules (devtools/provider_rules, generated from its source)."""
 
@@ -21,7 +21,8 @@ BAKED = {"roll-cluster:nodes": {"image": IMAGE, "dataDiskGb": 300}}
 
 # ------------------------------------------------------------------------------------------ nodes.image (F1)
 def test_the_offline_cloud_refuses_an_image_look_up_the_provider_refuses() -> None:
-    # TF data_source_alicloud_images.go:29 AtLeastOneOf name_regex/owners/image_owner_id.
+    # TF data_source_alicloud_images.go AtLeastOneOf name_regex/owners/image_owner_id.
+    # see verified-facts#test-alibaba-real-account-images
     assert provider_rules.check_invoke(IMAGES, {"imageId": IMAGE}) == [
         f"{IMAGES}: one of `imageOwnerId,nameRegex,owners` must be specified"]
     assert provider_rules.check_invoke(IMAGES, {"imageId": IMAGE, "owners": "self"}) == []
@@ -114,7 +115,8 @@ def test_a_changed_spot_price_limit_replaces_every_node_and_a_new_data_disk_too(
 
 
 def test_a_new_vswitch_in_the_same_zone_replaces_the_instances_instead_of_moving_them_stopped() -> None:
-    # The provider alone would update vswitch_id in place (TF resource_alicloud_instance.go:377, not ForceNew).
+    # The provider alone would update vswitch_id in place (TF resource_alicloud_instance.go, not ForceNew).
+    # see verified-facts#test-alibaba-real-account-instance
     assert not provider_rules.force_new(INSTANCE, "vswitchId")
     first = OfflineCloud(stock={"ecs.gn6v": ["cn-hangzhou-i"]})
     run("multi", cloud=first)

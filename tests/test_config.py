@@ -1,5 +1,5 @@
 """The stack configuration as a user meets it: every rule of infra/config/ with a bad value, the key path and the
-words of the message they read, the defaults of the contract (../shared/design/stack-config.md), and the stack
+words of the message they read, the defaults of the contract (verified-facts#test-config-stack-config), and the stack
 files that ship with the project.
 
 Values go through parse_cluster_config exactly as Pulumi hands them over: each `roll-cluster:<section>` as a JSON

@@ -72,7 +72,8 @@ def test_verl_job_composes_in_verls_config_and_passes_its_start_up_checks(varian
     resume = VERL_VARIANTS[variant].get("roll-cluster:training", {}).get("resume", True)
     if resume:
         # Handed the newest complete checkpoint: verl's explicit resume, which asserts a global_step_ folder
-        # (verl/trainer/ppo/ray_trainer.py:1027-1038).
+        # (verl/trainer/ppo/ray_trainer.py).
+        # see verified-facts#test-contracts-ray-trainer
         found = config["trainer"]["default_local_dir"] + "/global_step_20"
         handed = compose_verl(module_arguments(entrypoint, "verl.trainer.main_ppo", resume_from=found))
         assert handed["trainer"]["resume_mode"] == "resume_path"
@@ -85,7 +86,8 @@ def test_verl_job_composes_in_verls_config_and_passes_its_start_up_checks(varian
 
 
 def test_verl_with_its_default_estimator_gets_the_critic_micro_batch_too() -> None:
-    # gae trains a critic, which asserts its own micro-batch (verl/workers/config/critic.py:104-105).
+    # gae trains a critic, which asserts its own micro-batch (verl/workers/config/critic.py).
+    # see verified-facts#test-contracts-critic
     overrides = {"roll-cluster:training": {"overrides": {"algorithm.adv_estimator": "gae"}}}
     config = compose_verl(module_arguments(job_env("verl", overrides)["JOB_ENTRYPOINT"], "verl.trainer.main_ppo"))
     assert verl_violations(config) == []

@@ -41,7 +41,8 @@ def test_verl_jobs_pass_verls_own_validate_config(config: dict[str, Any]) -> Non
     printed, validated = run_verl_validate_config(verl_config(config))
     assert "[validate_config] All configuration checks passed successfully!" in printed
     # The actor's dataclass validation was asked for with the cluster's GPU count and the batch
-    # (verl/utils/config.py:151-152); its conditions are verl_violations' (tests/test_contracts.py).
+    # (verl/utils/config.py); its conditions are verl_violations' (tests/test_contracts.py).
+    # see verified-facts#test-contracts-startup-config
     target, (n_gpus, batch, _model) = validated[0]
     assert target == "verl.workers.config.FSDPActorConfig"
     nodes = config.get("roll-cluster:nodes", {}).get("count", 2)

@@ -99,7 +99,8 @@ def test_the_offline_cloud_refuses_an_essd_smaller_than_its_levels_minimum_as_al
     with pytest.raises(AlibabaRefused, match="PL2 ESSD data disk needs at least 461 GiB; got 460"):
         _refuse_like_alibaba(INSTANCE, "node-0-instance", {"dataDisks": [disk]})
     _refuse_like_alibaba(INSTANCE, "node-0-instance", {"dataDisks": [{**disk, "size": 461}]})
-    # The provider sends no PerformanceLevel for cloud_auto (resource_alicloud_instance.go:1034): nothing to refuse.
+    # The provider sends no PerformanceLevel for cloud_auto (resource_alicloud_instance.go): nothing to refuse.
+    # see verified-facts#test-data-disk-instance
     _refuse_like_alibaba(INSTANCE, "node-0-instance", {"dataDisks": [{**disk, "category": "cloud_auto"}]})
 
 

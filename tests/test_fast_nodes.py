@@ -138,7 +138,8 @@ def test_nodes_image_boots_every_node_from_it_with_the_data_disk_from_its_snapsh
         assert disk["snapshotId"].startswith("s-") and disk["size"] == 200
     lookups = [args for token, args in cloud.invokes if token == "alicloud:ecs/getImages:getImages"]
     # With an owner: the provider refuses a look-up without one of name_regex, owners, image_owner_id
-    # (TF data_source_alicloud_images.go:29).
+    # (TF data_source_alicloud_images.go).
+    # see verified-facts#test-fast-nodes-images
     assert lookups and all(args.get("imageId") == BAKED_ID and args.get("owners") == "self" for args in lookups)
     assert "bakedImageId" not in result.outputs
 

@@ -25,7 +25,8 @@ def test_an_explicit_image_id_is_booted_whoever_owns_it(owner: str) -> None:
     assert cloud.of_type(INSTANCE)[0].inputs["imageId"] == "m-bp1custom0driver550"
     lookups = [args for token, args in cloud.invokes if token == "alicloud:ecs/getImages:getImages"]
     # Own, shared and Marketplace images alike; each look-up names an owner, which the provider requires
-    # (TF data_source_alicloud_images.go:29 AtLeastOneOf name_regex/owners/image_owner_id).
+    # (TF data_source_alicloud_images.go AtLeastOneOf name_regex/owners/image_owner_id).
+    # see verified-facts#test-images-and-shm-images
     assert lookups and all(args.get("owners") in ("self", "others", "marketplace") for args in lookups)
     assert any(args.get("owners") == owner for args in lookups)
     assert "export GPU_DRIVER=preinstalled" in first_boot_env(result)

@@ -79,7 +79,8 @@ def github_slug(title: str) -> str:
 
 
 def anchors(text: str) -> set[str]:
-    """Every anchor the headings of a Markdown file define (duplicates get -1, -2, ... as on GitHub)."""
+    """Every anchor the headings of a Markdown file define (duplicates get -1, -2, ... as on GitHub), and the
+    explicit ones (`<a id="..."></a>`, one per fact in docs/verified-facts.md)."""
     seen: dict[str, int] = {}
     result = set()
     for _, title in headings(text):
@@ -90,7 +91,7 @@ def anchors(text: str) -> set[str]:
         else:
             seen[slug] = 0
         result.add(slug)
-    return result
+    return result | set(re.findall(r'<a id="([^"]+)"></a>', text))
 
 
 def links(text: str) -> list[str]:

@@ -125,10 +125,11 @@ def test_an_override_that_asks_roll_to_find_its_checkpoint_is_refused() -> None:
 
 
 # ROLL 8eb27cc, as it runs: what BaseConfig.__post_init__ does to a file_system checkpoint_config
-# (roll/configs/base_config.py:303-307) and how the pipeline then resolves `resume_from_checkpoint`
-# (roll/pipeline/base_pipeline.py:64-72 -> roll/utils/checkpoint_manager.py:55-72 ->
-# FileSystemUploader.get_latest_ckpt, roll/utils/upload_utils.py:35-44). ROLL is no installable package: these
+# (roll/configs/base_config.py) and how the pipeline then resolves `resume_from_checkpoint`
+# (roll/pipeline/base_pipeline.py -> roll/utils/checkpoint_manager.py ->
+# FileSystemUploader.get_latest_ckpt, roll/utils/upload_utils.py). ROLL is no installable package: these
 # lines are copied from the pinned ref.
+# see verified-facts#test-roll-checkpoints-base-config
 def roll_resolves(config: dict[str, Any]) -> str | None:
     checkpoint_config = dict(config["checkpoint_config"])
     if checkpoint_config.get("type") == "file_system":
@@ -136,7 +137,8 @@ def roll_resolves(config: dict[str, Any]) -> str | None:
                                                        datetime.now().strftime("%Y%m%d-%H%M%S"))
     resume = config.get("resume_from_checkpoint", False)
     if resume is True:
-        content = os.listdir(checkpoint_config["output_dir"])  # upload_utils.py:36
+        content = os.listdir(checkpoint_config["output_dir"])  # upload_utils.py
+        # see verified-facts#test-roll-checkpoints-upload-utils
         found = [p for p in content if p.startswith("checkpoint-")]
         return os.path.join(checkpoint_config["output_dir"], max(found)) if found else None
     return resume or None

@@ -158,9 +158,10 @@ def test_bf16_or_fa2_forced_by_an_override_on_v100_is_an_error_naming_the_key(
 
 
 def test_vllms_v0_engine_on_v100_gets_rolls_v0_example_settings_within_its_token_budget() -> None:
-    """ROLL's own V0 example (atropos_gsm8k_grpo_qwen25_0.5b.yaml:44-53): max_model_len = sequence_length,
+    """ROLL's own V0 example (atropos_gsm8k_grpo_qwen25_0.5b.yaml): max_model_len = sequence_length,
     enforce_eager, no prefix caching; vLLM 0.8.4's V0 scheduler refuses max_model_len above
-    max_num_batched_tokens (ROLL's 8192) without chunked prefill (tests/engines asks vLLM itself)."""
+    max_num_batched_tokens (ROLL's 8192) without chunked prefill (tests/engines asks vLLM itself).
+    See verified-facts#test-roll-render-atropos-gsm8k-grpo-qwen25-0-5b."""
     engine = rendered(SINGLE, DEV).config["actor_infer"]["strategy_args"]["strategy_config"]
     assert engine["VLLM_USE_V1"] == 0 and engine["enable_prefix_caching"] is False and engine["enforce_eager"] is True
     assert engine["max_model_len"] == 4096 and "max_num_batched_tokens" not in engine  # ROLL's 8192 holds it

@@ -16,7 +16,8 @@ from test_job_resubmit import jobs_api
 from infra.frameworks.base import DOWNLOAD_PATTERN, FIRST_STEP_PATTERNS
 
 FINDER = Path(__file__).resolve().parent.parent / "infra" / "scripts" / "checkpoint_find.sh"
-ROLL_MARKER = "pipeline step 0 finished"  # roll/pipeline/agentic/agentic_pipeline.py:619 at ROLL 8eb27cc
+ROLL_MARKER = "pipeline step 0 finished"  # roll/pipeline/agentic/agentic_pipeline.py at ROLL 8eb27cc
+# see verified-facts#test-start-gate-agentic-pipeline
 
 
 def gate(node: FakeNode, tmp_path: Path, state: Path, **env: str) -> Result:

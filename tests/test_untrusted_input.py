@@ -1,6 +1,6 @@
 """Untrusted input (issue 19): every bad value refused before anything exists, and none reaches a shell, ssh, git or
 pip as code or as an option. One group per class of the issue; the walker at the end renders every shipped stack
-with hostile values in every free-text field (../shared/reference/untrusted-input.md lists the classes)."""
+with hostile values in every free-text field (verified-facts#test-untrusted-input-untrusted-input lists the classes)."""
 
 from __future__ import annotations
 

@@ -109,16 +109,20 @@ class CodeSpec:
 # step number: the first integer of the last match). POSIX EREs, matched against the job's log.
 FIRST_STEP_PATTERNS: dict[str, str] = {
     # ROLL 8eb27cc: logger.info(f"pipeline step {global_step} finished") at the end of every step
-    # (roll/pipeline/agentic/agentic_pipeline.py:619, roll/pipeline/rlvr/rlvr_pipeline.py:840).
+    # (roll/pipeline/agentic/agentic_pipeline.py, roll/pipeline/rlvr/rlvr_pipeline.py).
+    # see verified-facts#base-agentic-pipeline
     "roll": "pipeline step [0-9]+ finished",
-    # verl v0.7.0: logger.log(data=metrics, step=global_steps) (verl/trainer/ppo/ray_trainer.py:1630) prints
-    # "step:N - key:val - ..." through the console backend (verl/utils/logger/aggregate_logger.py:26-32); the
-    # metrics hold training/global_step (ray_trainer.py:1612-1616), which the validation-only line does not.
+    # verl v0.7.0: logger.log(data=metrics, step=global_steps) (verl/trainer/ppo/ray_trainer.py) prints
+    # "step:N - key:val - ..." through the console backend (verl/utils/logger/aggregate_logger.py); the
+    # metrics hold training/global_step (ray_trainer.py), which the validation-only line does not.
+    # see verified-facts#base-ray-trainer
     "verl": "step:[0-9]+ - .*training/global_step:[0-9]+",
     # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}")
-    # (openrlhf/trainer/ppo_trainer.py:545).
+    # (openrlhf/trainer/ppo_trainer.py).
+    # see verified-facts#base-ppo-trainer
     "openrlhf": "Global step [0-9]+: ",
-    # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py:30-35, grpo_trainer_hybrid.py:185).
+    # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py, grpo_trainer_hybrid.py).
+    # see verified-facts#base-loggers
     "mindspeed-rl": "iteration: [0-9]+ / [0-9]+ [|]",
 }
 # Lines a model or data download prints, for the phase the gate and jobStatus report (never to extend the bound).

@@ -22,12 +22,13 @@ Values are single-quoted with shlex.quote; secrets may be Outputs and keep their
 
 The steps send that text on the SSH channel's stdin, not as the command (`stdin_command`): sshd runs the command
 as `$SHELL -c <command>`, in argv (`ps`, /proc/<pid>/cmdline, execve audit logs), and pulumi-command prints the
-whole command of a failed step (remote/commandOutputs.go:100-101). The outer bash reads stdin whole before running
+whole command of a failed step (remote/commandOutputs.go). The outer bash reads stdin whole before running
 anything (`text=$(cat)`, then `eval "$text"`), so the script still finds stdin at EOF; an empty stdin fails the
 step with a message naming it.
 
 What runs before any library exists keeps the scripts' text inline (`render_inline`): the own-hosts probe before
 `pulumi up` registers anything, and the first-boot user data (`render_user_data`, comments left out to stay small).
+See verified-facts#remote-commandoutputs-2.
 """
 
 from __future__ import annotations
@@ -214,13 +215,14 @@ def render_inline(step: str, scripts: Sequence[str], env: Mapping[str, str], sud
 
 
 # How a step's SSH session is watched: pulumi-command ignores cancellation while a command runs (pulumi-command v1.2.1
-# remote/commandOutputs.go:95, `session.Run(cmd)` without the context), so an interrupted `pulumi up` (a second
+# remote/commandOutputs.go, `session.Run(cmd)` without the context), so an interrupted `pulumi up` (a second
 # Ctrl-C) kills the provider and drops the connection, and sshd, which gives these sessions no pty, does not signal
 # the command: a 30-minute pull or the job's start gate would run on. The step runs in a process group of its own;
 # a watcher looks every SESSION_POLL_S seconds whether the SSH session (the runner's parent: sshd's session process,
 # or the one above sudo) still exists, and when it is gone stops the group: TERM, then KILL after STOP_GRACE_S. So a
 # step ends within SESSION_POLL_S + STOP_GRACE_S of an interrupt; every step is idempotent, and the next `up`
 # resumes it (a pull keeps its layers, the job step finds the job submitted and gates it again).
+# see verified-facts#remote-commandoutputs
 SESSION_POLL_S = 2
 STOP_GRACE_S = 10
 

@@ -20,7 +20,7 @@
 #   METADATA_URL [http://100.100.100.200/latest/meta-data]   ECS metadata; source-address names the mirror host
 #   AUTO_INSTALL_SCRIPT [auto_install_v4.0.sh]   file under <source-address>/opsx/ecs/linux/binary/script/; v4.0
 #                               takes DRIVER CUDA CUDNN IS_INSTALL_RDMA IS_INSTALL_eRDMA (Alibaba's Compute Nest
-#                               quickstart init_gpu.sh; ../shared/reference/alibaba-cloud-verified.md 2.1). Its log
+#                               quickstart init_gpu.sh; verified-facts#first-boot-alibaba-cloud-verified). Its log
 #                               and markers (ALL INSTALL OK / INSTALL FAIL in auto_install.log) and its reboot are
 #                               documented for v3.x and UNCONFIRMED for v4.0 (same file, 2.2; no copy of v4.0 or
 #                               page on it found: docs/verified-facts.md 2)
@@ -123,7 +123,7 @@ install_ssh_host_key() {
 }
 
 # access.sshPublicKey for root, through user data rather than an ECS key pair: ImportKeyPair does not accept
-# ed25519 (ImportKeyPair API reference; ../shared/reference/alibaba-cloud-verified.md 1.1), user data works for
+# ed25519 (ImportKeyPair API reference; verified-facts#first-boot-alibaba-cloud-verified-2), user data works for
 # every type sshd accepts (same file, 1.2).
 authorize_ssh_key() {
   local file=$ROOT_SSH_DIR/authorized_keys

@@ -9,7 +9,7 @@
 #
 # Counting: `npu-smi info` prints two table rows per NPU, the first `| <id>  <name, e.g. 910B4> | <health> ...`
 # and the second `| <chip> | <bus id> ...`; the process table below starts its rows with two numbers. So an NPU is
-# a row whose first cell is a number followed by a name that has a letter (../shared/reference/mindspeed-rl.md 4.4;
+# a row whose first cell is a number followed by a name that has a letter (verified-facts#npu-lib-mindspeed-rl;
 # the sample there is third-party and UNCONFIRMED as Huawei's official format).
 
 : "${NPU_SMI_PATHS:=/usr/local/sbin/npu-smi /usr/local/bin/npu-smi}"

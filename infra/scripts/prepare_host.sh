@@ -9,7 +9,7 @@
 #                                DISK_BY_ID_DIR/virtio-<serial> (virtio families) or
 #                                DISK_BY_ID_DIR/nvme-Alibaba_Cloud_Elastic_Block_Storage_<serial> (NVMe families such
 #                                as gn8v), else in SYS_BLOCK_DIR/<dev>/serial or <dev>/device/serial (Alibaba's CSI
-#                                driver, pkg/disk/device_manager.go; ../shared/reference/alibaba-cloud-verified.md 3.2)
+#                                driver, pkg/disk/device_manager.go; verified-facts#prepare-host-alibaba-cloud-verified)
 #   DATA_DISK_DEVICE ['']        an explicit block device instead (hosts whose layout is known); with neither set,
 #                                DATA_MOUNT is a plain directory on the system disk
 #   DISK_BY_ID_DIR [/dev/disk/by-id], SYS_BLOCK_DIR [/sys/block], DEV_DIR [/dev]   where disks are looked up

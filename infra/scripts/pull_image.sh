@@ -43,8 +43,9 @@ registry_host() {
 
 # Every docker call below takes IMAGE (or its registry host) after `--`: the Docker CLI's flag parser (cobra/pflag)
 # ends the flags there, so a value starting with "-" is an operand, never an option (docker/cli v29.7.2-16-g28f7560
-# vendor/github.com/spf13/pflag/flag.go:1145-1150; checked with Docker CLI 28.2.2: `docker pull -- -q` answers
+# vendor/github.com/spf13/pflag/flag.go; checked with Docker CLI 28.2.2: `docker pull -- -q` answers
 # "invalid reference format").
+# see verified-facts#pull-image-flag
 image_present() {
   docker image inspect -- "$IMAGE" >/dev/null 2>&1
 }

@@ -52,10 +52,11 @@ collect_container_env() {
 
 # add_jemalloc_preload: with RAY_PRELOAD_JEMALLOC=1, start Ray with the container's jemalloc in LD_PRELOAD: sets
 # ray_preload, which record_ray_start records (RAY_PRELOAD) and launch_recorded_ray applies, so a restart after a
-# reboot preloads it too. MindSpeed-RL's install guide (docs/zh/install_guide.md:149-165) asks for it so that
+# reboot preloads it too. MindSpeed-RL's install guide (docs/zh/install_guide.md) asks for it so that
 # Ray's processes return memory; its paths: /usr/lib/<arch>-linux-gnu from Ubuntu's libjemalloc2, /usr/local/lib
 # from a source build, /usr/lib64 from openEuler's jemalloc package. Only Ray gets it, not every command on the
 # host. (JEMALLOC_CANDIDATES is overridable for tests only.)
+# see verified-facts#ray-common-install-guide
 JEMALLOC_CANDIDATES=${JEMALLOC_CANDIDATES:-'/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2'}
 ray_preload=''
 add_jemalloc_preload() {

@@ -178,7 +178,7 @@ def ssh_command(inputs: Mapping[str, Any]) -> StepCommand:
 def _local_command(inputs: Mapping[str, Any], checkout: Path = PROJECT_DIR) -> str:
     """A pulumi-command local.Command as one shell line: its `create` run with its `environment` in the project root
     of the checkout that runs `up` (`checkout`; no `dir`: the provider's working directory,
-    local/commandOutputs.go:73-80)."""
+    local/commandOutputs.go). See verified-facts#program-commands-commandoutputs."""
     env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in inputs["environment"].items())
     return f"cd {shlex.quote(str(inputs.get('dir', checkout)))} && env {env} {inputs['create']}"
 

@@ -30,7 +30,7 @@ def _cache() -> Path:
 
 
 CACHE = _cache()
-# What a vLLM venv takes on disk (7.8 GB measured, ../shared/reference/engines-own-checks.md), with room.
+# What a vLLM venv takes on disk (7.8 GB measured, verified-facts#engine-venv-engines-own-checks), with room.
 NEEDED_FREE_BYTES = 10 << 30
 PIP_TIMEOUT_S = 45 * 60  # a slow mirror on 2 cores; measured about 5 minutes
 STAMP = ".requirements-sha256"

@@ -84,7 +84,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     Device.memory = int(case.get("memory_gib", 16)) << 30
     Device.count = int(case.get("gpus", 1))
     try:
-        # As ROLL's create_async_llm does (roll/third_party/vllm/__init__.py:82-84 at ROLL 8eb27cc).
+        # As ROLL's create_async_llm does (roll/third_party/vllm/__init__.py at ROLL 8eb27cc).
+        # see verified-facts#vllm-oracle-init
         config = AsyncEngineArgs(**case["engine_args"]).create_engine_config(UsageContext.ENGINE_CONTEXT)
     except Exception as error:  # vLLM's own refusal is the answer
         return {"name": case["name"], "ok": False, "error": f"{type(error).__name__}: {error}"}
