@@ -209,7 +209,7 @@ def teardown_step(
             "HOST_KEY_CHECKING": ctx.host_key_checking,
             "HOST_KEY_ORIGIN": ctx.host_key_origin,
             "NODE_NAME": ctx.node,
-            "ROLL_STEP": f"{step}-delete",
+            "ROLL_CLUSTER_STEP": f"{step}-delete",
             "REMOTE_COMMAND": remote_command,
             "REACH_ATTEMPTS": str(TEARDOWN_REACH_ATTEMPTS),
             "REACH_TIMEOUT_S": str(TEARDOWN_REACH_TIMEOUT_S),

@@ -14,7 +14,7 @@ from pathlib import Path
 from infra.autostop import AUTOSTOP_SCRIPTS, SDK_REQUIREMENTS, file_b64
 from infra.node.remote import local_library, render_plain
 
-SDK_ROOT = Path(os.environ.get("ROLL_TEST_AUTOSTOP_SDK_ROOT", "/var/cache/roll-cluster-tests"))
+SDK_ROOT = Path(os.environ.get("ROLL_CLUSTER_TEST_AUTOSTOP_SDK_ROOT", "/var/cache/roll-cluster-tests"))
 
 
 def sdk_dir() -> Path:
@@ -32,7 +32,7 @@ def ensure_autostop_sdk() -> Path:
             "AUTOSTOP_ACTION": "sdk", "AUTOSTOP_SDK_DIR": str(target),
             "AUTOSTOP_SDK_REQUIREMENTS_B64": file_b64(SDK_REQUIREMENTS)}, library=local_library())
         env = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in ("PATH", "HOME")}
-        result = subprocess.run(["bash", "-c", command], env={**env, "ROLL_LOG_DIR": str(log_dir)},
+        result = subprocess.run(["bash", "-c", command], env={**env, "ROLL_CLUSTER_LOG_DIR": str(log_dir)},
                                 capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"installing the autostop SDK failed:\n{result.stdout}\n{result.stderr}"
     return target

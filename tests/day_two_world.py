@@ -29,7 +29,7 @@ INSTANCE = "alicloud:ecs/instance:Instance"
 SCRIPTS = PROJECT_DIR / "infra" / "scripts"
 
 # The ssh stand-in: OpenSSH's answers for an unreachable host, a strict host-key check, and then the teardown's
-# remote step, whose effect on the world it applies by its ROLL_STEP.
+# remote step, whose effect on the world it applies by its ROLL_CLUSTER_STEP.
 SSH_STANDIN = r'''#!/usr/bin/env python3
 import json, os, sys
 args, options, port = sys.argv[1:], {}, "22"
@@ -79,7 +79,7 @@ if world["identities"] and identity is not None:
         sys.stderr.write("%s@%s: Permission denied (publickey).\n" % ("root", host))
         sys.exit(255)
 text = sys.stdin.read() if args != ["true"] else ""
-step = os.environ.get("ROLL_STEP", "")
+step = os.environ.get("ROLL_CLUSTER_STEP", "")
 if step.startswith("login-key-"):  # the real remote half, on the node's own HOME
     import subprocess
     sys.exit(subprocess.run(["sh", "-s"], input=text, text=True, env={"HOME": machine["home"],
@@ -214,7 +214,7 @@ class World:
     def env(self, home: Path | None = None) -> dict[str, str]:
         return {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "HOME": str(home or self.home),
                 "DAY_TWO_WORLD": str(self.file), "DAY_TWO_SCRIPTS": str(SCRIPTS),
-                "ROLL_LOG_DIR": str(self.root / "logs"), "TMPDIR": str(self.root)}
+                "ROLL_CLUSTER_LOG_DIR": str(self.root / "logs"), "TMPDIR": str(self.root)}
 
     # ------------------------------------------------------------------ queries
     def at(self, host: str) -> Machine | None:
@@ -334,7 +334,7 @@ class World:
             return (f"{r.name}: ssh: handshake failed: ssh: unable to authenticate, attempted methods [none "
                     "publickey], no supported methods remain")
         env = remote.exported_env(str(unwrap(r.inputs["stdin"])))
-        step = env.get("ROLL_STEP", "")
+        step = env.get("ROLL_CLUSTER_STEP", "")
         self.log.append(f"{step} on {machine.name}")
         if step in ("ray-head", "ray-worker"):
             machine.ray_record = True

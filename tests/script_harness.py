@@ -116,8 +116,8 @@ class FakeNode:
         """The variables a step gets through the rendered exports: its settings, with paths inside the fake node."""
         env = {
             "NODE_NAME": "test-node-0",
-            "ROLL_LOG_DIR": str(self.log_dir),
-            "ROLL_STATE_DIR": str(self.roll_state),
+            "ROLL_CLUSTER_LOG_DIR": str(self.log_dir),
+            "ROLL_CLUSTER_STATE_DIR": str(self.roll_state),
             "AUTO_INSTALL_DIR": str(self.auto_install_dir),
             "BOOT_ID_FILE": str(self.boot_id_file),
             "CURRENT_JOB_FILE": str(self.roll_state / "current-job"),  # the job step's record for autostop
@@ -165,12 +165,12 @@ class FakeNode:
             "KNOWN_HOSTS_FILE": str(self.root / "local-known_hosts"),
             "INTERVAL_S": "0.1",
             "TIMEOUT_S": "30",
-            "ROLL_LOG_DIR": str(self.root / "local-logs"),
+            "ROLL_CLUSTER_LOG_DIR": str(self.root / "local-logs"),
             # The node side of the probe, inside this fake node.
             "AUTO_INSTALL_DIR": node["AUTO_INSTALL_DIR"],
-            "ROLL_STATE_DIR": node["ROLL_STATE_DIR"],
+            "ROLL_CLUSTER_STATE_DIR": node["ROLL_CLUSTER_STATE_DIR"],
             "BOOT_ID_FILE": node["BOOT_ID_FILE"],
-            "NODE_LOG_DIR": node["ROLL_LOG_DIR"],
+            "NODE_LOG_DIR": node["ROLL_CLUSTER_LOG_DIR"],
         }
         env.update(overrides)
         return self._run(["bash", str(GPU_READY_SCRIPT)], env)

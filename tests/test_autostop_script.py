@@ -44,7 +44,8 @@ def _node(tmp: Path, job_state: str, gpu_load: str) -> dict[str, str]:
     (bin_dir / "nvidia-smi").write_text(f"#!/bin/bash\nprintf '%s\\n' {gpu_load}\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
-    return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp / "log"), "HOME": str(tmp)}
+    return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "ROLL_CLUSTER_LOG_DIR": str(tmp / "log"),
+            "HOME": str(tmp)}
 
 
 def _boot(tmp: Path, boot: str = "boot-1") -> None:

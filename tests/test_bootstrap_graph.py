@@ -144,4 +144,4 @@ def test_prepare_docker_and_pull_steps_get_their_parameters():
     assert env_of(step_command(result, "node-1-docker"))["DOCKER_DATA_ROOT"] == "/data/docker"
     prepare = env_of(step_command(result, "node-1-prepare-host"))
     assert prepare["SHARED_MOUNT"] == "/mnt/shared" and prepare["DATA_MOUNT"] == "/data"
-    assert prepare["NODE_NAME"] == "node-1" and prepare["ROLL_STEP"] == "prepare-host"
+    assert prepare["NODE_NAME"] == "node-1" and prepare["ROLL_CLUSTER_STEP"] == "prepare-host"

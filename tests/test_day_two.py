@@ -307,7 +307,7 @@ esac
                               library=remote.local_library())
     done = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}",
-                               "ROLL_LOG_DIR": str(tmp_path / "logs")})
+                               "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "logs")})
     assert done.returncode == 0, done.stdout + done.stderr
     assert images.read_text().split() == ["registry.example/roll:v1", "registry.example/roll:v3",
                                           "registry.example/roll:<none>"]

@@ -112,7 +112,8 @@ def test_bake_prep_commits_the_requirements_into_the_image_and_a_second_run_chan
     node.set_state("systemd/docker.active", "")
     image = "registry.example.test/me/roll:v1"
     node.set_state(f"docker/images/{image.replace('/', '_')}", "sha256:original\n")
-    env = {"IMAGE": image, "WORKSPACE_HOST_DIR": str(tmp_path / "workspace"), "ROLL_STATE_DIR": str(node.roll_state)}
+    env = {"IMAGE": image, "WORKSPACE_HOST_DIR": str(tmp_path / "workspace"),
+           "ROLL_CLUSTER_STATE_DIR": str(node.roll_state)}
 
     first = node.run_step("bake-prep", ["bake_container.sh", "bake_finish.sh"], **env)
 

@@ -116,7 +116,8 @@ def test_the_submitted_job_gets_the_heads_address_in_its_reward_url(tmp_path: Pa
                        'python3 -c "$RAY_JOB_CLIENT_PY" submit job-1'],
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(stub.parent), "SUBMITTED": str(submitted),
              "RAY_JOB_API": "http://127.0.0.1:1", "JOB_ENTRYPOINT": entry, "JOB_WORKDIR": str(tmp_path),
-             "JOB_HEAD_IP": env["JOB_HEAD_IP"], "ROLL_LOG_DIR": str(tmp_path / "log"), "ROLL_STEP": "job"},
+             "JOB_HEAD_IP": env["JOB_HEAD_IP"], "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "log"),
+             "ROLL_CLUSTER_STEP": "job"},
         capture_output=True, text=True, check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -129,7 +130,8 @@ def ray_settings_text(tmp_path: Path, **env: str) -> str:
     done = subprocess.run(
         ["bash", "-c", f'source {SCRIPTS_DIR / "lib.sh"}; source {SCRIPTS_DIR / "ray_common.sh"}; '
                        'ray_settings_text ray start --head --num-gpus="$NUM_GPUS"'],
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log"), "ROLL_STEP": "t", **env},
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "log"),
+             "ROLL_CLUSTER_STEP": "t", **env},
         capture_output=True, text=True, check=True,
     )
     return done.stdout
@@ -143,8 +145,8 @@ def test_the_ray_gpus_are_a_recorded_setting_named_when_they_change(tmp_path: Pa
     named = subprocess.run(
         ["bash", "-c", f'source {SCRIPTS_DIR / "lib.sh"}; source {SCRIPTS_DIR / "ray_common.sh"}; '
                        'settings_differences "$OLD" "$NEW"'],
-        env={"PATH": "/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log"), "ROLL_STEP": "t", "OLD": every,
-             "NEW": fewer},
+        env={"PATH": "/usr/bin:/bin", "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "log"), "ROLL_CLUSTER_STEP": "t",
+             "OLD": every, "NEW": fewer},
         capture_output=True, text=True, check=True,
     ).stdout
     assert named == "--num-gpus, CUDA_VISIBLE_DEVICES"

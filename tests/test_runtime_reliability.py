@@ -39,8 +39,8 @@ def run_lib(
     started = time.monotonic()
     result = subprocess.run(
         ["bash", "-c", f"source {LIB}\n{snippet}"],
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log"), "ROLL_STEP": "probe-test",
-             "NODE_NAME": "node-0", **env},
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "log"),
+             "ROLL_CLUSTER_STEP": "probe-test", "NODE_NAME": "node-0", **env},
         capture_output=True, text=True, timeout=timeout, check=False,
     )
     return result, time.monotonic() - started
@@ -95,7 +95,7 @@ RAY_COMMON = SCRIPTS_DIR / "ray_common.sh"
 def ray_common(snippet: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-c", f"source {LIB}\nsource {RAY_COMMON}\n{snippet}"],
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log"), **env},
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "log"), **env},
         capture_output=True, text=True, timeout=30, check=False,
     )
 
@@ -424,8 +424,8 @@ def run_teardown(node: FakeNode, **env: str) -> tuple[subprocess.CompletedProces
     started = time.monotonic()
     result = subprocess.run(
         ["bash", str(SCRIPTS_DIR / "local" / "teardown.sh")],
-        env={**node.machine_env(), "HOST": "10.0.0.9", "NODE_NAME": "node-1", "ROLL_STEP": "ray-head-delete",
-             "ROLL_LOG_DIR": str(node.root / "local-logs"), **env},
+        env={**node.machine_env(), "HOST": "10.0.0.9", "NODE_NAME": "node-1", "ROLL_CLUSTER_STEP": "ray-head-delete",
+             "ROLL_CLUSTER_LOG_DIR": str(node.root / "local-logs"), **env},
         capture_output=True, text=True, timeout=120, check=False,
     )
     return result, time.monotonic() - started

@@ -145,7 +145,7 @@ def test_a_step_runs_the_library_files_in_order_with_its_exports() -> None:
                                   library=remote.local_library())
     probe = command.replace("' roll-cluster-ray-stop\n", 'banner "X=$X"\n\' roll-cluster-ray-stop\n')
     result = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30,
-                            env={"PATH": "/usr/bin:/bin", "ROLL_LOG_DIR": "/tmp"})
+                            env={"PATH": "/usr/bin:/bin", "ROLL_CLUSTER_LOG_DIR": "/tmp"})
     assert result.returncode == 0, result.stderr
     assert "[node-1] ray-stop: X=it's" in result.stdout
 

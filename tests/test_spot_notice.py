@@ -52,7 +52,7 @@ def _look(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
            "METADATA_URL": url, "SPOT_STATE_DIR": str(tmp_path / "state")}
     command = render_plain("spot-notice", ("spot_notice.sh",), env, library=local_library())
     return subprocess.run(["bash", "-c", command],
-                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log")},
+                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "log")},
                           capture_output=True, text=True, timeout=60)
 
 
@@ -120,7 +120,8 @@ def test_without_systemd_the_watcher_runs_detached_a_reinstall_replaces_it_and_i
     def install() -> int:
         command = render_plain("spot-notice", ("spot_notice.sh",), env, library=local_library())
         result = subprocess.run(["bash", "-c", command],
-                                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "ROLL_LOG_DIR": str(tmp_path / "log")},
+                                env={"PATH": "/usr/local/bin:/usr/bin:/bin",
+                                     "ROLL_CLUSTER_LOG_DIR": str(tmp_path / "log")},
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and "spot notice watcher running (no systemd: process" in result.stdout, result
         return int((state / "watch.pid").read_text())

@@ -11,7 +11,7 @@ pulumi-command passes `environment` as SSH env requests, which a stock sshd refu
 variables a script needs are exported at the top of the command itself. The command runs through the remote
 login shell (sh or bash), so it only uses POSIX syntax before handing the scripts to bash:
 
-    export ROLL_STEP='docker'
+    export ROLL_CLUSTER_STEP='docker'
     export NODE_NAME='roll-cluster-dev-0'
     exec bash -c 'for roll_script in <dir>/<hash>/lib.sh <dir>/<hash>/install_docker.sh; do [ -r ... ] || ...
     unset roll_script
@@ -185,14 +185,14 @@ def _body(scripts: Sequence[str], library: str) -> str:
 
 
 def _exports(step: str, env: Mapping[str, str]) -> list[str]:
-    exports = [f"export ROLL_STEP={shlex.quote(step)}"]
+    exports = [f"export ROLL_CLUSTER_STEP={shlex.quote(step)}"]
     return exports + [f"export {key}={shlex.quote(str(value))}" for key, value in sorted(env.items())]
 
 
 def _command(step: str, body: str, env: Mapping[str, str], sudo: bool) -> str:
     runner = "bash"
     if sudo:
-        runner = "sudo -n --preserve-env=" + ",".join(["ROLL_STEP", *sorted(env)]) + " bash"
+        runner = "sudo -n --preserve-env=" + ",".join(["ROLL_CLUSTER_STEP", *sorted(env)]) + " bash"
     name = shlex.quote("roll-cluster-" + step)
     return "\n".join(_exports(step, env)) + f"\nexec {runner} -c {shlex.quote(body)} {name}\n"
 

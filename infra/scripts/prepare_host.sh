@@ -34,7 +34,7 @@
 #   NAS_MOUNT_OPTIONS [vers=3,nolock,proto=tcp,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport]
 #                                (Alibaba's NFS v3 recommendation; fstab adds _netdev,nofail)
 #   FSTAB_FILE [/etc/fstab]
-#   lib.sh: OS_RELEASE_FILE, PACKAGE_LOCK_TIMEOUT_S, RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR and the lock paths
+#   lib.sh: OS_RELEASE_FILE, PACKAGE_LOCK_TIMEOUT_S, RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR and the lock paths
 
 : "${CLOUD_INIT_TIMEOUT_S:=900}"
 : "${CLOUD_INIT_BOOT_FINISHED:=/var/lib/cloud/instance/boot-finished}"

@@ -13,7 +13,7 @@
 #   CHECK_IMAGE_ARCH [0]             1: fail unless the image is built for this host's CPU (an amd64 image on an
 #                                    arm64 Ascend server would only fail later, with `exec format error`). Docker
 #                                    pulls the host's own platform of a multi-platform image by itself.
-#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR
 
 : "${REGISTRY_USERNAME:=}"
 : "${REGISTRY_PASSWORD:=}"
@@ -53,7 +53,7 @@ image_present() {
 # One login attempt; the password reaches docker through a pipe from printf, a shell builtin (no argv anywhere).
 registry_login_once() {
   printf '%s' "$REGISTRY_PASSWORD" \
-    | docker login --username "$REGISTRY_USERNAME" --password-stdin -- "$REGISTRY_HOST" >>"$ROLL_STEP_LOG" 2>&1
+    | docker login --username "$REGISTRY_USERNAME" --password-stdin -- "$REGISTRY_HOST" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
 }
 
 # layers_done FILE: "D of T layers done" from docker pull's output so far. Without a terminal the Docker CLI prints
@@ -68,8 +68,8 @@ layers_done() {
 # pull_once: one pull attempt, bounded by PULL_TIMEOUT_S, with a progress line every PULL_PROGRESS_S on the step's
 # output and in its log; docker's own output goes to the step log.
 pull_once() {
-  local pid status=0 started=$SECONDS next output="$ROLL_STEP_LOG.pull"
-  printf '+ timeout %s docker pull -- %s\n' "$PULL_TIMEOUT_S" "$IMAGE" >>"$ROLL_STEP_LOG"
+  local pid status=0 started=$SECONDS next output="$ROLL_CLUSTER_STEP_LOG.pull"
+  printf '+ timeout %s docker pull -- %s\n' "$PULL_TIMEOUT_S" "$IMAGE" >>"$ROLL_CLUSTER_STEP_LOG"
   : >"$output"
   timeout "$PULL_TIMEOUT_S" docker pull -- "$IMAGE" >>"$output" 2>&1 &
   pid=$!
@@ -82,7 +82,7 @@ pull_once() {
     sleep 1
   done
   wait "$pid" || status=$?
-  cat -- "$output" >>"$ROLL_STEP_LOG"
+  cat -- "$output" >>"$ROLL_CLUSTER_STEP_LOG"
   rm -f -- "$output"
   return "$status"
 }
@@ -91,7 +91,7 @@ pull_progress() {
   local line
   line="still pulling $IMAGE: ${1}s so far, $(layers_done "$2") (this attempt ends at ${PULL_TIMEOUT_S}s)"
   banner "$line"
-  banner "$line" >>"$ROLL_STEP_LOG"
+  banner "$line" >>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 pull_image() {
@@ -132,7 +132,7 @@ host_docker_arch() {
 check_image_arch() {
   local image_arch host_arch
   host_arch=$(host_docker_arch)
-  image_arch=$(docker image inspect --format '{{.Architecture}}' -- "$IMAGE" 2>>"$ROLL_STEP_LOG") ||
+  image_arch=$(docker image inspect --format '{{.Architecture}}' -- "$IMAGE" 2>>"$ROLL_CLUSTER_STEP_LOG") ||
     fail "could not read the architecture of $IMAGE"
   [[ "$image_arch" == "$host_arch" ]] ||
     fail "$IMAGE is built for $image_arch, but this host is $host_arch ($(uname -m)): use an image for $host_arch (Ascend 910B servers are arm64)"

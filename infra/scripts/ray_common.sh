@@ -29,7 +29,7 @@ container_is_running() {
 # require_container: fail the step unless the training container runs.
 require_container() {
   local state
-  if ! state=$(container_state 2>>"$ROLL_STEP_LOG"); then
+  if ! state=$(container_state 2>>"$ROLL_CLUSTER_STEP_LOG"); then
     fail "container $CONTAINER_NAME does not exist on this host (the container step creates it)"
   fi
   [[ "$state" == true ]] || fail "container $CONTAINER_NAME exists but is not running (Running=$state)"
@@ -143,7 +143,7 @@ print("\n".join(sorted(found)))
 
 ray_local_gcs_addresses() {
   timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" python3 -c "$RAY_PROCESSES_PY" gcs \
-    2>>"$ROLL_STEP_LOG" ||
+    2>>"$ROLL_CLUSTER_STEP_LOG" ||
     fail "could not list the Ray processes in container $CONTAINER_NAME (is python3 there?)"
 }
 
@@ -214,7 +214,7 @@ job_client() {
 
 # job_state: prints the job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) or NOT_FOUND.
 job_state() {
-  job_client state 2>>"$ROLL_STEP_LOG"
+  job_client state 2>>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 # job_log_tail: append the last 40 lines of the job's log to the step log, where fail shows them.
@@ -226,7 +226,7 @@ job_log_tail() {
   {
     printf -- '--- last 40 lines of the log of Ray job %s ---\n' "$JOB_ID"
     tail -n 40 <<<"$log"
-  } >>"$ROLL_STEP_LOG"
+  } >>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 # ---- the recorded Ray settings (issue 11: changes applied, reboots survived) ----
@@ -271,7 +271,7 @@ ray_settings_text() {
 recorded_ray_settings() {
   # shellcheck disable=SC2016 # $1 expands in the container's shell
   timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" sh -c 'if [ -e "$1" ]; then cat -- "$1"; fi' \
-    read-settings "$RAY_RECORD_DIR/settings" 2>>"$ROLL_STEP_LOG"
+    read-settings "$RAY_RECORD_DIR/settings" 2>>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 # settings_differences OLD NEW: the names of the settings that differ ("--object-store-memory", "RAY_GENERATION",
@@ -344,7 +344,7 @@ pause_ray_supervision() {
   # shellcheck disable=SC2016 # $1 and $2 expand in the container's shell
   timeout -k 5 360 docker exec "$CONTAINER_NAME" sh -c \
     ': >"$1" && mkdir -p "$(dirname "$2")" && if command -v flock >/dev/null 2>&1; then flock "$2" true; fi' \
-    pause "$RAY_PAUSE_FILE" "$RAY_RECORD_DIR/supervisor.lock" >>"$ROLL_STEP_LOG" 2>&1 ||
+    pause "$RAY_PAUSE_FILE" "$RAY_RECORD_DIR/supervisor.lock" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 ||
     fail "could not pause the supervision of Ray in container $CONTAINER_NAME"
 }
 
@@ -352,7 +352,7 @@ pause_ray_supervision() {
 # pause file left (it is on the container's /dev/shm, which a restart clears), so nothing is left to resume; any
 # other failure would leave Ray unsupervised and is loud.
 resume_ray_supervision() {
-  docker exec "$CONTAINER_NAME" rm -f -- "$RAY_PAUSE_FILE" 2>>"$ROLL_STEP_LOG" || ! container_is_running ||
+  docker exec "$CONTAINER_NAME" rm -f -- "$RAY_PAUSE_FILE" 2>>"$ROLL_CLUSTER_STEP_LOG" || ! container_is_running ||
     fail "could not resume the supervision of Ray in container $CONTAINER_NAME (remove $RAY_PAUSE_FILE there)"
 }
 

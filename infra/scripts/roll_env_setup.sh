@@ -59,9 +59,9 @@ check_java() {
 }
 
 webshop_git_once() {
-  printf '+ git fetch %s %s into %s\n' "$WEBSHOP_REPO" "$WEBSHOP_COMMIT" "$WEBSHOP_PATH" >>"$ROLL_STEP_LOG"
+  printf '+ git fetch %s %s into %s\n' "$WEBSHOP_REPO" "$WEBSHOP_COMMIT" "$WEBSHOP_PATH" >>"$ROLL_CLUSTER_STEP_LOG"
   run_in_container container_git_checkout "$WEBSHOP_REPO" "$WEBSHOP_COMMIT" "$WEBSHOP_PATH" "$CLONE_TIMEOUT_S" \
-    >>"$ROLL_STEP_LOG" 2>&1
+    >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
 }
 
 webshop_archive_once() {

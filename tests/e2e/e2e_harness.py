@@ -40,7 +40,7 @@ BRIDGE_IP = f"{SUBNET}.1"
 UNREACHABLE_IP = f"{SUBNET}.250"  # on the bridge's subnet, held by no host
 # Outside the repository and outside /tmp: the hosts mount a private /tmp over the machine's, so nothing they
 # run may live there (a CI clone may well be under /tmp). Built once and reused across runs.
-RAY_VENV = Path(os.environ.get("ROLL_E2E_RAY_VENV", "/var/cache/roll-cluster-e2e/ray-venv"))
+RAY_VENV = Path(os.environ.get("ROLL_CLUSTER_E2E_RAY_VENV", "/var/cache/roll-cluster-e2e/ray-venv"))
 ADMIN_HOME = STATE_ROOT / "admin-home"  # HOME of the user-facing commands (the stack's known-hosts file is there)
 SUPPORT_DIR = STATE_ROOT / "support"  # copies of host_init.sh and fake_docker.sh, visible inside the hosts
 RAY_REQUIREMENTS = REPO / "requirements-e2e.txt"

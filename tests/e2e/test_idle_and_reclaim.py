@@ -176,7 +176,7 @@ def test_after_a_pause_and_a_restart_the_watcher_waits_the_whole_time_again(
     # The resume: a new boot, and the service starts as the host comes up (as systemd would: the kept copy with the
     # kept settings; the test hosts have no systemd, so it is started here the way the no-systemd install does).
     network.run(head, f"echo boot-2 >{BOOT_ID_FILE}; (. {WATCHER_STATE}/settings.env && export AUTOSTOP_ACTION=watch "
-                      f"ROLL_STEP=autostop && exec setsid bash {WATCHER_STATE}/watcher.sh) </dev/null "
+                      f"ROLL_CLUSTER_STEP=autostop && exec setsid bash {WATCHER_STATE}/watcher.sh) </dev/null "
                       f">>{WATCHER_STATE}/watch.log 2>&1 & echo $! >{WATCHER_STATE}/watch.pid").check()
     wait_until("the booted watcher waiting for the step", lambda: watcher_log(network, head),
                lambda log: "this host booted since the step installed the watcher" in log, timeout=60)
