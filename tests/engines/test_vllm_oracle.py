@@ -1,8 +1,8 @@
 """vLLM's own configuration checks as the oracle for every shipped ROLL stack: the arguments each vLLM worker of
 the rendered YAML hands vLLM (as ROLL 8eb27cc's vllm strategy builds them) go through vLLM 0.8.4's
 EngineArgs.create_engine_config, the version ROLL's torch260 image installs (docker/Dockerfile.torch260.vllm),
-with only the device stood in (tests/engines/vllm_oracle.py). The venv is built by the test itself, outside the
-clone (tests/engines/engine_venv.py); where it cannot be (no package index) the tests skip saying why, and under
+with only the device stood in (tests/helpers/vllm_oracle.py). The venv is built by the test itself, outside the
+clone (tests/helpers/engine_venv.py); where it cannot be (no package index) the tests skip saying why, and under
 CI (`CI` set) they fail instead.
 
 What this does not cover: whether the KV cache fits in memory, kernels chosen at run time (docs/testing.md).
@@ -34,7 +34,7 @@ from tools.vllm_scheduler_rules import read_sources, scheduler_table
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 REQUIREMENTS = HERE / "requirements-vllm-0.8.4.txt"
-ORACLE = HERE / "vllm_oracle.py"
+ORACLE = HERE.parent / "helpers" / "vllm_oracle.py"
 ROLL_STACKS = ("dev", "multi", "large", "hosts")
 ORACLE_TIMEOUT_S = 15 * 60  # importing torch and vLLM on 2 busy cores
 
@@ -56,7 +56,7 @@ def engine_python() -> Path:
 
 
 def ask_vllm(python: Path, cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """vLLM's answer for each case, by name (tests/engines/vllm_oracle.py, run in the engine venv)."""
+    """vLLM's answer for each case, by name (tests/helpers/vllm_oracle.py, run in the engine venv)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PYTHON", "CUDA_"))}
     result = subprocess.run([str(python), str(ORACLE)], input=json.dumps(cases), capture_output=True, text=True,
                             timeout=ORACLE_TIMEOUT_S, env=env, cwd=HERE)
