@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 # The e2e tier's harness and steps, which import each other as top-level modules (pytest's layout).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
 
 import e2e_steps as steps  # type: ignore[import-not-found]  # mypy does not follow the sys.path line above
 from e2e_harness import TestHost, TestNetwork, hosts_for_script  # type: ignore[import-not-found]

@@ -4,7 +4,8 @@
 
 node   The bootstrap steps on a node booted from a baked image, where the driver, Docker, the NVIDIA toolkit and the
        image are already there: the real scripts (first boot, prepare-host, docker, pull-image, gpu-ready over ssh),
-       rendered as the program renders them, on a fake node (tests/baked_node.py) whose stand-ins answer for what
+       rendered as the program renders them, on a fake node (tests/helpers/baked_node.py) whose stand-ins answer for
+       what
        cannot run here (package manager, systemd, dockerd, the GPU). Each step's wall time, median of the repeats.
 ray    (--ray) The Ray and job steps over SSH on the real-host tier (network-namespace hosts, real sshd, Ray 2.48.0;
        tests/e2e): ray-head, the ray-worker steps in parallel, the readiness gate, the head's and the workers' steps
@@ -28,8 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # The test harnesses import each other as top-level modules (pytest's layout).
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 from baked_node import STEPS, boot_from_image, new_node, run_bootstrap  # type: ignore[import-not-found]  # noqa: E402
 

@@ -390,10 +390,12 @@ class NodeBootstrap(pulumi.ComponentResource):
                 on_node, pulumi.ResourceOptions(
                     depends_on=[*before_container, image], delete_before_replace=True,
                     # Another machine behind the same provider: create the container there (see the image). Null
-                    # before (stacks created earlier) does not replace (step_generator.go:3692-3694).
+                    # before (stacks created earlier) does not replace (step_generator.go).
+                    # see verified-facts#bootstrap-step-generator
                     replacement_trigger=machine.identity,
                     # Destroy: no container delete over SSH when its instance goes too (an unreachable node would
-                    # stop the destroy before the instance; deploy/step.go:603-612,663).
+                    # stop the destroy before the instance; deploy/step.go).
+                    # see verified-facts#bootstrap-step
                     deleted_with=machine.deleted_with),
             ),
         )

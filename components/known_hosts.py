@@ -18,9 +18,10 @@ def host_key(name: str, parent: pulumi.Resource | None = None) -> HostKey:
     generated = command.local.Command(
         f"{name}-host-key",
         # No `dir`: pulumi-command runs a local command in the provider's working directory, the project root of
-        # the checkout running `up`/`destroy` (local/commandOutputs.go:73-80; the engine starts plugins in the
-        # project root, sdk/go/common/resource/plugin/plugin.go:599). An absolute path would tie the state to one
+        # the checkout running `up`/`destroy` (local/commandOutputs.go; the engine starts plugins in the
+        # project root, sdk/go/common/resource/plugin/plugin.go). An absolute path would tie the state to one
         # checkout.
+        # see verified-facts#known-hosts-commandoutputs
         create="bash infra/scripts/local/host_key.sh",
         environment={"NODE_NAME": name},
         # The private key must never reach the console or the logs; the output is a secret in the state.
@@ -56,7 +57,8 @@ def register(stack: str, machines: Sequence[Machine]) -> KnownHosts:
         # (create before delete), which removes it.
         add_previous_output_in_env=False,
         # A replacement all the same (`pulumi up --replace`, or the `triggers` of stacks created before) deletes
-        # the old file first, then writes the new one (step_generator.go:2041-2157).
+        # the old file first, then writes the new one (step_generator.go).
+        # see verified-facts#known-hosts-step-generator
         opts=pulumi.ResourceOptions(delete_before_replace=True),
     )
     return KnownHosts(path=path, written=written)

@@ -211,7 +211,7 @@ def teardown_step(
             "HOST_KEY_CHECKING": ctx.host_key_checking,
             "HOST_KEY_ORIGIN": ctx.host_key_origin,
             "NODE_NAME": ctx.node,
-            "ROLL_STEP": f"{step}-delete",
+            "ROLL_CLUSTER_STEP": f"{step}-delete",
             "REMOTE_COMMAND": remote_command,
             "REACH_ATTEMPTS": str(TEARDOWN_REACH_ATTEMPTS),
             "REACH_TIMEOUT_S": str(TEARDOWN_REACH_TIMEOUT_S),
@@ -223,11 +223,12 @@ def teardown_step(
         add_previous_output_in_env=False,
         opts=pulumi.ResourceOptions(
             parent=ctx.parent, depends_on=list(depends_on), delete_before_replace=True,
-            # An update never runs `delete` (pulumi-command local/commandController.go:67-90): a teardown whose
+            # An update never runs `delete` (pulumi-command local/commandController.go): a teardown whose
             # machine or step changed must be replaced, so that its old delete stops the old thing on the old
-            # machine. Null in stacks created before: no replacement on the upgrade (step_generator.go:3692-3694).
+            # machine. Null in stacks created before: no replacement on the upgrade (step_generator.go).
             # The machine is its identity (an instance id; an own host's address), not its public address: a paused
             # and resumed instance gets a new public IP and is still the same machine with the same Ray on it.
+            # see verified-facts#remote-steps-commandcontroller
             replacement_trigger=pulumi.Output.all(ctx.identity, str(ctx.port), ctx.user,
                                                   replacement_trigger or "").apply(
                 lambda parts: json.dumps(parts)),
@@ -258,7 +259,8 @@ def with_login_key(ctx: StepContext, public_key: str | None) -> StepContext:
             "NODE_NAME": ctx.node,
         },
         # Its previous output is the key the node accepted at its last run: pulumi-command hands it to an update as
-        # PULUMI_COMMAND_STDOUT (local/commandOutputs.go:88-95, commandController.go Update keeps the old outputs).
+        # PULUMI_COMMAND_STDOUT (local/commandOutputs.go, commandController.go Update keeps the old outputs).
+        # see verified-facts#remote-steps-commandoutputs
         add_previous_output_in_env=True,
         opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.depends_on)),
     )

@@ -38,7 +38,8 @@ def _refuse_like_alibaba(typ: str, name: str, inputs: Mapping[str, Any]) -> None
                     f"{name}: user data of {size} bytes (before Base64) is over the {USER_DATA_LIMIT_BYTES}-byte limit"
                 )
         for disk in inputs.get("dataDisks") or []:
-            # The provider sends PerformanceLevel for cloud_essd only (TF resource_alicloud_instance.go:1034).
+            # The provider sends PerformanceLevel for cloud_essd only (TF resource_alicloud_instance.go).
+            # see verified-facts#alibaba-refusals-instance
             level = disk.get("performanceLevel") if disk.get("category") == "cloud_essd" else None
             size = disk.get("size")
             if isinstance(level, str) and isinstance(size, (int, float)) and size < ESSD_MIN_GIB.get(level, 0):

@@ -82,7 +82,7 @@ def offline_host_key(name: str) -> str:
 
 # ECS ImportKeyPair: "The imported key pair must support one of the following encryption methods: rsa, dsa,
 # ssh-rsa, ssh-dss, ecdsa" (help/en/ecs/developer-reference/api-ecs-2014-05-26-importkeypair, Jun 2026; ed25519 is
-# not listed): ../shared/reference/alibaba-cloud-verified.md 1.1.
+# not listed): verified-facts#alibaba-shapes-alibaba-cloud-verified.
 IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 # User data: "Before user data is encoded in Base64, the user data can only be up to 32 KB in size"
 # (help/en/ecs/user-guide/overview-of-ecs-instance-user-data, Jun 2024): same file, 1.2; counted on the bytes
@@ -90,9 +90,10 @@ IMPORT_KEY_PAIR_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha
 USER_DATA_LIMIT_BYTES = 32 * 1024
 # The smallest cloud_essd disk of each performance level, GiB: "If `performance_level` is set to `PL2`. Valid
 # values: `461` to `65536`", PL3 `1261`, PL1 `20`, PL0 `1` (terraform-provider-alicloud website/docs/r/
-# ecs_disk.html.markdown:100-104 at 81c43b67; the same minimums in cs_kubernetes_node_pool.html.markdown:805).
+# ecs_disk.html.markdown at 81c43b67; the same minimums in cs_kubernetes_node_pool.html.markdown).
 # RunInstances refuses a smaller data disk of that level; the provider does not check it (data_disks.size has no
-# ValidateFunc, resource_alicloud_instance.go:244).
+# ValidateFunc, resource_alicloud_instance.go).
+# see verified-facts#alibaba-shapes-ecs-disk-html
 ESSD_MIN_GIB = {"PL0": 1, "PL1": 20, "PL2": 461, "PL3": 1261}
 
 
@@ -109,9 +110,10 @@ def power_state(
 ) -> dict[str, Any]:
     """An instance's `status`, `publicIp` and `startTime` as StopInstance/StartInstance leave them (nodes.paused,
     autostop). The provider's Read sets `public_ip` "" when the instance has none (terraform-provider-alicloud
-    alicloud/resource_alicloud_instance.go:1370-1374 at 81c43b67), which is the case after a stop in economical mode
+    alicloud/resource_alicloud_instance.go at 81c43b67), which is the case after a stop in economical mode
     ("its resources such as vCPUs, memory, and public IP address are released", pulumi_alicloud's `stopped_mode`
-    doc); a start assigns one from the pool (`addresses`) and sets `start_time` (:1389)."""
+    doc); a start assigns one from the pool (`addresses`) and sets `start_time`.
+    See verified-facts#alibaba-shapes-instance."""
     stopped = inputs.get("status") == "Stopped"
     if old is None:
         return {"status": "Stopped", "publicIp": ""} if stopped else {

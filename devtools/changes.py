@@ -1,5 +1,5 @@
 """What a changed setting does to a running cluster, and what a reboot does: the offline plan and the README show
-this table, and tests hold the program to it (tests/test_runtime_reliability.py).
+this table, and tests hold the program to it (tests/scripts/test_runtime_reliability.py).
 
 How each effect comes about: a Ray step's command carries its settings (and the secrets, as secrets), so a change
 reruns the step; the step compares the settings Ray was started with (recorded in the container, see
@@ -27,7 +27,7 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
      "every node naming --num-gpus and CUDA_VISIBLE_DEVICES; the job is submitted again"),
     ("nodes.paused set (python3 -m companion pause)",
      "every instance stops in economical mode (StopCharging: compute, GPUs and public IPs stop billing; disks and NAS "
-     "do not); no node step runs (tests/test_pause_and_cost.py)"),
+     "do not); no node step runs (tests/offline/test_pause_and_cost.py)"),
     ("nodes.paused removed (python3 -m companion resume, with --refresh)",
      "the instances start (stock in the zone needed), new public IPs: the node steps run again, Ray re-forms, and the "
      "job (it carries the head's start time) is submitted again and resumes from its newest checkpoint"),
@@ -37,7 +37,7 @@ CHANGE_EFFECTS: tuple[tuple[str, str], ...] = (
     # Alibaba: the provider's ForceNew fields of the instance (devtools/provider_rules/alicloud.json: data_disks.*
     # with category and bursting_enabled, spot_strategy, spot_price_limit, system_disk_category) and the program's
     # replace_on_changes (vswitchId, instanceType, dataDisks for its performanceLevel: components/alibaba/gpu_node.py).
-    # tests/test_alibaba_real_account.py holds the offline cloud to these rows.
+    # tests/offline/test_alibaba_real_account.py holds the offline cloud to these rows.
     ("nodes.dataDiskGb (0 to N too), nodes.dataDiskCategory, nodes.dataDiskPerformanceLevel, nodes.dataDiskBursting, "
      "nodes.spot, nodes.spotPriceLimit (Alibaba); nodes.image set later with a data disk larger than "
      "nodes.dataDiskGb",

@@ -4,22 +4,23 @@ Sources (pulumi/pulumi HEAD 1b5949891b, pulumi-command v1.2.1 on pulumi-go-provi
 reference/pulumi-engine-semantics.md):
 - A changed input is an **update** unless the change replaces: a field the provider marks ForceNew, a path the
   resource's `replace_on_changes` contains (`PropertyPath.Contains`, sdk/go/common/resource/properties_path.go
-  :314-339), a `replacement_trigger` that differs from the recorded one (null on either side: no replace; unknown:
-  replace; pkg/resource/deploy/step_generator.go:3683-3698), a `deleted_with`/`replace_with` resource that is
-  replaced (:2895-2916), or `pulumi up --replace`.
-- pulumi-command: only `triggers` replaces (provider/pkg/provider/common/inputs.go:10); an update re-runs `update`
-  or else `create` and never `delete` (local/commandController.go:67-90, remote/commandController.go:63-83);
+ ), a `replacement_trigger` that differs from the recorded one (null on either side: no replace; unknown:
+  replace; pkg/resource/deploy/step_generator.go), a `deleted_with`/`replace_with` resource that is
+  replaced, or `pulumi up --replace`.
+- pulumi-command: only `triggers` replaces (provider/pkg/provider/common/inputs.go); an update re-runs `update`
+  or else `create` and never `delete` (local/commandController.go, remote/commandController.go);
   `delete` runs from the old state on destroy, removal or replacement.
-- Replacement creates before it deletes, unless `delete_before_replace` (step_generator.go:2041-2166); the old
-  resources of create-before-delete replacements and removed resources are deleted at the end (:2420), in
+- Replacement creates before it deletes, unless `delete_before_replace` (step_generator.go); the old
+  resources of create-before-delete replacements and removed resources are deleted at the end, in
   reverse dependency order.
 - A provider resource whose configuration changes (docker `host`) is updated, not replaced: pulumi-docker sets no
-  ForcesProviderReplace on `host` (provider/resources.go:95-102); resources on it are diffed on their own inputs.
+  ForcesProviderReplace on `host` (provider/resources.go); resources on it are diffed on their own inputs.
 - Preview runs nothing: a new or replaced resource has no id and its computed outputs are unknown
-  (pulumi-go-provider infer/resource.go:545; bridged providers the same).
+  (pulumi-go-provider infer/resource.go; bridged providers the same).
 - Destroy deletes in reverse dependency order and stops at the first failed delete (no --continue-on-error); a
   resource whose `deleted_with` resource is deleted too is dropped without its provider's Delete
-  (pkg/resource/deploy/step.go:603-612,663); `retain_on_delete` drops it from the state only (:661).
+  (pkg/resource/deploy/step.go); `retain_on_delete` drops it from the state only.
+See verified-facts#engine-model-step-generator.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ DOCKER_CONTAINER_UPDATABLE = frozenset({
 # resource_docker_image.go (RemoteImage): ForceNew `name`, `triggers` 84, `pull_triggers`, `platform`;
 # `keep_locally` 55 is not.
 DOCKER_IMAGE_FORCE_NEW = frozenset({"name", "triggers", "pullTriggers", "platform", "build"})
-# pulumi-docker provider/resources.go:112-114: docker_container has DeleteBeforeReplace.
+# pulumi-docker provider/resources.go: docker_container has DeleteBeforeReplace.
+# see verified-facts#engine-model-resources
 ALWAYS_DELETE_BEFORE_REPLACE = frozenset({"docker:index/container:Container"})
 
 
@@ -277,8 +279,8 @@ class Ops:
     """The steps an `up` takes, in order: (verb, name), verb one of create, update, same, replace (the creation
     half of a replacement) and delete. Deletes of create-before-delete replacements and of removed resources
     come last, in reverse dependency order (`finish`): the engine deletes them only once every other step is done
-    (deployment_executor.go:328-332, performPostSteps), and not at all once a step failed (step_executor.go
-    :418,435-460: the first error cancels the deployment; `execute` below)."""
+    (deployment_executor.go, performPostSteps), and not at all once a step failed (step_executor.go
+    : the first error cancels the deployment; `execute` below). See verified-facts#engine-model-deployment-executor."""
 
     steps: list[tuple[str, str]] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
@@ -293,9 +295,9 @@ class Ops:
     def finish(self, prior_names: list[str], current_names: Iterable[str],
                prior_dependencies: Mapping[str, Iterable[str]] | None = None) -> list[tuple[str, str]]:
         """The whole sequence. A delete-before-replace deletes first the prior resources that depend on it and that
-        this run replaces, in reverse dependency order (step_generator.go:2047-2131, calculateDependentReplacements
-        :3268: a dependent whose inputs or provider would change with it is condemned with it); those are not deleted
-        again later."""
+        this run replaces, in reverse dependency order (step_generator.go, calculateDependentReplacements
+        : a dependent whose inputs or provider would change with it is condemned with it); those are not deleted
+        again later. See verified-facts#engine-model-step-generator-2."""
         kept = set(current_names)
         replaced = {n for verb, n in self.steps if verb == "replace"}
         early: set[str] = set()
@@ -342,14 +344,15 @@ def execute(ops: Sequence[tuple[str, str]], perform: Callable[[str, str], str | 
 
 # ------------------------------------------------------------------------------------------------ refresh
 # What a Read does per provider (`pulumi refresh`, `pulumi up --refresh`): pkg/resource/deploy/step.go RefreshStep
-# calls the provider's Read for every custom resource; an error fails the step and the refresh (:1592-1597).
+# calls the provider's Read for every custom resource; an error fails the step and the refresh.
 # - docker Container and RemoteImage: the provider's client dials its `ssh://` host (kreuzwerker/terraform-provider-
-#   docker v4.5.0 resource_docker_container_funcs.go:758-768, :1133-1138; resource_docker_image_funcs.go:103-111;
-#   config.go:166-193): an unreachable host fails the Read.
+#   docker v4.5.0 resource_docker_container_funcs.go; resource_docker_image_funcs.go;
+#   config.go): an unreachable host fails the Read.
 # - pulumi-command: v1.2.1 implements no Read (provider/pkg/provider has none; pulumi-go-provider infer keeps the
 #   state): nothing is dialled, nothing changes.
 # - alicloud: the cloud's answer (DescribeInstances): a released instance is gone from the state, a stopped one
 #   reads `Stopped` (inputs and outputs: the bridge extracts inputs from the read state).
+# see verified-facts#engine-model-resource-docker-container-funcs
 READ_DIALS_HOST = frozenset({"docker:index/container:Container", "docker:index/remoteImage:RemoteImage"})
 
 
@@ -462,8 +465,9 @@ class _State(Protocol):
 
 def run_local_delete(r: _State, cwd: str, only: Callable[[str], bool] = lambda _: True) -> str | None:
     """A local.Command's delete as pulumi-command runs it on destroy: `/bin/sh -c <delete>` from the old state, in
-    the provider's working directory, with os.environ plus its `environment` (local/commandOutputs.go:73-80).
-    Returns its error (stderr), None on success; `only` selects which deletes run (the others succeed)."""
+    the provider's working directory, with os.environ plus its `environment` (local/commandOutputs.go).
+    Returns its error (stderr), None on success; `only` selects which deletes run (the others succeed).
+    See verified-facts#engine-model-commandoutputs."""
     delete = unwrap(r.inputs.get("delete"))
     if r.type != "command:local:Command" or not delete or not only(str(delete)):
         return None

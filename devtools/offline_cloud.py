@@ -196,7 +196,8 @@ class OfflineCloud(pulumi.runtime.Mocks):
     def _zones(self, args: dict[str, Any]) -> dict[str, Any]:
         region = self.region()
         wanted = args.get("availableInstanceType")
-        # DescribeZones' catalogue: a zone that sells the type, stock or not (TF data_source_alicloud_zones.go:437).
+        # DescribeZones' catalogue: a zone that sells the type, stock or not (TF data_source_alicloud_zones.go).
+        # see verified-facts#offline-cloud-zones
         zones = self.zones_with_stock(wanted, region, self.catalogue) if wanted else REGION_ZONES.get(region, [])
         return {
             "ids": zones,
@@ -229,9 +230,11 @@ class OfflineCloud(pulumi.runtime.Mocks):
             # available in the region %s" (the data source fails; it does not answer empty).
             raise CloudRefusal(f"Availability zone {zone} status is not available in the region {region}")
         zones = self.zones_with_stock(name, region) if name else []
-        if zone and zone not in zones:  # TF service_alicloud_ecs.go:513-516: the data source fails
+        if zone and zone not in zones:  # TF service_alicloud_ecs.go: the data source fails
+        # see verified-facts#offline-cloud-service-alicloud-ecs
             raise CloudRefusal(f"Availability zone {zone} status is sold out")
-        if args.get("sortedBy") == "Price" and self.bss_denied:  # BSS GetPayAsYouGoPrice (instance_types.go:431)
+        if args.get("sortedBy") == "Price" and self.bss_denied:  # BSS GetPayAsYouGoPrice (instance_types.go)
+        # see verified-facts#offline-cloud-instance-types
             raise CloudRefusal("Forbidden.RAM: User not authorized to operate on the specified resource (BSS)")
         if info is None or not zones:
             return {"ids": [], "instanceTypes": []}  # sold-out types are omitted, like the real API

@@ -6,8 +6,8 @@
 The reference has one table per `roll-cluster:<section>` object (key, type, default, description), a table for
 `alicloud:region` and one for the secrets. Keys are camelCase as the user writes them, nested keys dotted within
 their section (`roll.baseConfig` in `roll-cluster:training`). Descriptions come from the fields' `description`,
-so the models stay the single source of the documentation; tests/test_reference.py fails when docs/configuration.md
-is stale or a field has no description.
+so the models stay the single source of the documentation; tests/devtools/test_reference.py fails when
+docs/configuration.md is stale or a field has no description.
 """
 
 from __future__ import annotations

@@ -165,7 +165,8 @@ class Profile:
 # `python3 -m companion resume`), and how long it takes then. Every remote step's connection names the node's public
 # IP, which the start changes, so pulumi-command runs each again (an update re-runs `create`); the docker provider's
 # host changes too, but the image and the container keep their inputs and their identity (the instance id:
-# replacement_trigger), so neither is touched. tests/test_fast_nodes.py checks this list against the offline cloud.
+# replacement_trigger), so neither is touched. tests/offline/test_fast_nodes.py checks this list against the offline
+# cloud.
 RESUMED_STEPS: Mapping[str, str] = {
     "prepare-host": "runs again (new public IP): disk, fstab and mounts in place, nothing to do",
     "docker": "runs again: packages, runtime and dockerd in place (dockerd started at boot), no restart",

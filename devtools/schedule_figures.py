@@ -180,7 +180,7 @@ JOB_WATCH_SECONDS = 10.0
 # What Pulumi stores for the stack: every resource's inputs and outputs as JSON, measured under the offline cloud on
 # `multi` (python3 dev.py bench, 'state'; bench/program_bench.py measure_state). The mocks' outputs repeat the
 # inputs as a provider's do, without the commands' stdout and stderr (a real state holds those too, so this is a
-# floor). tests/test_fast_nodes.py checks the figures against the program as it is.
+# floor). tests/offline/test_fast_nodes.py checks the figures against the program as it is.
 MEASURED_STATE: Mapping[str, float] = {
     "resources-fixed": 29,  # provider, network, security group, storage, autostop's RAM role, the job's local steps
     "resources-per-node": 18,  # the instance, its script library, login key, steps, the image and the container

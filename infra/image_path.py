@@ -1,7 +1,7 @@
 """Where the training image comes from, and how long its pull takes at the node's bandwidth.
 
 A node pulls the image either over the VPC (the user's Container Registry in the node's region, through its VPC
-endpoint) or over its public IP. Facts (../shared/reference/alibaba-cloud-verified.md, sections 4 and 5):
+endpoint) or over its public IP. Facts (verified-facts#image-path-vpc-endpoint):
 
 - A pay-by-traffic public IP's outbound cap is at most 100 Mbit/s, and inbound (what a pull uses) equals outbound
   above 10 Mbit/s, else 10 Mbit/s (alibabacloud.com/help/doc-detail/40634.htm, doc-detail/419460.htm). Inbound
@@ -10,7 +10,7 @@ endpoint) or over its public IP. Facts (../shared/reference/alibaba-cloud-verifi
   `crpi-<id>-vpc.<region>.personal.cr.aliyuncs.com` (newer). Enterprise Edition instances are reached over the VPC
   only once the VPC is in the instance's ACL (acr/user-guide/configure-access-over-vpcs), at the VPC host
   `<instance>-registry-vpc.<region>.cr.aliyuncs.com` (Alibaba's Terraform provider,
-  website/docs/r/cr_storage_domain_routing_rule.html.markdown:49: `instance_domain =
+  website/docs/r/cr_storage_domain_routing_rule.html.markdown: `instance_domain =
   "${alicloud_cr_ee_instance.default.instance_name}-registry-vpc.cn-hangzhou.cr.aliyuncs.com"`;
   docs/verified-facts.md 4).
 - Layers pulled through a VPC endpoint come from OSS's internal same-region endpoint
@@ -20,7 +20,7 @@ endpoint) or over its public IP. Facts (../shared/reference/alibaba-cloud-verifi
 
 The VPC pull rate is not a documented Alibaba figure (UNCONFIRMED there): a pull over the VPC is bounded by the
 node's layer decompression and extraction rather than the network; public measurements of a stock `docker pull` of
-10-20 GB ML images give 17-40 MB/s (../shared/reference/performance-frontier.md section 2.3: moby #21814, Alibaba's
+10-20 GB ML images give 17-40 MB/s (verified-facts#image-path-vpc-endpoint: moby #21814, Alibaba's
 Compute Nest verl template, Tensorfuse, Union.ai), so 35 MB/s (280 Mbit/s) is used. With many nodes the registry's
 shared backend bounds it further (devtools/schedule.py).
 

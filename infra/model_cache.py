@@ -11,25 +11,25 @@ The cache variables are the container's environment (components/bootstrap.py), s
   and beside the code and Ray steps; every node's framework then finds the files and downloads nothing, and so
   does a second job of the same model, on this cluster or the next one that mounts the same file system.
 - Why the head alone, first: the NAS is mounted NFSv3 with `nolock` (prepare_host.sh NAS_MOUNT_OPTIONS), so the
-  hubs' file locks (huggingface_hub's `filelock` on `.locks/<repo>/<etag>.lock`, file_download.py:1134,1160-1167 at
+  hubs' file locks (huggingface_hub's `filelock` on `.locks/<repo>/<etag>.lock`, file_download.py at
   0.36.0) exclude only processes of the same node (nfs(5), nfs-utils utils/mount/nfs.man: local locks "provide
   exclusion only against other applications running on the same client"). Without the step, every node's workers
   would write the same `<blob>.incomplete` files at once on the first job.
 - No offline switch for the job. On a cache hit huggingface_hub (0.36.0) writes nothing a reader depends on:
-  hf_hub_download asks the server for the file's metadata and returns the cached pointer (file_download.py:
-  1154-1155), rewriting `refs/<revision>` only when it changed (:756-768); snapshot_download rewrites
-  `refs/<revision>` with the same commit (_snapshot_download.py:293-300). `HF_HUB_OFFLINE=1` would close that
+  hf_hub_download asks the server for the file's metadata and returns the cached pointer (file_download.py),
+  rewriting `refs/<revision>` only when it changed; snapshot_download rewrites
+  `refs/<revision>` with the same commit (_snapshot_download.py). `HF_HUB_OFFLINE=1` would close that
   last gap (a model whose `main` moved between the step and the job's load is downloaded again by every node at
   once), but it blocks every repository type, the datasets the jobs load from the Hub among them (OpenRLHF's
   PPOTrainer, a Ray actor on any node, loads `data.prompt_dataset` through `datasets`, openrlhf/trainer/
-  ppo_trainer.py:30,445 at v0.10.2; verl's data preparation). The step runs again before every new job (its
+  ppo_trainer.py at v0.10.2; verl's data preparation). The step runs again before every new job (its
   triggers hold the job id), so the cache follows the hub's `main` up to the job's start. ModelScope's hub client
   documents no process-wide offline switch (UNCONFIRMED for the images' versions). The lines cited are
   huggingface_hub 0.36.0's, the last 0.x (transformers 4.x requires <1.0); OpenRLHF 0.10.2 requires >=1.0, whose
   cache-hit writes are UNCONFIRMED.
 - `HF_HOME` stays on the node's data disk (/data/cache/huggingface): the token, `datasets`' processed Arrow cache
   (`HF_DATASETS_CACHE`, written under its own file locks) and the Xet chunk cache are per node, only the hub's file
-  cache is shared (huggingface_hub constants.py:148-152: `HF_HUB_CACHE` overrides `$HF_HOME/hub`).
+  cache is shared (huggingface_hub constants.py: `HF_HUB_CACHE` overrides `$HF_HOME/hub`).
 - Every node's `weights-prefetch` step (host side, infra/scripts/weights_prefetch.sh) reads the complete files of
   the job's models already in the shared caches into the node's page cache before the job, beside the pull and the
   container, so the framework reads them from memory rather than every node reading the NAS at once at start-up.
@@ -52,15 +52,16 @@ The cache variables are the container's environment (components/bootstrap.py), s
   mirror stays. Whether the docs' advance registration ("报备") is needed for an ECS account is UNCONFIRMED.
 
 How each framework fetches a model named by id, at the pinned refs (what the step reproduces):
-- ROLL 8eb27cc: download_model (roll/utils/checkpoint_manager.py:69-82) uses a directory as it is, else the
-  snapshot_download registered for MODEL_DOWNLOAD_TYPE (:74, default MODELSCOPE; the YAML's model_download_type
-  sets it, roll/configs/base_config.py:300-301): ModelScope's (:25-27) or huggingface_hub's (:12,23), local_dir
+- ROLL 8eb27cc: download_model (roll/utils/checkpoint_manager.py) uses a directory as it is, else the
+  snapshot_download registered for MODEL_DOWNLOAD_TYPE (default MODELSCOPE; the YAML's model_download_type
+  sets it, roll/configs/base_config.py): ModelScope's or huggingface_hub's, local_dir
   None, so into MODELSCOPE_CACHE or HF_HUB_CACHE.
-- verl v0.7.0: copy_to_local leaves a hub id as it is (verl/utils/fs.py:232-274, only hdfs:// is copied) and
+- verl v0.7.0: copy_to_local leaves a hub id as it is (verl/utils/fs.py, only hdfs:// is copied) and
   transformers' from_pretrained downloads it with huggingface_hub into HF_HUB_CACHE; VERL_USE_MODELSCOPE=True
-  patches the hub to ModelScope's (verl/__init__.py:44-50).
+  patches the hub to ModelScope's (verl/__init__.py).
 - OpenRLHF v0.10.2: from_pretrained of `--actor.model_name_or_path` (and critic, reward), huggingface_hub's cache;
-  `--use_ms` patches the hub to ModelScope's in the driver (openrlhf/cli/train_ppo_ray.py:711-715).
+  `--use_ms` patches the hub to ModelScope's in the driver (openrlhf/cli/train_ppo_ray.py).
+See verified-facts#model-cache-file-download.
 """
 
 from __future__ import annotations

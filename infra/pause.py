@@ -3,11 +3,12 @@
 keeps what the state holds. A stack transformation, registered before any resource; it registers none itself.
 
 Stopping in economical mode releases the public IP (`stopped_mode` doc of pulumi_alicloud ecs/instance.py; the
-provider's Read then sets `public_ip` "": terraform-provider-alicloud alicloud/resource_alicloud_instance.go:1370-1374
+provider's Read then sets `public_ip` "": terraform-provider-alicloud alicloud/resource_alicloud_instance.go
 at 81c43b67), so without this every step's connection would change and run against a stopped node. With it the
 paused update only stops the instances. When the setting is removed the instances start (a new public IP, a new
 `start_time`), the steps whose connection changed run again (they are idempotent: the reboot path), Ray comes back
 with its containers and the job step, which carries the head's start time, submits the job again.
+See verified-facts#pause-instance.
 """
 
 from __future__ import annotations

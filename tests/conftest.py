@@ -35,11 +35,11 @@ def _no_network_for_roll_configs(monkeypatch: pytest.MonkeyPatch) -> Iterator[No
 @pytest.fixture(autouse=True)
 def _plan_asks_no_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan's manifest look-up (devtools/registry.py) is off in every test, so no plan's figures depend on the
-    network (or its absence); tests/test_image_manifest.py turns it on against its stand-in registry."""
+    network (or its absence); tests/infra/test_image_manifest.py turns it on against its stand-in registry."""
     monkeypatch.setenv("ROLL_CLUSTER_NO_REGISTRY", "1")
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> FakeNode:
-    """A node for the node scripts: a directory tree with the project's stand-ins (tests/script_harness.py)."""
+    """A node for the node scripts: a directory tree with the project's stand-ins (tests/helpers/script_harness.py)."""
     return FakeNode(tmp_path)

@@ -2,9 +2,9 @@
 Docker, the NVIDIA toolkit and the training image already on their disks (nodes.image).
 
 CreateImage from an instance snapshots every disk of the instance, data disks included, and the image can be used
-once it is Available (alibabacloud.com/help/en/ecs/api-createimage; ../shared/reference/alibaba-cloud-verified.md
-section 6). How long that takes depends on the disks' size: the reference has no figure (UNCONFIRMED), so the
-create timeout is raised from the provider's 10 minutes to 60.
+once it is Available (alibabacloud.com/help/en/ecs/api-createimage;
+verified-facts#baked-image-alibaba-cloud-verified). How long that takes depends on the disks' size: the reference
+has no figure (UNCONFIRMED), so the create timeout is raised from the provider's 10 minutes to 60.
 
 The image outlives the stack: `retain_on_delete` makes `pulumi destroy` drop it from the state without deleting it,
 because other stacks boot from it. It is deleted by hand (docs/performance.md, 'Baked images'):
@@ -38,8 +38,9 @@ def bake_image(
             retain_on_delete=True,
             custom_timeouts=pulumi.CustomTimeouts(create=CREATE_TIMEOUT),
             # A re-bake is a new image (and a new id for other stacks), made only when the head is a new instance:
-            # the provider would rename the old image instead (TF resource_alicloud_image.go:150 instance_id is not
+            # the provider would rename the old image instead (TF resource_alicloud_image.go instance_id is not
             # ForceNew; its update only calls ModifyImageAttribute). retain_on_delete keeps the old image.
+            # see verified-facts#baked-image-image
             ignore_changes=["description", "tags"],
             replace_on_changes=["instanceId"],
         ),

@@ -9,7 +9,7 @@ or from the image itself (`nodes.gpuDriver: preinstalled`).
 
 The data disk is handed on by its serial, the disk id without `d-`, which the guest sees as the virtio and the
 NVMe serial alike (/dev/disk/by-id/virtio-<serial>, nvme-Alibaba_Cloud_Elastic_Block_Storage_<serial>; Alibaba's
-CSI driver pkg/disk/device_manager.go, ../shared/reference/alibaba-cloud-verified.md 3.2): NVMe families (gn8v,
+CSI driver pkg/disk/device_manager.go, verified-facts#gpu-node-alibaba-cloud-verified): NVMe families (gn8v,
 gn8is) do not call it /dev/vdb.
 """
 
@@ -66,15 +66,17 @@ class GpuNode(pulumi.ComponentResource):
                     # nodes.dataDiskPerformanceLevel (cloud_essd) and nodes.dataDiskBursting (cloud_auto); left out
                     # (None) they add no input, so a stack that sets neither keeps its inputs. The provider sends
                     # PerformanceLevel for cloud_essd and BurstingEnabled for cloud_auto only (TF
-                    # resource_alicloud_instance.go:1024-1036 at 81c43b67).
+                    # resource_alicloud_instance.go at 81c43b67).
+                    # see verified-facts#gpu-node-instance
                     performance_level=nodes.data_disk_performance_level,
                     bursting_enabled=nodes.data_disk_burst if nodes.data_disk_category == "cloud_auto" else None,
                     # Booted from a baked image: the data disk is the image's (Docker's images are on it).
                     snapshot_id=args.data_snapshot[0] if args.data_snapshot else None,
                     # The image's own disk mapping: ECS creates a full image's data disks by itself, and this entry
                     # then sets that disk's size and category instead of adding a second disk (TF
-                    # resource_alicloud_instance.go:294 data_disks.device, added for this case in PR #5290;
+                    # resource_alicloud_instance.go data_disks.device, added for this case in PR #5290;
                     # aliyun/terraform-provider-alicloud#1595). UNCONFIRMED on a real account.
+                    # see verified-facts#gpu-node-instance-2
                     device=args.data_snapshot[2] if args.data_snapshot else None,
                 )
             ]
@@ -112,8 +114,9 @@ class GpuNode(pulumi.ComponentResource):
             user_data=user_data,
             # nodes.paused: stopped in economical mode, started again when it is removed. The provider stops with
             # StopInstance(StoppedMode) and starts with StartInstance on a `status` change (terraform-provider-
-            # alicloud alicloud/resource_alicloud_instance.go:1935-2031 at 81c43b67; `status` Running|Stopped :441,
-            # `stopped_mode` StopCharging|KeepCharging|Not-applicable :557).
+            # alicloud alicloud/resource_alicloud_instance.go at 81c43b67; `status` Running|Stopped,
+            # `stopped_mode` StopCharging|KeepCharging|Not-applicable).
+            # see verified-facts#gpu-node-instance-3
             status="Stopped" if nodes.paused else "Running",
             # Only where the family has economical mode (infra/economical.py): elsewhere the instance cannot keep
             # StopCharging, the provider reads back another mode (which one: UNCONFIRMED), and asking for it would
@@ -133,17 +136,18 @@ class GpuNode(pulumi.ComponentResource):
                 # its disks.
                 ignore_changes=["userData", "imageId", "dataDisks[0].snapshotId", "dataDisks[0].device"],
                 # Moving the cluster (nodes.placementGeneration: a new vSwitch, maybe another zone or type) must
-                # replace the node: the provider updates both fields in place (TF resource_alicloud_instance.go:377
-                # vswitch_id and :48 instance_type are not ForceNew; the update stops the instance, then
-                # ModifyInstanceVpcAttribute refuses another zone and leaves it stopped, :1940-1995).
+                # replace the node: the provider updates both fields in place (TF resource_alicloud_instance.go
+                # vswitch_id and instance_type are not ForceNew; the update stops the instance, then
+                # ModifyInstanceVpcAttribute refuses another zone and leaves it stopped).
                 # A new data disk performance level too: the provider neither forces a new instance for it nor
-                # applies it to the running disk (data_disks.performance_level :288 is not ForceNew, and the update
+                # applies it to the running disk (data_disks.performance_level is not ForceNew, and the update
                 # has no data_disks branch, no ModifyDiskSpec), so the state would claim a level the disk has not.
                 # The whole `dataDisks` list, not its element's path: the engine marks a replacement where a
                 # replaceOnChanges path contains a path of the provider's detailed diff or a changed top-level key
                 # (pulumi/pulumi pkg/resource/deploy/step_generator.go applyReplaceOnChanges, PropertyPath.Contains),
                 # so this holds however the bridge names the nested change; every other field under data_disks is
-                # ForceNew already (:236-310; kms_key_id is never set here).
+                # ForceNew already (kms_key_id is never set here).
+                # see verified-facts#gpu-node-instance-4
                 replace_on_changes=["vswitchId", "instanceType", "dataDisks"],
             ),
         )

@@ -56,9 +56,10 @@ class SharedStorage(pulumi.ComponentResource):
                 ),
             )
             file_system_id = file_system.id
-            # retain_on_delete is recorded by `pulumi up` only (deploy/step.go:661 reads the old state's): a
+            # retain_on_delete is recorded by `pulumi up` only (deploy/step.go reads the old state's): a
             # destroy after retainOnDestroy changed to true would still delete the file system. This step is
             # deleted just before it (it depends on it) and refuses then (infra/scripts/local/nas_guard.sh).
+            # see verified-facts#shared-storage-step
             guard_name = f"{name}-fs-guard"
             command.local.Command(
                 guard_name,
@@ -91,7 +92,8 @@ class SharedStorage(pulumi.ComponentResource):
             # A move (a new vSwitch CIDR) must not cut the old nodes' access while their job still runs: the provider
             # would modify the rule in place (ModifyAccessRule) at the start of the `up`. Replaced instead, the new
             # rule is created first and the old one deleted at the end, after the old instances (Pulumi deletes a
-            # replaced resource after every other step, step_generator.go:2159-2166).
+            # replaced resource after every other step, step_generator.go).
+            # see verified-facts#shared-storage-step-generator
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(replace_on_changes=["sourceCidrIp"])),
         )
         # The rule must exist before anything mounts: the mount target waits for it, and every node's prepare-host

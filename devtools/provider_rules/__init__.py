@@ -128,8 +128,9 @@ def _generic(path: str) -> str:
 # Python twins of the provider's DiffSuppressFuncs for the fields this program sets (alicloud/diff_suppress_funcs.go
 # at the version in the data): a suppressed difference is no change at all.
 def _spot_price_limit_suppressed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    # ecsSpotPriceLimitDiffSuppressFunc (diff_suppress_funcs.go:498-504): compared only for a pay-as-you-go
+    # ecsSpotPriceLimitDiffSuppressFunc (diff_suppress_funcs.go): compared only for a pay-as-you-go
     # instance with spot_strategy SpotWithPriceLimit.
+    # see verified-facts#init-diff-suppress-funcs
     charge = new.get("instanceChargeType")
     return not ((not charge or charge == "PostPaid") and new.get("spotStrategy") == "SpotWithPriceLimit")
 

@@ -1,6 +1,6 @@
 """The stack configuration: one pydantic model per `roll-cluster:<section>` object, one module per section.
 
-The models follow the contract (../shared/design/stack-config.md) and are validated as a whole before any resource
+The models follow the contract (verified-facts#init-stack-config) and are validated as a whole before any resource
 is registered. One module per section, named after its key, so a key's rules are found from its name:
 
 - nodes.py: `roll-cluster:nodes` (NodesConfig, with HostConfig and HostDefaults for `nodes.hosts`)

@@ -16,14 +16,15 @@ from infra.config import values
 from infra.config.base import Section, _problem, _shown
 
 DEFAULT_ROLL_REPO = "https://github.com/alibaba/ROLL.git"
-# v0.3.0, the ref whose configs, launchers and requirements files ../shared/reference/roll.md describes.
+# v0.3.0, the ref whose configs, launchers and requirements files verified-facts#frameworks-roll describes.
 DEFAULT_ROLL_REF = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
 DEFAULT_PIP_INDEX = "https://mirrors.aliyun.com/pypi/simple/"
 # MindSpeed-RL and the three repositories placed beside it, at the refs of seed 002 (docs/mindspeed-rl.md section 3):
 # the seed pins MindSpeed and MindSpeed-LLM to the commits that MindSpeed-RL's 2.0.0 install guide names
-# (Ascend/MindSpeed-RL@62e9928:docs/install_guide.md:158,165,171); the seed clones MindSpeed-RL without a ref, so
+# (Ascend/MindSpeed-RL@62e9928:docs/install_guide.md); the seed clones MindSpeed-RL without a ref, so
 # the default is the head of that 2.0.0 branch. Upstream moved from gitee to gitcode (master's install guide); the
 # archive fallback is the GitHub mirror of the same commit.
+# see verified-facts#frameworks-install-guide
 DEFAULT_MSRL_REPO = "https://gitcode.com/Ascend/MindSpeed-RL.git"
 DEFAULT_MSRL_REF = "62e9928ae89d9570f659b46e816bc55e1191b5e7"  # branch 2.0.0 (2025-05-30)
 DEFAULT_MINDSPEED_REPO = "https://gitcode.com/Ascend/MindSpeed.git"

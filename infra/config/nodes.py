@@ -40,8 +40,9 @@ ALIBABA_ONLY_NODE_KEYS = (
     "cudnnVersion", "internetBandwidthMbps", "paused", "spotHead", "image", "bake", "placementGeneration",
 )
 # The smallest cloud_essd data disk of each performance level, GiB (ECS CreateDisk/RunInstances; the provider's
-# website/docs/r/ecs_disk.html.markdown:100-104 at 81c43b67: PL0 1, PL1 20, PL2 461, PL3 1261 to 65536). Below it
+# website/docs/r/ecs_disk.html.markdown at 81c43b67: PL0 1, PL1 20, PL2 461, PL3 1261 to 65536). Below it
 # RunInstances refuses the disk.
+# see verified-facts#nodes-ecs-disk-html
 ESSD_MIN_GIB = {"PL0": 1, "PL1": 20, "PL2": 461, "PL3": 1261}
 # Keys of `nodes` that only mean something for existing hosts: refused with source `alibaba`.
 HOSTS_ONLY_NODE_KEYS = ("hosts", "hostDefaults", "privateNetwork", "acceleratorsPerNode", "acceleratorModel", "bf16")
@@ -382,8 +383,9 @@ class NodesConfig(Section):
             raise _problem(f"needs a data disk (nodes.dataDiskGb 100 or more); got {_shown(level)} with "
                            "dataDiskGb 0")
         if category == "cloud_auto":
-            # The provider sends PerformanceLevel for cloud_essd only (TF resource_alicloud_instance.go:1034 at
+            # The provider sends PerformanceLevel for cloud_essd only (TF resource_alicloud_instance.go at
             # 81c43b67): with cloud_auto it would be silently unused.
+            # see verified-facts#nodes-instance
             raise _problem(f"applies to dataDiskCategory cloud_essd only (an AutoPL disk has no level: its "
                            f"baseline is PL1's, with dataDiskBursting above it); got {_shown(level)} with "
                            "dataDiskCategory \"cloud_auto\"")
@@ -397,7 +399,8 @@ class NodesConfig(Section):
     def _bursting(cls, bursting: bool | None, info: ValidationInfo) -> bool | None:
         category = info.data.get("data_disk_category")
         if bursting is not None and category != "cloud_auto":
-            # The provider sends BurstingEnabled for cloud_auto only (TF resource_alicloud_instance.go:1024-1032).
+            # The provider sends BurstingEnabled for cloud_auto only (TF resource_alicloud_instance.go).
+            # see verified-facts#nodes-instance-2
             raise _problem(f"applies to dataDiskCategory cloud_auto only (an ESSD AutoPL disk); got "
                            f"{_shown(bursting)} with dataDiskCategory {_shown(category)}")
         return bursting

@@ -53,14 +53,16 @@ from infra.frameworks.mindspeed_rl_checks import (
 from infra.frameworks.verl import hydra_value
 
 DEFAULT_SAVE_INTERVAL = 10  # training.checkpointEvery null, as verl's and OpenRLHF's
-ENTRY_SCRIPT = "cli/train_grpo.py"  # MindSpeed-RL@62e9928:cli/train_grpo.py:544 (@hydra.main, configs/)
+ENTRY_SCRIPT = "cli/train_grpo.py"  # MindSpeed-RL@62e9928:cli/train_grpo.py (@hydra.main, configs/)
 SOURCES_DIR_NAME = "mindspeed-rl-sources"  # beside code_dir: the three checkouts whose packages are copied in
+# see verified-facts#mindspeed-rl-train-grpo
 PLACED_PACKAGES = ("mindspeed", "megatron", "mindspeed_llm")
 CODE_SCRIPTS = ("fetch_code.sh", "mindspeed_rl_code.sh")
 
 # Values MindSpeed-RL's own launch script exports before `ray start` on every node; they must reach the raylets
-# (the Ray/accelerator layer's business), not the job (examples/grpo/grpo_trainer_qwen25_7b.sh:3-4,13-14 at 2.0.0;
-# jemalloc: docs/install_guide.md:115-128).
+# (the Ray/accelerator layer's business), not the job (examples/grpo/grpo_trainer_qwen25_7b.sh at 2.0.0;
+# jemalloc: docs/install_guide.md).
+# see verified-facts#mindspeed-rl-grpo-trainer-qwen25-7b
 NODE_ENV_EXPECTED = {
     "LD_PRELOAD": "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 (arm64)",
     "TASK_QUEUE_ENABLE": "2",
@@ -68,9 +70,10 @@ NODE_ENV_EXPECTED = {
     "RAY_DEDUP_LOGS": "0",
 }
 
-# What MindSpeed-RL 2.0.0 needs in the container beside CANN (docs/install_guide.md:25,31,47,58,62,101,108-110,
+# What MindSpeed-RL 2.0.0 needs in the container beside CANN (docs/install_guide.md,
 # 149-165 at 2.0.0; seed 002 "安装环境"): torch and torch_npu 2.5.1, apex for Ascend, vLLM v0.7.3 and vllm-ascend
 # v0.7.3-dev, and jemalloc (Ray's memory; ray_common.sh preloads it). Python module names, then the library.
+# see verified-facts#mindspeed-rl-install-guide
 RUNTIME_MODULES = ("torch", "torch_npu", "apex", "vllm", "vllm_ascend")
 JEMALLOC = "libjemalloc.so.2"
 JEMALLOC_DIRS = ("/usr/lib/aarch64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib", "/usr/lib64")
@@ -169,7 +172,8 @@ class MindSpeedRlAdapter(FrameworkFacts):
 
     def save_interval(self) -> int | None:
         """training.checkpointEvery as actor_config.save_interval. MindSpeed-RL saves only at multiples of it
-        (grpo_trainer_hybrid.py:191-192), so 0 (the final step only) is train_iters when known; None: unknown."""
+        (grpo_trainer_hybrid.py), so 0 (the final step only) is train_iters when known; None: unknown.
+        See verified-facts#mindspeed-rl-grpo-trainer-hybrid."""
         every = self.training.checkpoint_every
         if every is None:
             return DEFAULT_SAVE_INTERVAL
@@ -231,11 +235,11 @@ class MindSpeedRlAdapter(FrameworkFacts):
         """The entrypoint's first part when a resume is possible: sets the Hydra arguments the command ends with.
         Fresh: actor_config.load is the base weights (loadPath). Resuming from `<save>/iter_<N>` (the job step
         found it; a path of [A-Za-z0-9._/-], checked there): Megatron loads the iteration its tracker file names
-        (Megatron-LM core_r0.8.0 megatron/training/checkpointing.py:541-566), so the tracker is pointed at N;
+        (Megatron-LM core_r0.8.0 megatron/training/checkpointing.py), so the tracker is pointed at N;
         the actor loads with its optimizer and RNG states (not as a fine-tune, which would restart at
-        iteration 0: integrated_worker.py:169-190 restores the caller's args), and the integrated worker's
-        reference keeps loading the base weights (integrated_worker.py:89-93; docs/features/
-        integrated_worker.md at the pinned ref)."""
+        iteration 0: integrated_worker.py restores the caller's args), and the integrated worker's
+        reference keeps loading the base weights (integrated_worker.py; docs/features/
+        integrated_worker.md at the pinned ref). See verified-facts#mindspeed-rl-checkpointing."""
         var = RESUME_VARIABLE
         save = self.save_dir(shape)
         fresh = shlex.quote(f"++{LOAD}={hydra_value(self.msrl.load_path)}")

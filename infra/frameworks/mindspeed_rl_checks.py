@@ -1,8 +1,8 @@
 """The plan-time checks of a MindSpeed-RL job: the rules MindSpeed-RL 2.0.0 enforces when the job starts
-(mindspeed_rl/config_cls/validate_config.py, models/rollout/vllm_adapter/vllm_parallel_state.py:152-182 at
+(mindspeed_rl/config_cls/validate_config.py, models/rollout/vllm_adapter/vllm_parallel_state.py at
 Ascend/MindSpeed-RL@62e9928) and what would make it wait forever (more NPUs than the cluster has), applied to the
 example's values, the cluster's and training.overrides before anything is created. Each problem names the key the
-user changes (docs/mindspeed-rl.md section 4)."""
+user changes (docs/mindspeed-rl.md section 4). See verified-facts#mindspeed-rl-checks-vllm-parallel-state."""
 
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ DATA = "megatron_training.data_path"
 LOAD = "actor_config.load"
 SAVE = "actor_config.save"
 # MindSpeed-RL's trainer saves when iteration % actor_config.save_interval == 0 (mindspeed_rl/trainer/
-# grpo_trainer_hybrid.py:191-192; cli/train_grpo.py:183 passes actor_config.save_interval, actor_config being
-# megatron_training updated by actor_config, :199); there is no save at the last iteration otherwise.
+# grpo_trainer_hybrid.py; cli/train_grpo.py passes actor_config.save_interval, actor_config being
+# megatron_training updated by actor_config); there is no save at the last iteration otherwise.
+# see verified-facts#mindspeed-rl-checks-grpo-trainer-hybrid
 SAVE_INTERVAL = "actor_config.save_interval"
 TRAIN_ITERS = "megatron_training.train_iters"
 INTEGRATED = "rl_config.use_integrated_worker"
-# What resuming sets (MegatronConfig fields, mindspeed_rl/config_cls/megatron_config.py:294-318): the user setting
+# What resuming sets (MegatronConfig fields, mindspeed_rl/config_cls/megatron_config.py): the user setting
 # one of them in training.overrides takes the checkpoint loading over.
+# see verified-facts#mindspeed-rl-checks-megatron-config
 RESUME_KEYS = (LOAD, "actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
 PATH_KEYS = {TOKENIZER: "tokenizerPath", DATA: "dataPath", LOAD: "loadPath", SAVE: "savePath"}
 
@@ -92,7 +94,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 # Class defaults of MindSpeed-RL 2.0.0 for what an example leaves unset (mindspeed_rl/config_cls/
-# megatron_config.py:305-306,325, generate_config.py:48,51,60, rl_config.py:95).
+# megatron_config.py, generate_config.py, rl_config.py).
+# see verified-facts#mindspeed-rl-checks-megatron-config-2
 CLASS_DEFAULTS: dict[str, Any] = {
     "tensor_model_parallel_size": 1,
     "pipeline_model_parallel_size": 1,
@@ -134,7 +137,8 @@ class Value:
 
 def found_key(values: Mapping[str, Value], name: str) -> str | None:
     """The full key under which `name` is set; a bare Megatron name (`micro_batch_size`) resolves as MindSpeed-RL
-    merges the sections: actor_config over megatron_training (cli/train_grpo.py:199)."""
+    merges the sections: actor_config over megatron_training (cli/train_grpo.py).
+    See verified-facts#mindspeed-rl-checks-train-grpo-2."""
     candidates = [name] if "." in name else [f"actor_config.{name}", f"megatron_training.{name}"]
     return next((candidate for candidate in candidates if candidate in values), None)
 
@@ -209,8 +213,9 @@ class Checker:
                 )
             elif not any(under(value, mount) for mount in mounts):
                 # The job runs in the container: a host path outside its mounts does not exist there, and
-                # MindSpeed-RL's train task then takes the tokenizer path for a Hub id (cli/train_grpo.py:56-57 at
+                # MindSpeed-RL's train task then takes the tokenizer path for a Hub id (cli/train_grpo.py at
                 # 62e9928) and writes checkpoints into the container's writable layer.
+                # see verified-facts#mindspeed-rl-checks-train-grpo
                 problems.append(
                     f"{self.where(name)}: must lie under a directory the container mounts ({', '.join(mounts)}; "
                     f"storage.sharedHostPath or the NAS is mounted at {self.shape.shared_dir or 'none here'}): the job "
@@ -240,7 +245,7 @@ class Checker:
         return problems
 
     def training_split(self, npus: int) -> list[str]:
-        """validate_config.py:40-121 and vllm_parallel_state.py:152-182."""
+        """validate_config.py and vllm_parallel_state.py. See verified-facts#mindspeed-rl-checks-validate-config."""
         tp, pp, cp = (whole(self.values, name) for name in SIZES[:3])
         if not (tp and pp and cp):
             return []
@@ -287,7 +292,8 @@ class Checker:
         return []
 
     def rollout_split(self, npus: int) -> list[str]:
-        """validate_config.py:108-131: the rollout's data-parallel size must split the batch."""
+        """validate_config.py: the rollout's data-parallel size must split the batch.
+        See verified-facts#mindspeed-rl-checks-validate-config-2."""
         itp, ipp, batch = whole(self.values, INFER_TP), whole(self.values, INFER_PP), whole(self.values, BATCH)
         if not (itp and ipp and batch):
             return []
@@ -304,7 +310,7 @@ class Checker:
         return []
 
     def lengths(self) -> list[str]:
-        """validate_config.py:33-37 and 216-219."""
+        """validate_config.py. See verified-facts#mindspeed-rl-checks-validate-config-3."""
         problems = []
         seq, max_len = whole(self.values, "seq_length"), whole(self.values, MAX_LEN)
         if seq and max_len and max_len < seq:

@@ -1,6 +1,6 @@
 """OpenRLHF: the pip package on every node, an optional reward-model server on the head, and
 `python3 -m openrlhf.cli.train_ppo_ray` with dotted flags sized from the cluster
-(../shared/reference/verl-openrlhf.md section 2; flag names of OpenRLHF >= 0.10.2)."""
+(verified-facts#openrlhf-verl-openrlhf; flag names of OpenRLHF >= 0.10.2)."""
 
 from __future__ import annotations
 
@@ -159,10 +159,10 @@ class OpenRlhfAdapter(FrameworkFacts):
         """The reward server's URL as the job's entrypoint names it: by the head's private IP, which the job step
         exports to the entrypoint's shell as $ROLL_CLUSTER_HEAD_IP (infra/scripts/ray_common.sh, submit). Not
         127.0.0.1: OpenRLHF posts to it from the vLLM engines (RolloutRayActor builds SingleTurnAgentExecutor with
-        remote_rm_url, openrlhf/trainer/ray/vllm_engine.py:59, which posts in openrlhf/utils/agent.py:322-355),
-        Ray actors that a placement group puts on any node (vllm_engine.py:246-262), not in the driver. Not the
+        remote_rm_url, openrlhf/trainer/ray/vllm_engine.py, which posts in openrlhf/utils/agent.py),
+        Ray actors that a placement group puts on any node (vllm_engine.py), not in the driver. Not the
         address itself: it is unknown before the head exists, and the configuration (jobConfig) must be known in
-        a first `pulumi preview`."""
+        a first `pulumi preview`. See verified-facts#openrlhf-vllm-engine."""
         server = self.openrlhf.reward_server
         if server is None:
             return None
@@ -181,9 +181,9 @@ class OpenRlhfAdapter(FrameworkFacts):
     def head_reserved_gpus(self, gpus_per_node: int) -> list[int]:
         """The reward server's GPUs, which the head's Ray must leave alone (components/ray_cluster.py ray_settings):
         without train.colocate_all every role takes whole GPUs of its own from Ray (1-GPU bundles,
-        openrlhf/trainer/ray/launcher.py:244-251, vllm_engine.py:246-250), which must not be the server's. With
+        openrlhf/trainer/ray/launcher.py, vllm_engine.py), which must not be the server's. With
         it the colocated roles share the head's GPUs with the server on purpose (vLLM at 0.5 of their memory), so
-        Ray keeps them all."""
+        Ray keeps them all. See verified-facts#openrlhf-launcher."""
         server = self.openrlhf.reward_server
         if server is None or self._colocate_all() or server.gpus > gpus_per_node:
             return []
@@ -213,13 +213,15 @@ class OpenRlhfAdapter(FrameworkFacts):
         checkpoints = self.checkpoint_dir(shape)
         flags["ckpt.path"] = checkpoints
         flags["ckpt.output_dir"] = posixpath.join(checkpoints, "model")
-        # Every N steps (OpenRLHF's -1 never saves a resumable state, openrlhf/trainer/ppo_trainer.py:466-467,
-        # 391-409); the final HF model always goes to ckpt.output_dir (openrlhf/cli/train_ppo_ray.py:188-191).
+        # Every N steps (OpenRLHF's -1 never saves a resumable state, openrlhf/trainer/ppo_trainer.py);
+        # the final HF model always goes to ckpt.output_dir (openrlhf/cli/train_ppo_ray.py).
+        # see verified-facts#openrlhf-ppo-trainer
         every = self.training.checkpoint_every
         flags["ckpt.save_steps"] = DEFAULT_SAVE_STEPS if every is None else (every if every > 0 else -1)
         # No ckpt.load_enable here: the entrypoint adds it only when the job step found a complete checkpoint.
         # Given with none there, DeepSpeed returns no state and fit() fails on KeyError 'episode'
-        # (ppo_trainer.py:430-437, 500-503).
+        # (ppo_trainer.py).
+        # see verified-facts#openrlhf-ppo-trainer-2
         if not shape.bf16:
             # V100/T4: no bf16, and FlashAttention 2 (the parser's default) needs sm80.
             flags["ds.param_dtype"] = "fp16"
@@ -254,7 +256,8 @@ class OpenRlhfAdapter(FrameworkFacts):
         every = every_steps(steps if isinstance(steps, int) and steps > 0 else 0) + " (--ckpt.save_steps; the final "
         every += "HF model to --ckpt.output_dir)"
         directory = str(flags.get("ckpt.path"))
-        # One optimizer shard per actor GPU with ZeRO 1-3 (deepspeed/runtime/engine.py:3323-3363); ZeRO 0 writes none.
+        # One optimizer shard per actor GPU with ZeRO 1-3 (deepspeed/runtime/engine.py); ZeRO 0 writes none.
+        # see verified-facts#openrlhf-engine
         zero = flags.get("ds.zero_stage", flags.get("zero_stage", 2))
         world = int(flags["actor.num_nodes"]) * int(flags["actor.num_gpus_per_node"]) if zero != 0 else 0
         saves = checkpoints(
@@ -333,11 +336,12 @@ class OpenRlhfAdapter(FrameworkFacts):
         )
 
     def models(self, shape: ClusterShape) -> tuple[ModelRef, ...]:
-        """The models train_ppo_ray loads by name (openrlhf/cli/train_ppo_ray.py:517-520: the actor's, which the
+        """The models train_ppo_ray loads by name (openrlhf/cli/train_ppo_ray.py: the actor's, which the
         reference shares, the critic's, the reward model's unless a remote reward URL replaces it), through
         transformers' from_pretrained into huggingface_hub's cache, or ModelScope's with --use_ms (patch_hub in the
-        driver, train_ppo_ray.py:711-715; whether the Ray actors on other nodes are patched too: UNCONFIRMED). The
-        reward server names its model in its own command: it downloads it itself, on the head alone."""
+        driver, train_ppo_ray.py; whether the Ray actors on other nodes are patched too: UNCONFIRMED). The
+        reward server names its model in its own command: it downloads it itself, on the head alone.
+        See verified-facts#openrlhf-train-ppo-ray-2."""
         flags = self.effective_flags(shape)
         names = [flags.get("actor.model_name_or_path"), flags.get("critic.model_name_or_path")]
         if not flags.get("reward.remote_url"):
@@ -392,8 +396,9 @@ class OpenRlhfAdapter(FrameworkFacts):
             problems.append(f"{server_key}: the reward server runs on the head, which has {shape.gpus_per_node} "
                             f"GPUs; got {reward_gpus}")
         if demand > ray_gpus and not problems:
-            # Every role's placement group is of 1-GPU bundles (openrlhf/cli/train_ppo_ray.py:48-49,
-            # launcher.py:244-251, vllm_engine.py:246-250): the count decides, not the GPUs per node.
+            # Every role's placement group is of 1-GPU bundles (openrlhf/cli/train_ppo_ray.py,
+            # launcher.py, vllm_engine.py): the count decides, not the GPUs per node.
+            # see verified-facts#openrlhf-train-ppo-ray
             user = self._user()
             named = [flag for flag in PLACEMENT_FLAGS if flag in user]
             lead = key(f"training.overrides.{named[0]}") if named else key(f"training.overrides.{COLOCATE_ALL}")
@@ -411,8 +416,9 @@ class OpenRlhfAdapter(FrameworkFacts):
                 f"head with vLLM and the trained models; got {memory}"
             )
         if flags.get("data.input_key") == "context_messages" and flags.get("data.apply_chat_template") is not True:
-            # A message list is a prompt only through the chat template (openrlhf/datasets/prompts_dataset.py:27-42);
+            # A message list is a prompt only through the chat template (openrlhf/datasets/prompts_dataset.py);
             # upstream passes both flags together (examples/scripts/train_ppo_ray_hybrid_engine.sh).
+            # see verified-facts#openrlhf-prompts-dataset
             problems.append(
                 f"{key('training.overrides.data.apply_chat_template')}: must be true with data.input_key "
                 "context_messages (a list of chat messages becomes a prompt only through the tokenizer's chat "
@@ -541,8 +547,9 @@ def openrlhf_resume_command(directory: str) -> str:
     """The entrypoint's first part when a resume is possible: sets the arguments the command ends with. With the
     tag the job step found (`<directory>/_actor/global_step<N>`, a path of [A-Za-z0-9._/-] only, checked there),
     it points `_actor/latest` and `_critic/latest` at that tag, since OpenRLHF passes DeepSpeed no tag and
-    DeepSpeed loads the one `latest` names (trainer/ray/ppo_actor.py:546-550, ppo_critic.py:220-223;
-    deepspeed/runtime/engine.py:3430-3435), which may be a newer, incomplete save; then adds --ckpt.load_enable."""
+    DeepSpeed loads the one `latest` names (trainer/ray/ppo_actor.py, ppo_critic.py;
+    deepspeed/runtime/engine.py), which may be a newer, incomplete save; then adds --ckpt.load_enable.
+    See verified-facts#openrlhf-ppo-actor."""
     var = RESUME_VARIABLE
     root = shlex.quote(directory)
     return (

@@ -1,7 +1,7 @@
 """ROLL: the checkout and its requirements on every node, the training YAML built on the machine that runs
 `pulumi up` from the base example of the pinned ref (roll_sources.py, roll_compose.py, roll_render.py), checked
 there against ROLL's own rules (roll_checks.py, roll_keys.py), shipped to the head as a file under examples/,
-and the launcher submitted from the repo root (../shared/reference/roll.md sections 1-3 and 9)."""
+and the launcher submitted from the repo root (verified-facts#roll-roll)."""
 
 from __future__ import annotations
 
@@ -68,17 +68,19 @@ def requirements_for_image(image: str) -> str | None:
     return next((name for pattern, name in REQUIREMENTS_BY_IMAGE_TAG if pattern.search(tag)), None)
 
 
-# ROLL's download_model (roll/utils/checkpoint_manager.py:69-82): a directory is used as it is, anything else goes
-# to the snapshot_download of MODEL_DOWNLOAD_TYPE, ModelScope's unless set (:74; the YAML's model_download_type
-# sets it, roll/configs/base_config.py:300-301): huggingface_hub's (:12,23) or ModelScope's (:25-27), with
+# ROLL's download_model (roll/utils/checkpoint_manager.py): a directory is used as it is, anything else goes
+# to the snapshot_download of MODEL_DOWNLOAD_TYPE, ModelScope's unless set (the YAML's model_download_type
+# sets it, roll/configs/base_config.py): huggingface_hub's or ModelScope's, with
 # local_dir None, i.e. into the client's cache.
+# see verified-facts#roll-checkpoint-manager
 ROLL_HUBS = {"MODELSCOPE": "modelscope", "HUGGINGFACE_HUB": "huggingface"}
 
 
 def models(config: dict[str, Any]) -> tuple[ModelRef, ...]:
     """The models ROLL's workers download: `pretrain`, `reward_pretrain` and every worker's
-    model_args.model_name_or_path (which default to them, roll/configs/base_config.py:634-641). Another download
-    type (OPENLM_HUB in ROLL's tests) is not one roll-cluster can fetch: nothing."""
+    model_args.model_name_or_path (which default to them, roll/configs/base_config.py). Another download
+    type (OPENLM_HUB in ROLL's tests) is not one roll-cluster can fetch: nothing.
+    See verified-facts#roll-base-config."""
     hub = ROLL_HUBS.get(str(config.get("model_download_type") or "MODELSCOPE"))
     if hub is None:
         return ()
@@ -301,11 +303,12 @@ class RollAdapter(FrameworkFacts):
             **image_facts(self.container),
         }
         # One directory per job whatever the cluster size: ROLL 8eb27cc loads a checkpoint saved at another
-        # data-parallel size (docs/verified-facts.md 5): FSDP2 through torch DCP (fsdp2_strategy.py:633-643, 422),
-        # Megatron weights per tensor/pipeline rank or dist_checkpointing (mcore_adapter checkpointing.py:106, 278),
-        # its optimizer through dist_checkpointing or per model-parallel rank (megatron_strategy.py:1538, 1482), a
-        # missing per-rank RNG file skipped (megatron_strategy.py:1570). Tensor/pipeline sizes come from the config,
+        # data-parallel size (docs/verified-facts.md 5): FSDP2 through torch DCP (fsdp2_strategy.py),
+        # Megatron weights per tensor/pipeline rank or dist_checkpointing (mcore_adapter checkpointing.py),
+        # its optimizer through dist_checkpointing or per model-parallel rank (megatron_strategy.py), a
+        # missing per-rank RNG file skipped (megatron_strategy.py). Tensor/pipeline sizes come from the config,
         # which names the directory. verl and OpenRLHF use one per GPU count.
+        # see verified-facts#roll-fsdp2-strategy
         identity = job_name(self.name, shape, self.resume(), job_id(self.name, shape, configured),
                             per_world_size=False)
         return shape.checkpoint_dir(identity)
@@ -363,9 +366,10 @@ class RollAdapter(FrameworkFacts):
         saving = config.get("checkpoint_config") or {}
         directory = str(saving.get("output_dir") or self.checkpoint_dir(shape))
         # ROLL saves into output_dir/<worker>/checkpoint-N, copies that to the directory above and deletes it
-        # only when the copy succeeded (roll/utils/checkpoint_manager.py:101-115, which logs a failed copy and goes
-        # on): a copy left there marks the step incomplete. keep_local_file (FSDP2's, fsdp2_strategy.py:574) keeps
+        # only when the copy succeeded (roll/utils/checkpoint_manager.py, which logs a failed copy and goes
+        # on): a copy left there marks the step incomplete. keep_local_file (FSDP2's, fsdp2_strategy.py) keeps
         # every local copy: nothing can be told from them then.
+        # see verified-facts#roll-checkpoint-manager-2
         output = config.get("output_dir")
         staging = str(output) if isinstance(output, str) and output.startswith("/") and \
             not saving.get("keep_local_file") else ""
@@ -420,8 +424,8 @@ class RollAdapter(FrameworkFacts):
     def image_problem(self, shape: ClusterShape) -> str | None:
         """On GPUs without bf16 (V100 sm70, T4 sm75) only ROLL's torch 2.6 / vLLM 0.8.4 image runs: torch 2.8's
         cu128 builds dropped sm70 (pytorch#157517), CUDA 13 (torch2100) dropped Volta, and ROLL 8eb27cc has no
-        vLLM V0 executor for vLLM 0.12+ (roll/third_party/vllm/__init__.py:29-38) while V1 needs sm80 before
-        vLLM 0.10.2 (../shared/reference/roll.md 1.1). A tag of none of ROLL's known kinds is not judged."""
+        vLLM V0 executor for vLLM 0.12+ (roll/third_party/vllm/__init__.py) while V1 needs sm80 before
+        vLLM 0.10.2 (verified-facts#roll-init). A tag of none of ROLL's known kinds is not judged."""
         tag = image_tag(self.container.image)
         if shape.bf16 or requirements_for_image(self.container.image) is None or "torch260-vllm084" in tag:
             return None
@@ -504,8 +508,8 @@ def roll_resume_command(yaml_path: str) -> str:
     """The entrypoint's first part when a resume is possible: the path the job step found (a path of
     [A-Za-z0-9._/-] only, checked there) replaces the rendered `resume_from_checkpoint: false` line of the shipped
     YAML, which the job step writes anew at every submission. ROLL takes a str as the checkpoint to load
-    (roll/configs/base_config.py:167-170, roll/pipeline/base_pipeline.py:71-72); its launchers take no command-line
-    overrides (../shared/reference/roll.md 2.1)."""
+    (roll/configs/base_config.py, roll/pipeline/base_pipeline.py); its launchers take no command-line
+    overrides (verified-facts#roll-base-config-2)."""
     var = RESUME_VARIABLE
     wanted = f"resume_from_checkpoint: '${{{var}}}'"
     return (

@@ -68,12 +68,14 @@ SETUP_ENVS = {
 # what the environment runs there.
 ROCK_ENVS = {
     "rock_tb_native_env": (
-        "sandbox_base_url", "https://xrl.alibaba-inc.com",  # env/sandbox/rock_tb_native_env.py:31
+        "sandbox_base_url", "https://xrl.alibaba-inc.com",  # env/sandbox/rock_tb_native_env.py
+        # see verified-facts#roll-checks-rock-tb-native-env
         "a sandbox of the image each data line names (roll/pipeline/agentic/env/sandbox/rock_tb_native_env.py:"
         "234, 427-432)",
     ),
     "sokoban_sandbox": (
-        "base_url", "http://localhost:8080",  # env/sandbox/sokoban_sandbox_env.py:50
+        "base_url", "http://localhost:8080",  # env/sandbox/sokoban_sandbox_env.py
+        # see verified-facts#roll-checks-sokoban-sandbox-env
         "a sandbox of the image rock-n-roll-registry.cn-hangzhou.cr.aliyuncs.com/rock/sokoban-sandbox:latest "
         "through ROCK's SDK `rl-rock` (roll/pipeline/agentic/env/sandbox/sokoban_sandbox_env.py:14-26, 57-59)",
     ),
@@ -200,7 +202,8 @@ def _replica_too_large(key: str, detail: str, needed: int, cluster: Cluster, res
 
 
 def _vllm_parallelism(config: Mapping[str, Any], cluster: Cluster, result: CheckResult) -> None:
-    """A vLLM worker takes TP x PP GPUs; its device_mapping holds whole engines (worker_config.py:284-288)."""
+    """A vLLM worker takes TP x PP GPUs; its device_mapping holds whole engines (worker_config.py).
+    See verified-facts#roll-checks-worker-config."""
     for name, worker in workers(config):
         strategy = worker.get("strategy_args")
         if not isinstance(strategy, Mapping) or strategy.get("strategy_name") != "vllm":

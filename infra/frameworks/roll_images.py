@@ -2,16 +2,17 @@
 requirements file installs (`./mcore_adapter` in requirements_common.txt at ROLL 8eb27cc).
 
 Facts read at ROLL 8eb27cc (docs/verified-facts.md, "megatron-core in ROLL's images"):
-- mcore_adapter/pyproject.toml:11 requires megatron-core >=0.15.0,<0.19.0.
-- docker/Dockerfile.torch260.vllm:21 and Dockerfile.torch260.sglang:21 install megatron-core==0.11.0;
-  Dockerfile.torch280:22 >=0.13.0,<0.14.0; Dockerfile.torch2100:21 Megatron-LM's core_dev_r0.16.0 from git
-  (ROLL's published tag nvcr-25.11-py3-torch2100-mcore0160dev-vllm016dev, docs_roll/.../image_address.md:8).
+- mcore_adapter/pyproject.toml requires megatron-core >=0.15.0,<0.19.0.
+- docker/Dockerfile.torch260.vllm and Dockerfile.torch260.sglang install megatron-core==0.11.0;
+  Dockerfile.torch280 >=0.13.0,<0.14.0; Dockerfile.torch2100 Megatron-LM's core_dev_r0.16.0 from git
+  (ROLL's published tag nvcr-25.11-py3-torch2100-mcore0160dev-vllm016dev, docs_roll/.../image_address.md).
 - So no published ROLL image that runs on GPUs without bf16 (only torch260 does: RollAdapter.image_problem)
   meets the pin: the code step's `pip install -r requirements_*.txt` replaces the image's megatron-core with the
   newest release in range. On the package index that is 0.16.1 (checked 2026-11-28): a prebuilt wheel for the
   image's Python 3.10 (cp310, manylinux_2_28; the image is Ubuntu 22.04), requiring torch>=2.6.0, so nothing is
   compiled and torch 2.6.0 stays. A baked image (nodes.bake) keeps the result. Whether megatron-core 0.16 runs with
   the image's Transformer Engine 2.2 is UNCONFIRMED (its own `dev` extra names TE >=2.9).
+See verified-facts#roll-images-pyproject.
 """
 
 from __future__ import annotations

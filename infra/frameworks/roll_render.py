@@ -31,31 +31,35 @@ from infra.frameworks.roll_compose import deep_merge
 from infra.frameworks.roll_keys import RollKeys
 
 TRAINING_ROLES = ("actor_train", "actor_infer", "reference", "critic")
-# ROLL's ModelArguments.attn_implementation accepts sdpa, fa2 and auto (roll/configs/model_args.py:68 at 8eb27cc);
+# ROLL's ModelArguments.attn_implementation accepts sdpa, fa2 and auto (roll/configs/model_args.py at 8eb27cc);
 # fa2 is FlashAttention-2, which needs compute capability 8.0 (Ampere) or newer.
+# see verified-facts#roll-render-model-args
 FALLBACK_ATTENTION = "sdpa"
 # The max_num_batched_tokens ROLL hands vLLM when the strategy_config has none
-# (roll/distributed/strategy/vllm_strategy.py:118 at 8eb27cc).
+# (roll/distributed/strategy/vllm_strategy.py at 8eb27cc).
+# see verified-facts#roll-render-vllm-strategy
 V0_DEFAULT_BATCHED_TOKENS = 8192
 # Absolute paths in ROLL's examples that belong to the sites the examples were written at (Alibaba's CPFS and OSS
 # mounts, one developer's home): 75 values under /data/cpfs_0, 66 under /data/oss_bucket_0 and 3 under
-# /home/ubuntu in examples/**/*.yaml at 8eb27cc (e.g. qwen2.5-7B-rlvr_megatron/rlvr_config_async.yaml:70). The
+# /home/ubuntu in examples/**/*.yaml at 8eb27cc (e.g. qwen2.5-7B-rlvr_megatron/rlvr_config_async.yaml). The
 # container mounts only /data (the node's data dir, empty at first), /mnt/shared and /workspace, so such a path is
-# missing at run time: ROLL then takes a model path for a ModelScope id (roll/utils/checkpoint_manager.py:74) or
+# missing at run time: ROLL then takes a model path for a ModelScope id (roll/utils/checkpoint_manager.py) or
 # fails to open a data file. roll_checks refuses them, except where the render moved them (OUTPUT_ONLY_KEYS).
+# see verified-facts#roll-render-rlvr-config-async
 FOREIGN_PATH_PREFIXES = ("/data/cpfs_0", "/data/oss_bucket_0", "/home/ubuntu")
 # Top-level keys whose directory ROLL 8eb27cc only ever writes (never reads an input from), with the folder under
 # the job's output root they move to when the base names a path of another site. Every use at the pinned ref:
 # - profiler_output_dir: BaseConfig appends exp_name and a timestamp and exports it as PROFILER_OUTPUT_DIR
-#   (roll/configs/base_config.py:225-227, 326-333); profiling makes that folder and writes traces and memory
-#   snapshots into it (roll/utils/context_managers.py:58-79); the pipelines make <it>/timeline and write Ray
-#   timelines there (roll/pipeline/rlvr/rlvr_pipeline.py:826-830, rlvr_vlm_pipeline.py:621, agentic/
-#   agentic_pipeline.py:571, agentic_rollout_pipeline.py:106, distill/distill_pipeline.py:326,
-#   distill_vlm_pipeline.py:302, dpo/dpo_pipeline.py:249).
-# - rollout_dump_dir: passed only to the dump functions (rlvr_pipeline.py:556, rlvr_vlm_pipeline.py:421,
-#   agentic_pipeline.py:310, 649, agentic_rollout_pipeline.py:102), which make it and write
-#   rollout_dump_data.step_N.jsonl (roll/pipeline/rlvr/utils.py:37-52, 55-72; roll/pipeline/agentic/utils.py:298-333,
-#   which uses the same DUMPING_FUNC, :19).
+#   (roll/configs/base_config.py); profiling makes that folder and writes traces and memory
+#   snapshots into it (roll/utils/context_managers.py); the pipelines make <it>/timeline and write Ray
+#   timelines there (roll/pipeline/rlvr/rlvr_pipeline.py, rlvr_vlm_pipeline.py, agentic/
+#   agentic_pipeline.py, agentic_rollout_pipeline.py, distill/distill_pipeline.py,
+#   distill_vlm_pipeline.py, dpo/dpo_pipeline.py).
+# - rollout_dump_dir: passed only to the dump functions (rlvr_pipeline.py, rlvr_vlm_pipeline.py,
+#   agentic_pipeline.py, agentic_rollout_pipeline.py), which make it and write
+#   rollout_dump_data.step_N.jsonl (roll/pipeline/rlvr/utils.py; roll/pipeline/agentic/utils.py,
+#   which uses the same DUMPING_FUNC).
+# see verified-facts#roll-render-base-config
 OUTPUT_ONLY_KEYS = {"profiler_output_dir": "profiler", "rollout_dump_dir": "rollout_dump"}
 
 
@@ -231,14 +235,15 @@ def workers(config: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def _apply_precision(config: dict[str, Any], cluster: Cluster, result: Rendered) -> None:
     """fp16 and SDPA on GPUs without bf16 / FlashAttention-2, everywhere ROLL reads a precision:
 
-    - `model_args.dtype` (fp16/bf16/fp32; roll/configs/model_args.py:92-93, default bf16): also for a worker on
+    - `model_args.dtype` (fp16/bf16/fp32; roll/configs/model_args.py, default bf16): also for a worker on
       GPUs that has no model_args at all, which would otherwise get the bf16 default;
-    - `training_args.bf16/fp16`: ROLL sets them from the dtype (roll/configs/worker_config.py:328-332), but a
+    - `training_args.bf16/fp16`: ROLL sets them from the dtype (roll/configs/worker_config.py), but a
       YAML value is kept;
     - Megatron `strategy_args.strategy_config.bf16`: merged over training_args when the Megatron strategy
-      builds its arguments (roll/distributed/strategy/megatron_strategy.py:106-107), so a `bf16: true` there
+      builds its arguments (roll/distributed/strategy/megatron_strategy.py), so a `bf16: true` there
       wins over the dtype;
     - `model_args.attn_implementation: fa2` (FlashAttention-2 needs sm80) -> sdpa.
+    See verified-facts#roll-render-model-args-2.
     """
     if cluster.bf16:
         return
@@ -329,19 +334,21 @@ def _apply_output_dirs(config: dict[str, Any], cluster: Cluster, result: Rendere
         result.applied.append(f"checkpoint_config.output_dir: {cluster.checkpoint_dir} (the job's own, {where})")
     if cluster.resume is not None:
         # Never `true`: ROLL 8eb27cc appends a fresh timestamp to checkpoint_config.output_dir at every launch
-        # (roll/configs/base_config.py:303-307) and then lists that folder, which nothing has created yet
-        # (roll/utils/checkpoint_manager.py:55-66 -> roll/utils/upload_utils.py:35-36; only upload() creates it,
-        # :29-30): FileNotFoundError before the first step, and no earlier run could be found. A path (a str) is
-        # used as given (base_pipeline.py:71-72, checkpoint_manager.py:69-72): the job step finds the newest
+        # (roll/configs/base_config.py) and then lists that folder, which nothing has created yet
+        # (roll/utils/checkpoint_manager.py -> roll/utils/upload_utils.py; only upload() creates it,
+        #): FileNotFoundError before the first step, and no earlier run could be found. A path (a str) is
+        # used as given (base_pipeline.py, checkpoint_manager.py): the job step finds the newest
         # complete checkpoint and the entrypoint writes its path here (RollAdapter.entrypoint).
+        # see verified-facts#roll-render-base-config-2
         config["resume_from_checkpoint"] = False
         result.applied.append(
             "resume_from_checkpoint: false (ROLL's `true` fails at start-up; a resume is handed the newest complete "
             "checkpoint's path at submission: training.resume)"
         )
         # Synchronous uploads: each worker's do_checkpoint returns only after its copy, and the driver uploads
-        # pipeline/worker_state_pipeline.json after all of them (base_pipeline.py:113-131), so that file marks a
-        # complete checkpoint. FileSystemUploader(**checkpoint_config) takes the key (upload_utils.py:23).
+        # pipeline/worker_state_pipeline.json after all of them (base_pipeline.py), so that file marks a
+        # complete checkpoint. FileSystemUploader(**checkpoint_config) takes the key (upload_utils.py).
+        # see verified-facts#roll-render-base-pipeline
         checkpoint = config.get("checkpoint_config")
         config["checkpoint_config"] = {**(checkpoint if isinstance(checkpoint, dict) else {}), "async_upload": False}
         result.applied.append("checkpoint_config.async_upload: false (a checkpoint is complete once "
@@ -406,8 +413,9 @@ def render_roll_config(
 
 def save_steps_default(config: Mapping[str, Any], every: int | None) -> int | None:
     """ROLL's save_steps for training.checkpointEvery (None: the base's when below max_steps, else a tenth of
-    max_steps). ROLL saves when `step % save_steps == 0 or step == max_steps - 1` (roll/pipeline/base_pipeline.py:
-    109-111): the final step always; 0 would divide by zero there, so "final only" is save_steps = max_steps."""
+    max_steps). ROLL saves when `step % save_steps == 0 or step == max_steps - 1` (roll/pipeline/base_pipeline.py):
+    the final step always; 0 would divide by zero there, so "final only" is save_steps = max_steps.
+    See verified-facts#roll-render-save-steps."""
     max_steps = config.get("max_steps")
     if not isinstance(max_steps, int) or max_steps <= 0:
         return every if every else None
@@ -435,12 +443,13 @@ def _apply_vllm_v0(config: dict[str, Any], cluster: Cluster, result: Rendered) -
     """vLLM's V0 engine for every vLLM worker on GPUs below compute capability 8.0 (V100, T4), which vLLM 0.8.4's
     V1 engine refuses. ROLL 8eb27cc forces V1 unless the worker's strategy_config says otherwise:
     `os.environ["VLLM_USE_V1"] = str(vllm_config.pop("VLLM_USE_V1", 1))` with vllm_config a copy of
-    strategy_args.strategy_config (roll/distributed/strategy/vllm_strategy.py:72, 79-80; a system_envs value is
+    strategy_args.strategy_config (roll/distributed/strategy/vllm_strategy.py; a system_envs value is
     overwritten there). The rest as in ROLL's own V0 example (examples/agentic_demo/
-    atropos_gsm8k_grpo_qwen25_0.5b.yaml:44-53): prefix caching off (ROLL turns it on, vllm_strategy.py:116),
+    atropos_gsm8k_grpo_qwen25_0.5b.yaml): prefix caching off (ROLL turns it on, vllm_strategy.py),
     enforce_eager, and a max_model_len within the token budget (_fit_v0_token_budget).
-    FSDP2 parameters in fp16 (ROLL's default param_dtype is bf16, fsdp2_strategy.py:1004-1016; reductions in fp32).
-    A value the user set is kept (RollAdapter.problems refuses a V1 or bf16 one)."""
+    FSDP2 parameters in fp16 (ROLL's default param_dtype is bf16, fsdp2_strategy.py; reductions in fp32).
+    A value the user set is kept (RollAdapter.problems refuses a V1 or bf16 one).
+    See verified-facts#roll-render-vllm-strategy-2."""
     if cluster.bf16:
         return
     for name, worker in workers(config):
@@ -480,8 +489,8 @@ def _apply_vllm_v0(config: dict[str, Any], cluster: Cluster, result: Rendered) -
 
 def pipeline_sequence_length(config: Mapping[str, Any]) -> int | None:
     """The longest sequence (prompt and response) the pipeline generates: ROLL's `sequence_length`, else
-    `prompt_length + response_length` (roll/configs/base_config.py:272-275), and `val_sequence_length` when longer
-    (:279-286). None when the config says neither."""
+    `prompt_length + response_length` (roll/configs/base_config.py), and `val_sequence_length` when longer.
+    None when the config says neither. See verified-facts#roll-render-base-config-3."""
     def positive(value: Any) -> int | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -495,7 +504,7 @@ def pipeline_sequence_length(config: Mapping[str, Any]) -> int | None:
 
 def v0_token_budget(strategy_config: Mapping[str, Any]) -> int:
     """The max_num_batched_tokens ROLL hands vLLM: the strategy_config's, else 8192
-    (roll/distributed/strategy/vllm_strategy.py:118)."""
+    (roll/distributed/strategy/vllm_strategy.py). See verified-facts#roll-render-vllm-strategy-3."""
     value = strategy_config.get("max_num_batched_tokens")
     return value if isinstance(value, int) and not isinstance(value, bool) else V0_DEFAULT_BATCHED_TOKENS
 
@@ -506,8 +515,9 @@ def _fit_v0_token_budget(name: str, strategy_config: dict[str, Any], sequence_le
     (vllm/engine/arg_utils.py `_set_default_args_v0`); without it the scheduler refuses a max_num_batched_tokens
     below max_model_len (vllm/config.py `SchedulerConfig._verify_args`). With no max_model_len vLLM takes the
     model's (32,768 for Qwen2.5-0.5B) against ROLL's 8,192. So, as ROLL's own V0 example does
-    (examples/agentic_demo/atropos_gsm8k_grpo_qwen25_0.5b.yaml:23, 49: max_model_len = sequence_length), the
-    engine gets the pipeline's sequence length, and a budget that holds it."""
+    (examples/agentic_demo/atropos_gsm8k_grpo_qwen25_0.5b.yaml: max_model_len = sequence_length), the
+    engine gets the pipeline's sequence length, and a budget that holds it.
+    See verified-facts#roll-render-atropos-gsm8k-grpo-qwen25-0-5b."""
     if "max_model_len" not in strategy_config and sequence_length is not None:
         strategy_config["max_model_len"] = sequence_length
         result.applied.append(f"{name}.strategy_args.strategy_config.max_model_len: {sequence_length} (the "

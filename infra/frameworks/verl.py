@@ -1,5 +1,5 @@
 """verl: the checkout on every node, data preparation on the head, `python3 -m verl.trainer.main_ppo` with Hydra
-overrides sized from the cluster (../shared/reference/verl-openrlhf.md section 1)."""
+overrides sized from the cluster (verified-facts#verl-verl-openrlhf)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,9 @@ ADV_ESTIMATOR = "algorithm.adv_estimator"
 MAX_MICRO_BATCH = 4
 # verl v0.7.0's defaults where the checks need them (verl/trainer/config/ppo_trainer.yaml and its defaults).
 VERL_DEFAULTS: dict[str, Any] = {TRAIN_BATCH: 1024, ROLLOUT_N: 1, MINI_BATCH: 256, ADV_ESTIMATOR: "gae"}
-# fp16 where the GPU has no bf16 (V100, T4): the FSDP param dtype of actor and ref (fsdp_workers.py:491), vLLM's
-# dtype, and SDPA attention instead of verl's default flash_attention_2 (fsdp_workers.py:331), which needs sm80.
+# fp16 where the GPU has no bf16 (V100, T4): the FSDP param dtype of actor and ref (fsdp_workers.py), vLLM's
+# dtype, and SDPA attention instead of verl's default flash_attention_2 (fsdp_workers.py), which needs sm80.
+# see verified-facts#verl-fsdp-workers
 FP16_OVERRIDES: dict[str, Any] = {
     "actor_rollout_ref.actor.fsdp_config.dtype": "float16",
     "actor_rollout_ref.ref.fsdp_config.dtype": "float16",
@@ -133,7 +134,8 @@ class VerlAdapter(FrameworkFacts):
 
     def normalized_mini_batch(self, shape: ClusterShape) -> int | None:
         """The actor's mini-batch per data-parallel rank, as verl's worker computes it before asserting on it
-        (verl/workers/fsdp_workers.py:242-247 at v0.7.0): ppo_mini_batch_size x rollout.n // (GPUs // SP)."""
+        (verl/workers/fsdp_workers.py at v0.7.0): ppo_mini_batch_size x rollout.n // (GPUs // SP).
+        See verified-facts#verl-fsdp-workers-6."""
         user = self._user()
         mini, samples = user.get(MINI_BATCH, VERL_DEFAULTS[MINI_BATCH]), user.get(ROLLOUT_N, VERL_DEFAULTS[ROLLOUT_N])
         sp = user.get(ULYSSES_SP, 1)
@@ -144,7 +146,8 @@ class VerlAdapter(FrameworkFacts):
 
     def micro_batch(self, shape: ClusterShape) -> int:
         """Micro-batch per GPU from the cluster: the largest of 4, 2, 1 that divides the normalized mini-batch
-        (fsdp_workers.py:255-259 asserts the division), so a small GPU is not handed a large micro-batch."""
+        (fsdp_workers.py asserts the division), so a small GPU is not handed a large micro-batch.
+        See verified-facts#verl-fsdp-workers-7."""
         normalized = self.normalized_mini_batch(shape) or 1
         return math.gcd(normalized, MAX_MICRO_BATCH) or 1
 
@@ -168,28 +171,33 @@ class VerlAdapter(FrameworkFacts):
             # verl's default is relative, i.e. inside Ray's temporary working dir (lost with the job).
             "trainer.default_local_dir": self.checkpoint_dir(shape),
             # verl saves nothing with its default -1; N > 0 saves every N steps and the last one
-            # (verl/trainer/ppo/ray_trainer.py:1585-1591). "Final only": a period no run reaches.
+            # (verl/trainer/ppo/ray_trainer.py). "Final only": a period no run reaches.
+            # see verified-facts#verl-ray-trainer
             "trainer.save_freq": self.save_freq(),
             "actor_rollout_ref.rollout.name": "vllm",  # verl's default is `???` (required)
             ROLLOUT_TP: self._default_tp(shape),
             "trainer.logger": ["console"],  # verl's default adds wandb, which needs an API key
-            # Required unless use_dynamic_bsz (workers/config/actor.py:184-187, utils/config.py:141-142,163-167).
+            # Required unless use_dynamic_bsz (workers/config/actor.py, utils/config.py).
+            # see verified-facts#verl-actor
             ACTOR_MICRO: micro,
             ROLLOUT_LOG_PROB_MICRO: micro,
             REF_LOG_PROB_MICRO: micro,
         }
         user = self._user()
         if user.get("critic.enable", user.get(ADV_ESTIMATOR, VERL_DEFAULTS[ADV_ESTIMATOR]) == "gae") is True:
-            overrides[CRITIC_MICRO] = micro  # verl/workers/config/critic.py:104-105 asserts it like the actor's
+            overrides[CRITIC_MICRO] = micro  # verl/workers/config/critic.py asserts it like the actor's
+            # see verified-facts#verl-critic
         for per_gpu in (ACTOR_MICRO, ROLLOUT_LOG_PROB_MICRO, REF_LOG_PROB_MICRO, CRITIC_MICRO):
-            # verl refuses both the deprecated global size and the per-GPU one (actor.py:177-182, config.py:144-148).
+            # verl refuses both the deprecated global size and the per-GPU one (actor.py, config.py).
+            # see verified-facts#verl-actor-2
             if per_gpu.removesuffix("_per_gpu") in user:
                 overrides.pop(per_gpu, None)
         if not self._resume_handed(shape) and "trainer.resume_mode" not in user:
             # Nothing to hand over: start fresh (verl's `auto` would read latest_checkpointed_iteration.txt).
             overrides["trainer.resume_mode"] = "disable"
         if not shape.bf16:
-            # V100/T4: no bf16 and no FlashAttention 2 (sm80+). dp_actor.py:86-90 scales the loss for fp16.
+            # V100/T4: no bf16 and no FlashAttention 2 (sm80+). dp_actor.py scales the loss for fp16.
+            # see verified-facts#verl-dp-actor
             overrides.update(FP16_OVERRIDES)
         return overrides
 
@@ -282,7 +290,8 @@ class VerlAdapter(FrameworkFacts):
         saves = self.checkpoints(shape)
         if saves.find:
             # The checkpoint the job step found (verl v0.7.0 `resume_path` asserts a global_step_ folder,
-            # ray_trainer.py:1027-1038), or a fresh start; Hydra takes the path's characters as they are.
+            # ray_trainer.py), or a fresh start; Hydra takes the path's characters as they are.
+            # see verified-facts#verl-ray-trainer-2
             entrypoint = (
                 f'if [ -n "${{{RESUME_VARIABLE}:-}}" ]; then '
                 f'echo "roll-cluster: verl resumes from ${{{RESUME_VARIABLE}}}"; '
@@ -322,9 +331,10 @@ class VerlAdapter(FrameworkFacts):
 
     def models(self, shape: ClusterShape) -> tuple[ModelRef, ...]:
         """The models verl loads by name: the actor's (and the reference's, which is the same,
-        verl/workers/fsdp_workers.py:854), the critic's and the reward model's, through transformers'
-        from_pretrained with a hub id left as it is (verl/utils/fs.py:197-225 copy_to_local: only hdfs:// is
-        copied) into huggingface_hub's cache, or ModelScope's with VERL_USE_MODELSCOPE (verl/__init__.py:44-50)."""
+        verl/workers/fsdp_workers.py), the critic's and the reward model's, through transformers'
+        from_pretrained with a hub id left as it is (verl/utils/fs.py copy_to_local: only hdfs:// is
+        copied) into huggingface_hub's cache, or ModelScope's with VERL_USE_MODELSCOPE (verl/__init__.py).
+        See verified-facts#verl-fsdp-workers-8."""
         effective = {bare_key(k): v for k, v in self.effective_overrides(shape).items()}
         names = [effective.get(name) for name in ("actor_rollout_ref.model.path", "critic.model.path",
                                                   "reward_model.model.path")]
@@ -347,7 +357,8 @@ class VerlAdapter(FrameworkFacts):
         logger = user.get("trainer.logger", ["console"])
         loggers = logger if isinstance(logger, list) else [logger]
         if self.training.start_timeout_minutes > 0 and "console" not in loggers:
-            # The start gate reads verl's console metrics line (verl/utils/logger/aggregate_logger.py:26-32).
+            # The start gate reads verl's console metrics line (verl/utils/logger/aggregate_logger.py).
+            # see verified-facts#verl-aggregate-logger
             problems.append(
                 f"{key(path + 'trainer.logger')}: must include `console` while the start gate waits for verl's "
                 f"first step line (or set {key('training.startTimeoutMinutes')} to 0); got {logger!r}"
@@ -357,25 +368,29 @@ class VerlAdapter(FrameworkFacts):
         numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, samples, mini))
         dynamic = user.get(DYNAMIC_BSZ) is True
         if numbers and not dynamic and (batch * samples) % total:
-            # verl/utils/config.py:111-115 (FSDP: the minimal batch is the GPU count)
+            # verl/utils/config.py (FSDP: the minimal batch is the GPU count)
+            # see verified-facts#verl-config
             named = TRAIN_BATCH if TRAIN_BATCH in user else ROLLOUT_N
             problems.append(
                 f"{where(named)}: {TRAIN_BATCH} x {ROLLOUT_N} must be divisible by {cluster}; got {batch} x "
                 f"{samples} = {batch * samples}"
             )
         if numbers and not dynamic and batch < mini:
-            # verl/workers/config/actor.py:204-208
+            # verl/workers/config/actor.py
+            # see verified-facts#verl-actor-3
             problems.append(f"{where(MINI_BATCH)}: must be at most {TRAIN_BATCH} ({batch}); got {mini}")
         normalized = self.normalized_mini_batch(shape)
         if numbers and not dynamic and normalized == 0:
-            # verl/workers/fsdp_workers.py:242-247
+            # verl/workers/fsdp_workers.py
+            # see verified-facts#verl-fsdp-workers-2
             problems.append(
                 f"{where(MINI_BATCH)}: {MINI_BATCH} x {ROLLOUT_N} must be at least the data-parallel ranks "
                 f"({total} GPUs); got {mini} x {samples} = {mini * samples}"
             )
         micro = user.get(ACTOR_MICRO)
         if normalized and isinstance(micro, int) and not dynamic and (micro < 1 or normalized % micro):
-            # verl/workers/fsdp_workers.py:255-262
+            # verl/workers/fsdp_workers.py
+            # see verified-facts#verl-fsdp-workers-3
             problems.append(
                 f"{key(path + ACTOR_MICRO)}: must divide the mini-batch per GPU ({MINI_BATCH} x {ROLLOUT_N} // "
                 f"{total} GPUs = {normalized}); got {micro}"
@@ -414,7 +429,8 @@ class VerlAdapter(FrameworkFacts):
                                 f"{gpus}; use sdpa or eager; got {value!r}")
         critic_mixed = any(name.startswith("critic.model.fsdp_config.mixed_precision") for name in user)
         if user.get(ADV_ESTIMATOR, VERL_DEFAULTS[ADV_ESTIMATOR]) == "gae" and not critic_mixed:
-            # verl/workers/fsdp_workers.py:1396-1402: the critic's FSDP params are bf16 unless mixed_precision is set.
+            # verl/workers/fsdp_workers.py: the critic's FSDP params are bf16 unless mixed_precision is set.
+            # see verified-facts#verl-fsdp-workers-4
             problems.append(
                 f"{key('training.overrides.' + ADV_ESTIMATOR)}: `gae` trains a critic, which verl v0.7.0 runs in "
                 f"bf16 and {gpus}; use a critic-free estimator (e.g. grpo) or set "
@@ -422,7 +438,8 @@ class VerlAdapter(FrameworkFacts):
                 f"{user.get(ADV_ESTIMATOR, 'gae (verl default)')!r}"
             )
         if user.get("reward_model.enable") is True:
-            # verl/workers/fsdp_workers.py:1732,1742: the reward model is loaded in bf16.
+            # verl/workers/fsdp_workers.py: the reward model is loaded in bf16.
+            # see verified-facts#verl-fsdp-workers-5
             problems.append(f"{key('training.overrides.reward_model.enable')}: verl v0.7.0 loads the reward model "
                             f"in bf16 and {gpus}; use a function reward; got true")
         return problems

@@ -5,17 +5,17 @@ container's devices, driver mounts and environment, the Ray resource the nodes a
 NVIDIA runtime, and whether Ray gets jemalloc preloaded. Plain data: the bootstrap turns it into pulumi-docker
 arguments, the Ray steps into their environment, and the offline plan prints it.
 
-Sources (see also ../shared/reference/mindspeed-rl.md, sections 1.2, 1.5 and 4):
-- Ascend devices and driver mounts: MindSpeed-RL's container guide (branch 2.2.0, docs/msrl_docker.md:48-69, no
-  --privileged), ROLL's Ascend guide (docs_roll/.../ascend_docker_usage.md:127-154) and vllm-ascend's
-  installation.md:347-373: /dev/davinci0..N-1, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc;
+Sources (see also verified-facts#accelerators-msrl-docker):
+- Ascend devices and driver mounts: MindSpeed-RL's container guide (branch 2.2.0, docs/msrl_docker.md, no
+  --privileged), ROLL's Ascend guide (docs_roll/.../ascend_docker_usage.md) and vllm-ascend's
+  installation.md: /dev/davinci0..N-1, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc;
   /usr/local/Ascend/driver, /usr/local/Ascend/add-ons, /usr/local/dcmi, npu-smi, /etc/ascend_install.info.
   The seed guide (seeds/002) runs --privileged with /usr/local/sbin mounted; here only npu-smi itself is mounted
   (from /usr/local/sbin, where the seed has it) and --privileged only on `container.privileged: true`.
 - The Ray resource name "NPU", given explicitly as MindSpeed-RL's launch scripts do
   (examples/grpo/grpo_trainer_qwen25_7b.sh: `ray start ... --resources='{"NPU": N}'`); MindSpeed-RL's workers read
   their device from `get_accelerator_ids()["NPU"]`, so the name must be exactly "NPU".
-- jemalloc for Ray: MindSpeed-RL install_guide.md:149-165 (`LD_PRELOAD=/usr/lib/<arch>-linux-gnu/libjemalloc.so.2`,
+- jemalloc for Ray: MindSpeed-RL install_guide.md (`LD_PRELOAD=/usr/lib/<arch>-linux-gnu/libjemalloc.so.2`,
   /usr/local/lib on openEuler source builds); the Ray steps look for it in the container (ray_common.sh).
 UNCONFIRMED without Ascend hardware: that /usr/local/Ascend/add-ons exists on every driver release (ROLL mounts it;
 MindSpeed-RL's guide does not), and that npu-smi lies in /usr/local/sbin on every host (vllm-ascend mounts
@@ -75,8 +75,9 @@ class Accelerator:
             return ["NCCL_SOCKET_IFNAME=^docker,lo"]
         env = [f"NCCL_SOCKET_IFNAME={interface}", f"GLOO_SOCKET_IFNAME={interface}"]
         if self.kind == "ascend":
-            # MindSpeed-RL docs/zh/algorithms/grpo.md:112 and RL-2.2 msrl_docker.md:362-385: HCCL and the tensor
+            # MindSpeed-RL docs/zh/algorithms/grpo.md and RL-2.2 msrl_docker.md: HCCL and the tensor
             # transport bind to the NIC of the node's IP.
+            # see verified-facts#accelerators-grpo
             env += [f"HCCL_SOCKET_IFNAME={interface}", f"TP_SOCKET_IFNAME={interface}"]
         return env
 

@@ -11,7 +11,7 @@ pulumi-command passes `environment` as SSH env requests, which a stock sshd refu
 variables a script needs are exported at the top of the command itself. The command runs through the remote
 login shell (sh or bash), so it only uses POSIX syntax before handing the scripts to bash:
 
-    export ROLL_STEP='docker'
+    export ROLL_CLUSTER_STEP='docker'
     export NODE_NAME='roll-cluster-dev-0'
     exec bash -c 'for roll_script in <dir>/<hash>/lib.sh <dir>/<hash>/install_docker.sh; do [ -r ... ] || ...
     unset roll_script
@@ -22,12 +22,13 @@ Values are single-quoted with shlex.quote; secrets may be Outputs and keep their
 
 The steps send that text on the SSH channel's stdin, not as the command (`stdin_command`): sshd runs the command
 as `$SHELL -c <command>`, in argv (`ps`, /proc/<pid>/cmdline, execve audit logs), and pulumi-command prints the
-whole command of a failed step (remote/commandOutputs.go:100-101). The outer bash reads stdin whole before running
+whole command of a failed step (remote/commandOutputs.go). The outer bash reads stdin whole before running
 anything (`text=$(cat)`, then `eval "$text"`), so the script still finds stdin at EOF; an empty stdin fails the
 step with a message naming it.
 
 What runs before any library exists keeps the scripts' text inline (`render_inline`): the own-hosts probe before
 `pulumi up` registers anything, and the first-boot user data (`render_user_data`, comments left out to stay small).
+See verified-facts#remote-commandoutputs-2.
 """
 
 from __future__ import annotations
@@ -217,14 +218,14 @@ def _body(scripts: Sequence[str], library: str) -> str:
 
 
 def _exports(step: str, env: Mapping[str, str]) -> list[str]:
-    exports = [f"export ROLL_STEP={shlex.quote(step)}"]
+    exports = [f"export ROLL_CLUSTER_STEP={shlex.quote(step)}"]
     return exports + [f"export {key}={shlex.quote(str(value))}" for key, value in sorted(env.items())]
 
 
 def _command(step: str, body: str, env: Mapping[str, str], sudo: bool) -> str:
     runner = "bash"
     if sudo:
-        runner = "sudo -n --preserve-env=" + ",".join(["ROLL_STEP", *sorted(env)]) + " bash"
+        runner = "sudo -n --preserve-env=" + ",".join(["ROLL_CLUSTER_STEP", *sorted(env)]) + " bash"
     name = shlex.quote("roll-cluster-" + step)
     return "\n".join(_exports(step, env)) + f"\nexec {runner} -c {shlex.quote(body)} {name}\n"
 
@@ -248,13 +249,14 @@ def render_inline(step: str, scripts: Sequence[str], env: Mapping[str, str], sud
 
 
 # How a step's SSH session is watched: pulumi-command ignores cancellation while a command runs (pulumi-command v1.2.1
-# remote/commandOutputs.go:95, `session.Run(cmd)` without the context), so an interrupted `pulumi up` (a second
+# remote/commandOutputs.go, `session.Run(cmd)` without the context), so an interrupted `pulumi up` (a second
 # Ctrl-C) kills the provider and drops the connection, and sshd, which gives these sessions no pty, does not signal
 # the command: a 30-minute pull or the job's start gate would run on. The step runs in a process group of its own;
 # a watcher looks every SESSION_POLL_S seconds whether the SSH session (the runner's parent: sshd's session process,
 # or the one above sudo) still exists, and when it is gone stops the group: TERM, then KILL after STOP_GRACE_S. So a
 # step ends within SESSION_POLL_S + STOP_GRACE_S of an interrupt; every step is idempotent, and the next `up`
 # resumes it (a pull keeps its layers, the job step finds the job submitted and gates it again).
+# see verified-facts#remote-commandoutputs
 SESSION_POLL_S = 2
 STOP_GRACE_S = 10
 

@@ -36,7 +36,7 @@ AGENT_LIST_TIMEOUT_S = 10
 
 # ImportKeyPair: "The imported key pair must support one of the following encryption methods: rsa, dsa, ssh-rsa,
 # ssh-dss, ecdsa" (help/en/ecs/developer-reference/api-ecs-2014-05-26-importkeypair, Jun 2026); ssh-ed25519 is
-# not among them. ../shared/reference/alibaba-cloud-verified.md 1.1.
+# not among them. verified-facts#ssh-access-alibaba-cloud-verified.
 IMPORTABLE_KEY_TYPES = ("ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 
 
@@ -157,7 +157,8 @@ def agent_socket_answers(path: str) -> bool:
 
 def _refuse_stale_agent_socket() -> None:
     """pulumi-command dials $SSH_AUTH_SOCK whenever it is set, even with a private key, and fails the step on the
-    dial error (remote/connection.go:131-145, connection_unix.go:12-17): a stale socket fails every remote step."""
+    dial error (remote/connection.go, connection_unix.go): a stale socket fails every remote step.
+    See verified-facts#ssh-access-connection-2."""
     sock = os.environ.get("SSH_AUTH_SOCK")
     if sock and not agent_socket_answers(sock):
         raise ConfigError([
@@ -195,8 +196,9 @@ def login_key(
         # without reading (and asking the passphrase of) the private key file.
         position = next(i for i, k in enumerate(held or []) if _same_key(k, public_key))
         if position >= SSHD_MAX_AUTH_TRIES:
-            # pulumi-command offers every agent key in the agent's order (remote/connection.go:131-145), and sshd
+            # pulumi-command offers every agent key in the agent's order (remote/connection.go), and sshd
             # counts each refused one: past MaxAuthTries (default 6, sshd_config(5)) it disconnects first.
+            # see verified-facts#ssh-access-connection
             raise ConfigError([
                 f"{PRIVATE_KEY_KEY}: the login key is key {position + 1} of {len(held or [])} in ssh-agent; the SSH "
                 f"steps offer the agent's keys in order and sshd's MaxAuthTries (default {SSHD_MAX_AUTH_TRIES}) "

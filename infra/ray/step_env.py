@@ -31,7 +31,7 @@ RAY_COMMON_SCRIPT = "ray_common.sh"
 
 @dataclass(frozen=True)
 class StepScripts:
-    """A step's name (ROLL_STEP, the name of its log file) and the scripts it runs, in order, after lib.sh."""
+    """A step's name (ROLL_CLUSTER_STEP, the name of its log file) and the scripts it runs, in order, after lib.sh."""
 
     step: str
     scripts: tuple[str, ...]

@@ -12,7 +12,7 @@
 #   ACCELERATOR (required)        nvidia (counts `nvidia-smi -L` lines) or ascend (npu_lib.sh, rendered before this)
 #   NVIDIA_SMI_TIMEOUT_S [60]     bound for one `nvidia-smi -L`
 #   INSTALL_HINT                  what to install when the driver is missing (npu_lib.sh's default otherwise)
-#   lib.sh: ROLL_LOG_DIR, RETRY_ATTEMPTS, RETRY_DELAY_S
+#   lib.sh: ROLL_CLUSTER_LOG_DIR, RETRY_ATTEMPTS, RETRY_DELAY_S
 
 : "${NVIDIA_SMI_TIMEOUT_S:=60}"
 
@@ -28,7 +28,7 @@ check_settings() {
 }
 
 nvidia_smi_list() {
-  bounded "$NVIDIA_SMI_TIMEOUT_S" nvidia-smi -L </dev/null >"$ROLL_LOG_DIR/nvidia-smi-list.txt" 2>&1
+  bounded "$NVIDIA_SMI_TIMEOUT_S" nvidia-smi -L </dev/null >"$ROLL_CLUSTER_LOG_DIR/nvidia-smi-list.txt" 2>&1
 }
 
 count_gpus() {
@@ -36,13 +36,13 @@ count_gpus() {
   command -v nvidia-smi >/dev/null 2>&1 ||
     fail "nvidia-smi not found on this host: $INSTALL_HINT. This program checks the driver of your hosts and never installs one."
   retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" nvidia_smi_list || {
-    tail -n 20 "$ROLL_LOG_DIR/nvidia-smi-list.txt" >>"$ROLL_STEP_LOG"
+    tail -n 20 "$ROLL_CLUSTER_LOG_DIR/nvidia-smi-list.txt" >>"$ROLL_CLUSTER_STEP_LOG"
     fail "nvidia-smi -L failed: the NVIDIA driver does not answer; $INSTALL_HINT"
   }
   # The line format gpu_check.sh counts too: `GPU <index>: <name> (UUID: ...)`.
   while IFS= read -r line; do
     if [[ "$line" == "GPU "[0-9]* ]]; then COUNTED=$((COUNTED + 1)); fi
-  done <"$ROLL_LOG_DIR/nvidia-smi-list.txt"
+  done <"$ROLL_CLUSTER_LOG_DIR/nvidia-smi-list.txt"
   banner "nvidia-smi -L lists $COUNTED GPUs"
 }
 
@@ -55,7 +55,7 @@ count_npus() {
 
 check_settings
 # Each look starts its own log: only the latest one explains a refusal.
-: >"$ROLL_STEP_LOG"
+: >"$ROLL_CLUSTER_STEP_LOG"
 if [[ "$ACCELERATOR" == nvidia ]]; then
   : "${INSTALL_HINT:=install the NVIDIA driver}"
   run_step count_gpus "count the GPUs"

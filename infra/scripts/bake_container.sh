@@ -9,7 +9,7 @@
 #   BAKE_CONTAINER [roll-cluster-bake]   name of the throw-away container
 #   WORKSPACE_HOST_DIR (required)   host directory mounted at WORKSPACE (the training container mounts the same)
 #   WORKSPACE [/workspace]
-#   lib.sh: ROLL_LOG_DIR
+#   lib.sh: ROLL_CLUSTER_LOG_DIR
 
 : "${BAKE_CONTAINER:=roll-cluster-bake}"
 : "${WORKSPACE:=/workspace}"

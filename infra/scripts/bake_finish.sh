@@ -8,11 +8,11 @@
 # Environment (defaults in brackets):
 #   IMAGE (required)                the training image tag the commit replaces locally
 #   BAKE_CONTAINER [roll-cluster-bake]
-#   ROLL_STATE_DIR [/var/lib/roll-cluster]   baked.env records what was baked, for whoever inspects a node
-#   lib.sh: ROLL_LOG_DIR
+#   ROLL_CLUSTER_STATE_DIR [/var/lib/roll-cluster]   baked.env records what was baked, for whoever inspects a node
+#   lib.sh: ROLL_CLUSTER_LOG_DIR
 
 : "${BAKE_CONTAINER:=roll-cluster-bake}"
-: "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
+: "${ROLL_CLUSTER_STATE_DIR:=/var/lib/roll-cluster}"
 
 check_settings() {
   require_env IMAGE
@@ -31,8 +31,8 @@ commit_requirements() {
 }
 
 flush_disks() {
-  mkdir -p "$ROLL_STATE_DIR"
-  write_file_if_changed "$ROLL_STATE_DIR/baked.env" "$(
+  mkdir -p "$ROLL_CLUSTER_STATE_DIR"
+  write_file_if_changed "$ROLL_CLUSTER_STATE_DIR/baked.env" "$(
     printf 'image=%s\n' "$IMAGE"
     printf 'baked_at=%s' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   )"

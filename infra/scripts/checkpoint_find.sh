@@ -2,7 +2,7 @@
 # The newest complete checkpoint of a job, by the framework's own layout. Defines functions only: the job step
 # (job_submit.sh) ships latest_checkpoint into the head's container (`declare -f`) and runs it there, where the
 # checkpoint directory is. Upstream layouts at the pinned refs (ROLL 8eb27cc, verl v0.7.0, OpenRLHF v0.10.2 with
-# DeepSpeed v0.18.9, MindSpeed-RL 62e9928 with Megatron-LM core_r0.8.0); ../shared/reference/frameworks-at-runtime.md.
+# DeepSpeed v0.18.9, MindSpeed-RL 62e9928 with Megatron-LM core_r0.8.0); verified-facts#checkpoint-layouts.
 
 # latest_checkpoint LAYOUT DIR [WORLD] [STAGING]: prints the newest complete checkpoint under DIR, or nothing (also
 # when DIR does not exist). WORLD: OpenRLHF's actor GPU count, one ZeRO optimizer shard each (0: not checked, ZeRO
@@ -14,14 +14,15 @@ latest_checkpoint() {
   case $layout in
     roll)
       # <dir>/<YYYYmmdd-HHMMSS>/checkpoint-<N>/: ROLL adds the launch's timestamp to checkpoint_config.output_dir
-      # (roll/configs/base_config.py:303-307) and uploads each role's checkpoint-N there
-      # (roll/utils/upload_utils.py:28-33); with async_upload false the driver uploads
-      # pipeline/worker_state_pipeline.json after every worker's upload returned (roll/pipeline/base_pipeline.py:
-      # 113-131). That marker alone is not proof: CheckpointManager.upload swallows a failed copy
-      # (roll/utils/checkpoint_manager.py:101-115) and deletes the local copy only after copytree succeeded. So a
+      # (roll/configs/base_config.py) and uploads each role's checkpoint-N there
+      # (roll/utils/upload_utils.py); with async_upload false the driver uploads
+      # pipeline/worker_state_pipeline.json after every worker's upload returned (roll/pipeline/base_pipeline.py).
+      # That marker alone is not proof: CheckpointManager.upload swallows a failed copy
+      # (roll/utils/checkpoint_manager.py) and deletes the local copy only after copytree succeeded. So a
       # checkpoint counts as complete only when its marker is there AND no local copy of that step is left under
       # STAGING/<worker or pipeline>/checkpoint-N (on the shared storage, or the one node's data dir, so the head
       # sees every worker's). Newest launch first, then the highest step.
+      # see verified-facts#checkpoint-find-base-config
       for c in "$dir"/*/checkpoint-*; do
         [[ ${c%/checkpoint-*} =~ /[0-9]{8}-[0-9]{6}$ && ${c##*/checkpoint-} =~ ^[0-9]+$ ]] || continue
         [[ -s $c/pipeline/worker_state_pipeline.json ]] || continue
@@ -36,7 +37,8 @@ latest_checkpoint() {
       ;;
     verl)
       # <dir>/global_step_<N>/: data.pt is written after actor/ (and critic/) were saved
-      # (verl/trainer/ppo/ray_trainer.py:938-989); max_actor_ckpt_to_keep empties older steps' actor/.
+      # (verl/trainer/ppo/ray_trainer.py); max_actor_ckpt_to_keep empties older steps' actor/.
+      # see verified-facts#checkpoint-find-ray-trainer
       for c in "$dir"/global_step_*; do
         n=${c##*/global_step_}
         [[ $n =~ ^[0-9]+$ && -s $c/data.pt ]] || continue
@@ -46,12 +48,13 @@ latest_checkpoint() {
       done
       ;;
     openrlhf)
-      # <dir>/_actor/global_step<N>/: one DeepSpeed tag per save (openrlhf/trainer/ppo_trainer.py:394); rank 0
-      # writes _actor/latest after its own shards only (deepspeed/runtime/engine.py:3831-3838), so `latest` can
+      # <dir>/_actor/global_step<N>/: one DeepSpeed tag per save (openrlhf/trainer/ppo_trainer.py); rank 0
+      # writes _actor/latest after its own shards only (deepspeed/runtime/engine.py), so `latest` can
       # name a tag other ranks are still writing. Every tag is judged by its files: mp_rank_00_model_states.pt
       # and, with ZeRO, WORLD optimizer shards; with a critic, _critic/<same tag> saved too. The highest step
       # wins; the entrypoint then points both `latest` files at it (DeepSpeed loads the tag `latest` names:
-      # deepspeed/runtime/engine.py:3430-3435, OpenRLHF passes none: trainer/ray/ppo_actor.py:546-550).
+      # deepspeed/runtime/engine.py, OpenRLHF passes none: trainer/ray/ppo_actor.py).
+      # see verified-facts#checkpoint-find-ppo-trainer
       for c in "$dir"/_actor/global_step*; do
         tag=${c##*/}
         [[ $tag =~ ^global_step[0-9]+$ ]] || continue

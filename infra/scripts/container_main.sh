@@ -10,7 +10,7 @@
 # (`docker logs` shows the same lines).
 #
 # `ray stop` kills every process whose command line contains the name of one of Ray's own scripts, and this text is
-# this process's command line: it must never name them (tests/test_runtime_reliability.py checks).
+# this process's command line: it must never name them (tests/scripts/test_runtime_reliability.py checks).
 # This text is the same for every cluster and every setting (settings live in the record), so changing a setting
 # never recreates the container. It is deliberately plain bash: no Ray import, whatever Ray version the image has.
 # The container's command is ray_launch.sh (launch_recorded_ray, the start the Ray steps use) followed by this

@@ -23,7 +23,7 @@
 #   CLONE_TIMEOUT_S [600], ARCHIVE_TIMEOUT_S [900], PIP_TIMEOUT_S [3600]   bounds for one attempt
 #   CONTAINER_WAIT_TIMEOUT_S [120]   bound for the container to be running
 #   CODE_MARKER [<CODE_DIR>.roll-cluster-code]   the marker file, in the container
-#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR
 
 : "${CODE_ARCHIVE_URL:=}"
 : "${CODE_MIRROR_REPO:=}"
@@ -214,9 +214,9 @@ clear_code_dir() {
 # git_checkout_once [REPO]: one fetch of CODE_REF from REPO (default CODE_REPO) into CODE_DIR.
 git_checkout_once() {
   local output repo=${1:-$CODE_REPO}
-  printf '+ git fetch %s %s into %s\n' "$repo" "$CODE_REF" "$CODE_DIR" >>"$ROLL_STEP_LOG"
+  printf '+ git fetch %s %s into %s\n' "$repo" "$CODE_REF" "$CODE_DIR" >>"$ROLL_CLUSTER_STEP_LOG"
   output=$(run_in_container container_git_checkout "$repo" "$CODE_REF" "$CODE_DIR" "$CLONE_TIMEOUT_S" \
-    2>>"$ROLL_STEP_LOG") || return $?
+    2>>"$ROLL_CLUSTER_STEP_LOG") || return $?
   FETCHED_COMMIT=${output##*$'\n'}
 }
 

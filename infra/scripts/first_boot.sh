@@ -20,7 +20,7 @@
 #   METADATA_URL [http://100.100.100.200/latest/meta-data]   ECS metadata; source-address names the mirror host
 #   AUTO_INSTALL_SCRIPT [auto_install_v4.0.sh]   file under <source-address>/opsx/ecs/linux/binary/script/; v4.0
 #                               takes DRIVER CUDA CUDNN IS_INSTALL_RDMA IS_INSTALL_eRDMA (Alibaba's Compute Nest
-#                               quickstart init_gpu.sh; ../shared/reference/alibaba-cloud-verified.md 2.1). Its log
+#                               quickstart init_gpu.sh; verified-facts#first-boot-alibaba-cloud-verified). Its log
 #                               and markers (ALL INSTALL OK / INSTALL FAIL in auto_install.log) and its reboot are
 #                               documented for v3.x and UNCONFIRMED for v4.0 (same file, 2.2; no copy of v4.0 or
 #                               page on it found: docs/verified-facts.md 2)
@@ -31,12 +31,12 @@
 #   FABRIC_MANAGER_REPO [https://developer.download.nvidia.com/compute/cuda/repos]   NVIDIA's CUDA repository;
 #                               <repo>/rhel8/x86_64/ (Alibaba Cloud Linux 3), <repo>/ubuntu2204/x86_64/ (Ubuntu
 #                               22.04); the file name depends on the driver branch (fabric_manager_main below)
-#   ROLL_STATE_DIR [/var/lib/roll-cluster]  state shared with gpu_check.sh (below)
+#   ROLL_CLUSTER_STATE_DIR [/var/lib/roll-cluster]  state shared with gpu_check.sh (below)
 #   BOOT_ID_FILE [/proc/sys/kernel/random/boot_id]   identifies the current boot; a reboot changes it
 #   DRIVER_INSTALL_UNIT [roll-cluster-gpu-driver-install]   transient systemd unit the installer runs in
-#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR
 #
-# State under ROLL_STATE_DIR, read by gpu_check.sh:
+# State under ROLL_CLUSTER_STATE_DIR, read by gpu_check.sh:
 #   driver-install.started   boot_id, started_at: the installer was launched (a second run skips)
 #   driver-install.done      exit_status, boot_id, finished_at: the installer process ended
 #   driver-install.failed    why the installer could not be started (e.g. the download failed)
@@ -60,19 +60,19 @@
 : "${METADATA_URL:=http://100.100.100.200/latest/meta-data}"
 : "${AUTO_INSTALL_SCRIPT:=auto_install_v4.0.sh}"
 : "${AUTO_INSTALL_DIR:=/root/auto_install}"
-: "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
+: "${ROLL_CLUSTER_STATE_DIR:=/var/lib/roll-cluster}"
 : "${BOOT_ID_FILE:=/proc/sys/kernel/random/boot_id}"
 : "${DRIVER_INSTALL_UNIT:=roll-cluster-gpu-driver-install}"
 
-SHIM_DIR=$ROLL_STATE_DIR/reboot-shims
-STARTED_MARKER=$ROLL_STATE_DIR/driver-install.started
-DONE_MARKER=$ROLL_STATE_DIR/driver-install.done
-FAILED_MARKER=$ROLL_STATE_DIR/driver-install.failed
-REBOOT_REQUEST=$ROLL_STATE_DIR/reboot-requested
-INSTALLER_OUTPUT=$ROLL_STATE_DIR/driver-installer-output.log
-INSTALLER_WRAPPER=$ROLL_STATE_DIR/run-driver-installer.sh
-PRESENT_MARKER=$ROLL_STATE_DIR/driver-present
-FABRIC_MANAGER_FAILED=$ROLL_STATE_DIR/fabric-manager.failed
+SHIM_DIR=$ROLL_CLUSTER_STATE_DIR/reboot-shims
+STARTED_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-install.started
+DONE_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-install.done
+FAILED_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-install.failed
+REBOOT_REQUEST=$ROLL_CLUSTER_STATE_DIR/reboot-requested
+INSTALLER_OUTPUT=$ROLL_CLUSTER_STATE_DIR/driver-installer-output.log
+INSTALLER_WRAPPER=$ROLL_CLUSTER_STATE_DIR/run-driver-installer.sh
+PRESENT_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-present
+FABRIC_MANAGER_FAILED=$ROLL_CLUSTER_STATE_DIR/fabric-manager.failed
 
 check_settings() {
   case $GPU_DRIVER in
@@ -84,7 +84,7 @@ check_settings() {
     true | false) ;;
     *) fail "FABRIC_MANAGER must be true or false, got '$FABRIC_MANAGER'" ;;
   esac
-  mkdir -p "$ROLL_STATE_DIR" "$AUTO_INSTALL_DIR"
+  mkdir -p "$ROLL_CLUSTER_STATE_DIR" "$AUTO_INSTALL_DIR"
 }
 
 # The host key the program generated for this node, so that its SSH clients verify the node instead of trusting
@@ -123,7 +123,7 @@ install_ssh_host_key() {
 }
 
 # access.sshPublicKey for root, through user data rather than an ECS key pair: ImportKeyPair does not accept
-# ed25519 (ImportKeyPair API reference; ../shared/reference/alibaba-cloud-verified.md 1.1), user data works for
+# ed25519 (ImportKeyPair API reference; verified-facts#first-boot-alibaba-cloud-verified-2), user data works for
 # every type sshd accepts (same file, 1.2).
 authorize_ssh_key() {
   local file=$ROOT_SSH_DIR/authorized_keys
@@ -326,7 +326,7 @@ fabric_manager_main() {
 }
 
 write_fabric_manager_installer() {
-  write_file_if_changed "$ROLL_STATE_DIR/install-fabric-manager.sh" "$(
+  write_file_if_changed "$ROLL_CLUSTER_STATE_DIR/install-fabric-manager.sh" "$(
     printf '#!/bin/bash\n# Written by roll-cluster first_boot.sh: installs nvidia-fabricmanager after the driver.\n'
     printf 'set -euo pipefail\n'
     declare -f fabric_manager_main
@@ -342,7 +342,7 @@ write_fabric_manager_installer() {
 start_installer() {
   local fabric_manager=''
   if [[ "$FABRIC_MANAGER" == true ]]; then
-    fabric_manager=$ROLL_STATE_DIR/install-fabric-manager.sh
+    fabric_manager=$ROLL_CLUSTER_STATE_DIR/install-fabric-manager.sh
   fi
   write_file_if_changed "$INSTALLER_WRAPPER" "$(
     printf '#!/bin/bash\n# Written by roll-cluster first_boot.sh: runs the GPU driver installer with reboots deferred.\n'

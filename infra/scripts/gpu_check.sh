@@ -18,24 +18,24 @@
 # Environment (defaults in brackets): EXPECTED_GPUS (required, >= 1), GPU_DRIVER [auto-install],
 #   FABRIC_MANAGER [false] (true on 8-GPU NVSwitch types: nvidia-fabricmanager must be enabled and running),
 #   COUNT_KEY [the instance type] what says how many GPUs there are, named in the messages,
-#   AUTO_INSTALL_DIR [/root/auto_install], ROLL_STATE_DIR [/var/lib/roll-cluster],
+#   AUTO_INSTALL_DIR [/root/auto_install], ROLL_CLUSTER_STATE_DIR [/var/lib/roll-cluster],
 #   BOOT_ID_FILE [/proc/sys/kernel/random/boot_id]. The state files are described in first_boot.sh.
 
 : "${GPU_DRIVER:=auto-install}"
 : "${FABRIC_MANAGER:=false}"
 : "${AUTO_INSTALL_DIR:=/root/auto_install}"
-: "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
+: "${ROLL_CLUSTER_STATE_DIR:=/var/lib/roll-cluster}"
 : "${BOOT_ID_FILE:=/proc/sys/kernel/random/boot_id}"
 : "${COUNT_KEY:=the instance type}"
 
 INSTALL_LOG=$AUTO_INSTALL_DIR/auto_install.log
-STARTED_MARKER=$ROLL_STATE_DIR/driver-install.started
-DONE_MARKER=$ROLL_STATE_DIR/driver-install.done
-FAILED_MARKER=$ROLL_STATE_DIR/driver-install.failed
-REBOOT_REQUEST=$ROLL_STATE_DIR/reboot-requested
-INSTALLER_OUTPUT=$ROLL_STATE_DIR/driver-installer-output.log
-PRESENT_MARKER=$ROLL_STATE_DIR/driver-present
-FABRIC_MANAGER_FAILED=$ROLL_STATE_DIR/fabric-manager.failed
+STARTED_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-install.started
+DONE_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-install.done
+FAILED_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-install.failed
+REBOOT_REQUEST=$ROLL_CLUSTER_STATE_DIR/reboot-requested
+INSTALLER_OUTPUT=$ROLL_CLUSTER_STATE_DIR/driver-installer-output.log
+PRESENT_MARKER=$ROLL_CLUSTER_STATE_DIR/driver-present
+FABRIC_MANAGER_FAILED=$ROLL_CLUSTER_STATE_DIR/fabric-manager.failed
 
 check_settings() {
   require_int EXPECTED_GPUS

@@ -15,20 +15,20 @@
 #   INSECURE_REGISTRIES ['']      host:port of the pull cache this node pulls through over plain HTTP inside the
 #                                  security group (infra/pull_cache.py): listed in daemon.json's insecure-registries,
 #                                  beside any the host already lists; the one this step added before is removed
-#                                  when it changes or is emptied (recorded in ROLL_STATE_DIR)
+#                                  when it changes or is emptied (recorded in ROLL_CLUSTER_STATE_DIR)
 #   IMAGE ['']                     the training image: a node whose running dockerd already has it needs no cache,
 #                                  and its insecure-registries is left as it is (no dockerd restart under a running
 #                                  container when the cache is turned on or off, or the cluster grows past 32 nodes)
 #   DOCKER_START_TIMEOUT_S [120]   bound for dockerd to answer after a (re)start
 #   PARALLEL_GUNZIP_PACKAGE [pigz] the package that puts `unpigz` on dockerd's PATH (best effort, see below)
 #   YUM_REPOS_DIR [/etc/yum.repos.d], APT_SOURCES_DIR [/etc/apt/sources.list.d], APT_KEYRINGS_DIR [/etc/apt/keyrings]
-#   ROLL_STATE_DIR [/var/lib/roll-cluster]   remembers the daemon.json Docker was last restarted with
+#   ROLL_CLUSTER_STATE_DIR [/var/lib/roll-cluster]   remembers the daemon.json Docker was last restarted with
 #   NVIDIA_RUNTIME [1]             0: no NVIDIA Container Toolkit and runtime (Ascend NPUs are passed as devices)
 #   KEEP_EXISTING_DOCKER [0]       1 (your own hosts): a docker or nvidia-ctk already on the host is used as it is,
 #                                  never reinstalled, replaced (docker.io by docker-ce) or upgraded; only what is
 #                                  missing is installed (then the OS must be Alibaba Cloud Linux 3 or Ubuntu)
 #   lib.sh: OS_RELEASE_FILE, PACKAGE_LOCK_TIMEOUT_S, YUM_PID_FILE, PACKAGE_MANAGER_PROCESSES, APT_LOCK_FILES,
-#           RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+#           RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR
 
 : "${DOCKER_CE_MIRROR:=https://mirrors.aliyun.com/docker-ce}"
 : "${NVIDIA_CT_MIRROR:=https://mirrors.aliyun.com/libnvidia-container}"
@@ -43,7 +43,7 @@
 : "${YUM_REPOS_DIR:=/etc/yum.repos.d}"
 : "${APT_SOURCES_DIR:=/etc/apt/sources.list.d}"
 : "${APT_KEYRINGS_DIR:=/etc/apt/keyrings}"
-: "${ROLL_STATE_DIR:=/var/lib/roll-cluster}"
+: "${ROLL_CLUSTER_STATE_DIR:=/var/lib/roll-cluster}"
 
 : "${NVIDIA_RUNTIME:=1}"
 : "${KEEP_EXISTING_DOCKER:=0}"
@@ -53,7 +53,7 @@ TOOLKIT_PACKAGES=(nvidia-container-toolkit)
 DOCKER_PACKAGES=()
 DAEMON_JSON_CHANGED=0
 # The digest of the daemon.json dockerd was last (re)started with by this script: a restart is due when it differs.
-APPLIED_CONFIG_RECORD=$ROLL_STATE_DIR/docker-daemon-json.applied
+APPLIED_CONFIG_RECORD=$ROLL_CLUSTER_STATE_DIR/docker-daemon-json.applied
 
 check_settings() {
   require_int DOCKER_START_TIMEOUT_S
@@ -186,7 +186,7 @@ install_parallel_gunzip() {
   if install_packages_once "$PARALLEL_GUNZIP_PACKAGE" && package_installed "$PARALLEL_GUNZIP_PACKAGE"; then
     banner "installed $PARALLEL_GUNZIP_PACKAGE: dockerd decompresses layers with unpigz"
   else
-    banner "WARNING: $PARALLEL_GUNZIP_PACKAGE could not be installed (log: $ROLL_STEP_LOG); pulls decompress layers with Docker's own gzip, about half as fast"
+    banner "WARNING: $PARALLEL_GUNZIP_PACKAGE could not be installed (log: $ROLL_CLUSTER_STEP_LOG); pulls decompress layers with Docker's own gzip, about half as fast"
   fi
 }
 
@@ -256,7 +256,7 @@ configure_pull_concurrency() {
 # insecure-registries, and nothing else of the program's: the addresses this step added last time (its record) are
 # replaced, the host's own kept. dockerd reads the list at start only: a change restarts it (start_docker).
 configure_insecure_registries() {
-  local record="$ROLL_STATE_DIR/insecure-registries.added" previous='' result
+  local record="$ROLL_CLUSTER_STATE_DIR/insecure-registries.added" previous='' result
   if [[ -f "$record" ]]; then previous=$(cat -- "$record"); fi
   if [[ -z "$INSECURE_REGISTRIES" && -z "$previous" ]]; then
     banner "no pull cache to reach over plain HTTP; skipped"
@@ -269,7 +269,7 @@ configure_insecure_registries() {
   fi
   result=$(python3 "$HELPER_DAEMON_JSON" replace-owned "$DOCKER_DAEMON_JSON" insecure-registries "$previous" \
     "$INSECURE_REGISTRIES")
-  mkdir -p -- "$ROLL_STATE_DIR"
+  mkdir -p -- "$ROLL_CLUSTER_STATE_DIR"
   write_file_if_changed "$record" "$INSECURE_REGISTRIES"
   if [[ "$result" == unchanged ]]; then
     banner "insecure-registries already lists '${INSECURE_REGISTRIES}' in $DOCKER_DAEMON_JSON; skipped"
@@ -309,7 +309,7 @@ start_docker() {
     banner "docker was running with another configuration: restarting it"
     logged systemctl restart docker
   fi
-  mkdir -p "$ROLL_STATE_DIR"
+  mkdir -p "$ROLL_CLUSTER_STATE_DIR"
   write_file_if_changed "$APPLIED_CONFIG_RECORD" "$digest"
 }
 

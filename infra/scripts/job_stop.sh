@@ -55,7 +55,7 @@ stop_job() {
 forget_ended_job() {
   case $1 in
     STOPPED | FAILED)
-      job_client delete >>"$ROLL_STEP_LOG" 2>&1 ||
+      job_client delete >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 ||
         fail "could not delete the ended job $JOB_ID from Ray (a later submission of the same configuration would be refused)"
       banner "deleted job $JOB_ID ($1) from Ray: its id can be submitted again"
       ;;

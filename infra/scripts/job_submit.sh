@@ -138,8 +138,8 @@ prepare_job() {
 
 check_before_submit() {
   collect_container_env
-  printf '+ %s\n' "$JOB_PRE_SUBMIT_CHECK" >>"$ROLL_STEP_LOG"
-  exec_with_env -w "$JOB_WORKDIR" -- bash -c "$JOB_PRE_SUBMIT_CHECK" >>"$ROLL_STEP_LOG" 2>&1 ||
+  printf '+ %s\n' "$JOB_PRE_SUBMIT_CHECK" >>"$ROLL_CLUSTER_STEP_LOG"
+  exec_with_env -w "$JOB_WORKDIR" -- bash -c "$JOB_PRE_SUBMIT_CHECK" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 ||
     fail "the pre-submit check failed, the job was not submitted: $JOB_PRE_SUBMIT_CHECK"
 }
 
@@ -150,7 +150,7 @@ find_checkpoint() {
   # shellcheck disable=SC2016 # "$@" expands in the container's shell
   found=$(docker exec "$CONTAINER_NAME" bash -c "$(declare -f latest_checkpoint)"$'\n''latest_checkpoint "$@"' \
     find "$JOB_CHECKPOINT_LAYOUT" "$JOB_CHECKPOINT_DIR" "$JOB_CHECKPOINT_WORLD" "$JOB_CHECKPOINT_STAGING" \
-    2>>"$ROLL_STEP_LOG") ||
+    2>>"$ROLL_CLUSTER_STEP_LOG") ||
     fail "could not look for checkpoints of job $JOB_ID under $JOB_CHECKPOINT_DIR in container $CONTAINER_NAME"
   if [[ -z "$found" ]]; then
     banner "job $JOB_ID starts fresh: no complete $JOB_CHECKPOINT_LAYOUT checkpoint under $JOB_CHECKPOINT_DIR"
@@ -185,8 +185,8 @@ mark_job_submitted() {
 # once that node is marked dead, runs. Anything else (the entrypoint ran and failed) is not retried.
 supervisor_lost() {
   local message
-  message=$(job_client message 2>>"$ROLL_STEP_LOG") || return 1
-  printf 'job message: %s\n' "$message" >>"$ROLL_STEP_LOG"
+  message=$(job_client message 2>>"$ROLL_CLUSTER_STEP_LOG") || return 1
+  printf 'job message: %s\n' "$message" >>"$ROLL_CLUSTER_STEP_LOG"
   grep -q -e 'its node has died' -e 'node was terminated unexpectedly' <<<"$message" &&
     grep -q -e 'never ran' <<<"$message"
 }
@@ -274,7 +274,7 @@ wait_first_step() {
       PENDING | NOT_FOUND) phase=pending ;;
       RUNNING | SUCCEEDED)
         read_log=true
-        log=$(job_client logs 2>>"$ROLL_STEP_LOG") || { log='' read_log=false; }
+        log=$(job_client logs 2>>"$ROLL_CLUSTER_STEP_LOG") || { log='' read_log=false; }
         step=$(first_step_in "$log")
         if [[ -n "$step" ]]; then
           banner "job $JOB_ID reached training step $step, ${SECONDS}s after this step started"

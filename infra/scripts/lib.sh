@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shared helpers for every node step. Sourced (prepended) before each step script by infra/node/remote.py.
 # Contract for step scripts:
-#   - ROLL_STEP names the step (set by the renderer); every line printed carries it with a UTC timestamp,
+#   - ROLL_CLUSTER_STEP names the step (set by the renderer); every line printed carries it with a UTC timestamp,
 #     so `pulumi up` shows where each node is.
 #   - Failures are loud: the step name, the failing command and the tail of the step's log.
 #   - Waits poll a condition with a bound; nothing sleeps a fixed time hoping something is ready.
@@ -9,22 +9,22 @@
 # function ends the script silently (set -e exits before the caller's trap runs) and the user sees no step name.
 set -Eeuo pipefail
 
-: "${ROLL_STEP:=step}"
+: "${ROLL_CLUSTER_STEP:=step}"
 : "${NODE_NAME:=$(hostname)}"
-ROLL_LOG_DIR=${ROLL_LOG_DIR:-/var/log/roll-cluster}
+ROLL_CLUSTER_LOG_DIR=${ROLL_CLUSTER_LOG_DIR:-/var/log/roll-cluster}
 # Not root (a local step, the tests): the default log directory cannot be made; a private temporary one serves.
-mkdir -p "$ROLL_LOG_DIR" 2>/dev/null || ROLL_LOG_DIR=$(mktemp -d)
-ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}.log"
+mkdir -p "$ROLL_CLUSTER_LOG_DIR" 2>/dev/null || ROLL_CLUSTER_LOG_DIR=$(mktemp -d)
+ROLL_CLUSTER_STEP_LOG="$ROLL_CLUSTER_LOG_DIR/${ROLL_CLUSTER_STEP}.log"
 
 banner() {
-  printf '[%s] [%s] %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$ROLL_STEP" "$*"
+  printf '[%s] [%s] %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$ROLL_CLUSTER_STEP" "$*"
 }
 
 # fail MESSAGE [LOGFILE]: stop the step, naming it, with the tail of LOGFILE (default: the step log).
 fail() {
-  local message=$1 logfile=${2:-$ROLL_STEP_LOG}
+  local message=$1 logfile=${2:-$ROLL_CLUSTER_STEP_LOG}
   {
-    printf '[%s] [%s] %s: FAILED: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$ROLL_STEP" "$message"
+    printf '[%s] [%s] %s: FAILED: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$ROLL_CLUSTER_STEP" "$message"
     if [[ -s "$logfile" ]]; then
       printf -- '--- last 40 lines of %s ---\n' "$logfile"
       tail -n 40 "$logfile"
@@ -65,8 +65,8 @@ require_env() {
 # logged CMD...: run CMD with its output appended to the step log; on failure fail with the log tail.
 logged() {
   local status=0
-  printf '+ %s\n' "$*" >>"$ROLL_STEP_LOG"
-  "$@" >>"$ROLL_STEP_LOG" 2>&1 || status=$?
+  printf '+ %s\n' "$*" >>"$ROLL_CLUSTER_STEP_LOG"
+  "$@" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 || status=$?
   if ((status != 0)); then
     fail "'$*' exited $status"
   fi
@@ -208,8 +208,8 @@ run_step() {
 # log_cmd CMD...: run CMD with its output appended to the step log and return its status. The variant of `logged`
 # for use under retry (logged fails the step at the first error).
 log_cmd() {
-  printf '+ %s\n' "$*" >>"$ROLL_STEP_LOG"
-  "$@" >>"$ROLL_STEP_LOG" 2>&1
+  printf '+ %s\n' "$*" >>"$ROLL_CLUSTER_STEP_LOG"
+  "$@" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
 }
 
 # require_int VAR...: every named variable must be a non-negative integer (timeouts, counts).
@@ -383,7 +383,7 @@ install_packages_once() {
 
 # install_watcher WHAT UNIT DESCRIPTION AFTER RESTART_S STATE_DIR ACTION SETTING...: keep a copy of this step's text
 # (lib.sh and the scripts after it: BASH_EXECUTION_STRING of `bash -c`) and the named settings in STATE_DIR, and run
-# the copy with ACTION (NAME=value, e.g. SPOT_ACTION=watch) and this step's ROLL_STEP as a service that comes back
+# the copy with ACTION (NAME=value, e.g. SPOT_ACTION=watch) and this step's ROLL_CLUSTER_STEP as a service that comes back
 # with the host: the systemd unit UNIT (restarted RESTART_S after it ends; started after the units AFTER), or
 # without systemd a detached process (its pid in STATE_DIR/watch.pid, its output in STATE_DIR/watch.log) that
 # replaces the one an earlier install started. WHAT names the watcher in the banners.
@@ -405,7 +405,7 @@ Description=$description
 After=$after
 
 [Service]
-ExecStart=/bin/bash -c '. $state_dir/settings.env && $action ROLL_STEP=$ROLL_STEP exec bash $state_dir/watcher.sh'
+ExecStart=/bin/bash -c '. $state_dir/settings.env && $action ROLL_CLUSTER_STEP=$ROLL_CLUSTER_STEP exec bash $state_dir/watcher.sh'
 Restart=always
 RestartSec=$restart_s
 
@@ -421,7 +421,7 @@ UNIT
     # The redirections on the whole background subshell, which execs the watcher (so $! is the watcher): had the
     # subshell kept the step's stdout, the SSH session of the step would never end (seen on the real-host tier).
     # shellcheck source=/dev/null # written just above
-    (. "$state_dir/settings.env" && export "${action:?}" "ROLL_STEP=$ROLL_STEP" &&
+    (. "$state_dir/settings.env" && export "${action:?}" "ROLL_CLUSTER_STEP=$ROLL_CLUSTER_STEP" &&
       exec setsid bash -- "$state_dir/watcher.sh") </dev/null >>"$state_dir/watch.log" 2>&1 &
     echo $! >"$state_dir/watch.pid"
     banner "$what running (no systemd: process $(cat -- "$state_dir/watch.pid"))"
@@ -451,7 +451,7 @@ run_in_container() {
   function_name=$1
   shift
   docker exec "${exec_flags[@]}" ${EXEC_ENV[@]+"${EXEC_ENV[@]}"} "$CONTAINER_NAME" \
-    bash -c "set -euo pipefail; $(declare -f "$function_name"); $function_name \"\$@\"" "roll-cluster-$ROLL_STEP" "$@"
+    bash -c "set -euo pipefail; $(declare -f "$function_name"); $function_name \"\$@\"" "roll-cluster-$ROLL_CLUSTER_STEP" "$@"
 }
 
 container_running() {

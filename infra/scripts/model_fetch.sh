@@ -18,7 +18,7 @@
 #   CONTAINER_PYTHON [python3], CONTAINER_WAIT_TIMEOUT_S [120]
 #   CLIENT_WAIT_TIMEOUT_S [900] how long to wait for the hub client in the container: ModelScope's may come with
 #                               the framework's requirements, which the code step installs beside this one
-#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR
 
 : "${JOB_WORKDIR:=}"
 : "${CONTAINER_PYTHON:=python3}"
@@ -76,9 +76,9 @@ fetch_once() {
     FETCH_STATUS=124
     return 0
   fi
-  printf '+ fetch %s %s %s\n' "$1" "$2" "${3:-(default endpoint)}" >>"$ROLL_STEP_LOG"
+  printf '+ fetch %s %s %s\n' "$1" "$2" "${3:-(default endpoint)}" >>"$ROLL_CLUSTER_STEP_LOG"
   bounded "$limit" run_in_container -i container_fetch_model "$CONTAINER_PYTHON" "$1" "$2" "$3" "$JOB_WORKDIR" \
-    <"$HELPER_MODEL_DOWNLOAD" >>"$ROLL_STEP_LOG" 2>&1 || status=$?
+    <"$HELPER_MODEL_DOWNLOAD" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 || status=$?
   # Not worth retrying: the hub refused the model (2), the client is missing (3), the bound is spent (124).
   if ((status == 2 || status == 3 || status == 124)); then
     FETCH_STATUS=$status

@@ -9,7 +9,7 @@
 #
 # Counting: `npu-smi info` prints two table rows per NPU, the first `| <id>  <name, e.g. 910B4> | <health> ...`
 # and the second `| <chip> | <bus id> ...`; the process table below starts its rows with two numbers. So an NPU is
-# a row whose first cell is a number followed by a name that has a letter (../shared/reference/mindspeed-rl.md 4.4;
+# a row whose first cell is a number followed by a name that has a letter (verified-facts#npu-lib-mindspeed-rl;
 # the sample there is third-party and UNCONFIRMED as Huawei's official format).
 
 : "${NPU_SMI_PATHS:=/usr/local/sbin/npu-smi /usr/local/bin/npu-smi}"
@@ -17,7 +17,7 @@
 : "${NPU_SMI_TIMEOUT_S:=60}"
 
 NPU_SMI=''
-NPU_SMI_OUTPUT="$ROLL_LOG_DIR/npu-smi-info.txt"
+NPU_SMI_OUTPUT="$ROLL_CLUSTER_LOG_DIR/npu-smi-info.txt"
 
 find_npu_smi() {
   local candidate
@@ -45,7 +45,7 @@ npu_smi_info() {
 NPUS_LISTED=0
 count_listed_npus() {
   retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" npu_smi_info || {
-    tail -n 20 "$NPU_SMI_OUTPUT" >>"$ROLL_STEP_LOG"
+    tail -n 20 "$NPU_SMI_OUTPUT" >>"$ROLL_CLUSTER_STEP_LOG"
     fail "npu-smi info failed: the NPU driver does not answer; $INSTALL_HINT"
   }
   # grep exits 1 when it counts no row; the count (0) is what the callers check.

@@ -9,7 +9,7 @@
 #   DEVICES (required)           device files passed into the container, space-separated
 #   DRIVER_PATHS (required)      driver files and directories mounted into the container, space-separated
 #   npu_lib.sh (rendered before this script): NPU_SMI_PATHS, INSTALL_HINT, NPU_SMI_TIMEOUT_S; how NPUs are counted
-#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR
 
 : "${COUNT_KEY:=the configuration}"
 
@@ -22,7 +22,7 @@ check_settings() {
 count_npus() {
   count_listed_npus
   if ((NPUS_LISTED != EXPECTED_NPUS)); then
-    cat "$NPU_SMI_OUTPUT" >>"$ROLL_STEP_LOG"
+    cat "$NPU_SMI_OUTPUT" >>"$ROLL_CLUSTER_STEP_LOG"
     fail "npu-smi info lists $NPUS_LISTED NPUs, but $COUNT_KEY says $EXPECTED_NPUS: correct it to this host's NPUs (or repair the NPUs npu-smi does not list)"
   fi
   banner "npu-smi info lists $NPUS_LISTED NPUs, as expected"

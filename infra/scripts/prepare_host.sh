@@ -9,7 +9,7 @@
 #                                DISK_BY_ID_DIR/virtio-<serial> (virtio families) or
 #                                DISK_BY_ID_DIR/nvme-Alibaba_Cloud_Elastic_Block_Storage_<serial> (NVMe families such
 #                                as gn8v), else in SYS_BLOCK_DIR/<dev>/serial or <dev>/device/serial (Alibaba's CSI
-#                                driver, pkg/disk/device_manager.go; ../shared/reference/alibaba-cloud-verified.md 3.2)
+#                                driver, pkg/disk/device_manager.go; verified-facts#prepare-host-alibaba-cloud-verified)
 #   DATA_DISK_DEVICE ['']        an explicit block device instead (hosts whose layout is known); with neither set,
 #                                DATA_MOUNT is a plain directory on the system disk
 #   DISK_BY_ID_DIR [/dev/disk/by-id], SYS_BLOCK_DIR [/sys/block], DEV_DIR [/dev]   where disks are looked up
@@ -34,7 +34,7 @@
 #   NAS_MOUNT_OPTIONS [vers=3,nolock,proto=tcp,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport]
 #                                (Alibaba's NFS v3 recommendation; fstab adds _netdev,nofail)
 #   FSTAB_FILE [/etc/fstab]
-#   lib.sh: OS_RELEASE_FILE, PACKAGE_LOCK_TIMEOUT_S, RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR and the lock paths
+#   lib.sh: OS_RELEASE_FILE, PACKAGE_LOCK_TIMEOUT_S, RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR and the lock paths
 
 : "${CLOUD_INIT_TIMEOUT_S:=900}"
 : "${CLOUD_INIT_BOOT_FINISHED:=/var/lib/cloud/instance/boot-finished}"

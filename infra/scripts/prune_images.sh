@@ -22,7 +22,7 @@ prune_old_images() {
   repository=$(image_repository)
   while read -r reference; do
     if [[ -z "$reference" || "$reference" == "$IMAGE" || "$reference" == *":<none>" ]]; then continue; fi
-    if docker image rm -- "$reference" >>"$ROLL_STEP_LOG" 2>&1; then
+    if docker image rm -- "$reference" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1; then
       removed=$((removed + 1))
       banner "removed the older image $reference"
     else

@@ -21,7 +21,7 @@
 #   CACHE_WARM_TIMEOUT_S [3600]      bound for one fill of the cache
 #   CACHE_PLATFORM_ARCH ['']         the platform picked from a multi-platform image (empty: this host's)
 #   REGISTRY_USERNAME [''], REGISTRY_PASSWORD ['']   the upstream's credentials (a private registry)
-#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR, SYSTEMD_UNIT_DIR, SYSTEMD_RUN_DIR, package manager settings
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR, SYSTEMD_UNIT_DIR, SYSTEMD_RUN_DIR, package manager settings
 
 : "${CACHE_PORT:=5000}"
 : "${CACHE_UNIT:=roll-pull-cache}"
@@ -197,14 +197,14 @@ platform_arch() {
 # and fetches nothing.
 warm_once() {
   CACHE_URL="http://$CACHE_LISTEN_ADDR:$CACHE_PORT" CACHE_ARCH=$(platform_arch) \
-    timeout "$CACHE_WARM_TIMEOUT_S" python3 "$HELPER_PULL_CACHE_WARM" >>"$ROLL_STEP_LOG" 2>&1
+    timeout "$CACHE_WARM_TIMEOUT_S" python3 "$HELPER_PULL_CACHE_WARM" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
 }
 
 warm_cache() {
   local started=$SECONDS
   retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" warm_once ||
     fail "filling the pull cache with $CACHE_REPOSITORY from $CACHE_UPSTREAM failed after $RETRY_ATTEMPTS attempts"
-  banner "$(tail -n 1 -- "$ROLL_STEP_LOG") in $((SECONDS - started))s"
+  banner "$(tail -n 1 -- "$ROLL_CLUSTER_STEP_LOG") in $((SECONDS - started))s"
 }
 
 check_settings

@@ -20,7 +20,7 @@
 #   CHECK_IMAGE_ARCH [0]             1: fail unless the image is built for this host's CPU (an amd64 image on an
 #                                    arm64 Ascend server would only fail later, with `exec format error`). Docker
 #                                    pulls the host's own platform of a multi-platform image by itself.
-#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_LOG_DIR
+#   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR
 
 : "${REGISTRY_USERNAME:=}"
 : "${REGISTRY_PASSWORD:=}"
@@ -57,8 +57,9 @@ registry_host() {
 
 # Every docker call below takes IMAGE (or its registry host) after `--`: the Docker CLI's flag parser (cobra/pflag)
 # ends the flags there, so a value starting with "-" is an operand, never an option (docker/cli v29.7.2-16-g28f7560
-# vendor/github.com/spf13/pflag/flag.go:1145-1150; checked with Docker CLI 28.2.2: `docker pull -- -q` answers
+# vendor/github.com/spf13/pflag/flag.go; checked with Docker CLI 28.2.2: `docker pull -- -q` answers
 # "invalid reference format").
+# see verified-facts#pull-image-flag
 image_present() {
   docker image inspect -- "$IMAGE" >/dev/null 2>&1
 }
@@ -66,7 +67,7 @@ image_present() {
 # One login attempt; the password reaches docker through a pipe from printf, a shell builtin (no argv anywhere).
 registry_login_once() {
   printf '%s' "$REGISTRY_PASSWORD" \
-    | docker login --username "$REGISTRY_USERNAME" --password-stdin -- "$REGISTRY_HOST" >>"$ROLL_STEP_LOG" 2>&1
+    | docker login --username "$REGISTRY_USERNAME" --password-stdin -- "$REGISTRY_HOST" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
 }
 
 # layers_done FILE: "D of T layers done" from docker pull's output so far. Without a terminal the Docker CLI prints
@@ -81,8 +82,8 @@ layers_done() {
 # pull_once [REFERENCE]: one pull attempt of REFERENCE (default IMAGE), bounded by PULL_TIMEOUT_S, with a progress
 # line every PULL_PROGRESS_S on the step's output and in its log; docker's own output goes to the step log.
 pull_once() {
-  local reference=${1:-$IMAGE} pid status=0 started=$SECONDS next output="$ROLL_STEP_LOG.pull"
-  printf '+ timeout %s docker pull -- %s\n' "$PULL_TIMEOUT_S" "$reference" >>"$ROLL_STEP_LOG"
+  local reference=${1:-$IMAGE} pid status=0 started=$SECONDS next output="$ROLL_CLUSTER_STEP_LOG.pull"
+  printf '+ timeout %s docker pull -- %s\n' "$PULL_TIMEOUT_S" "$reference" >>"$ROLL_CLUSTER_STEP_LOG"
   : >"$output"
   timeout "$PULL_TIMEOUT_S" docker pull -- "$reference" >>"$output" 2>&1 &
   pid=$!
@@ -95,7 +96,7 @@ pull_once() {
     sleep 1
   done
   wait "$pid" || status=$?
-  cat -- "$output" >>"$ROLL_STEP_LOG"
+  cat -- "$output" >>"$ROLL_CLUSTER_STEP_LOG"
   rm -f -- "$output"
   return "$status"
 }
@@ -104,7 +105,7 @@ pull_progress() {
   local line
   line="still pulling $IMAGE: ${1}s so far, $(layers_done "$2") (this attempt ends at ${PULL_TIMEOUT_S}s)"
   banner "$line"
-  banner "$line" >>"$ROLL_STEP_LOG"
+  banner "$line" >>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 # pull_through_cache: IMAGE pulled as PULL_CACHE/CACHE_REPOSITORY, tagged IMAGE, the cache's name removed.
@@ -162,7 +163,7 @@ host_docker_arch() {
 check_image_arch() {
   local image_arch host_arch
   host_arch=$(host_docker_arch)
-  image_arch=$(docker image inspect --format '{{.Architecture}}' -- "$IMAGE" 2>>"$ROLL_STEP_LOG") ||
+  image_arch=$(docker image inspect --format '{{.Architecture}}' -- "$IMAGE" 2>>"$ROLL_CLUSTER_STEP_LOG") ||
     fail "could not read the architecture of $IMAGE"
   [[ "$image_arch" == "$host_arch" ]] ||
     fail "$IMAGE is built for $image_arch, but this host is $host_arch ($(uname -m)): use an image for $host_arch (Ascend 910B servers are arm64)"

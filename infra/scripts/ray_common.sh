@@ -29,7 +29,7 @@ container_is_running() {
 # require_container: fail the step unless the training container runs.
 require_container() {
   local state
-  if ! state=$(container_state 2>>"$ROLL_STEP_LOG"); then
+  if ! state=$(container_state 2>>"$ROLL_CLUSTER_STEP_LOG"); then
     fail "container $CONTAINER_NAME does not exist on this host (the container step creates it)"
   fi
   [[ "$state" == true ]] || fail "container $CONTAINER_NAME exists but is not running (Running=$state)"
@@ -52,10 +52,11 @@ collect_container_env() {
 
 # add_jemalloc_preload: with RAY_PRELOAD_JEMALLOC=1, start Ray with the container's jemalloc in LD_PRELOAD: sets
 # ray_preload, which record_ray_start records (RAY_PRELOAD) and launch_recorded_ray applies, so a restart after a
-# reboot preloads it too. MindSpeed-RL's install guide (docs/zh/install_guide.md:149-165) asks for it so that
+# reboot preloads it too. MindSpeed-RL's install guide (docs/zh/install_guide.md) asks for it so that
 # Ray's processes return memory; its paths: /usr/lib/<arch>-linux-gnu from Ubuntu's libjemalloc2, /usr/local/lib
 # from a source build, /usr/lib64 from openEuler's jemalloc package. Only Ray gets it, not every command on the
 # host. (JEMALLOC_CANDIDATES is overridable for tests only.)
+# see verified-facts#ray-common-install-guide
 JEMALLOC_CANDIDATES=${JEMALLOC_CANDIDATES:-'/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2'}
 ray_preload=''
 add_jemalloc_preload() {
@@ -114,7 +115,7 @@ ray_processes() {
 
 ray_local_gcs_addresses() {
   timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec -i "$CONTAINER_NAME" python3 - gcs <"$HELPER_RAY_PROCESSES" \
-    2>>"$ROLL_STEP_LOG" ||
+    2>>"$ROLL_CLUSTER_STEP_LOG" ||
     fail "could not list the Ray processes in container $CONTAINER_NAME (is python3 there?)"
 }
 
@@ -138,7 +139,7 @@ job_client() {
 
 # job_state: prints the job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED) or NOT_FOUND.
 job_state() {
-  job_client state 2>>"$ROLL_STEP_LOG"
+  job_client state 2>>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 # job_log_tail: append the last 40 lines of the job's log to the step log, where fail shows them.
@@ -150,7 +151,7 @@ job_log_tail() {
   {
     printf -- '--- last 40 lines of the log of Ray job %s ---\n' "$JOB_ID"
     tail -n 40 <<<"$log"
-  } >>"$ROLL_STEP_LOG"
+  } >>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 # ---- the recorded Ray settings (issue 11: changes applied, reboots survived) ----
@@ -195,7 +196,7 @@ ray_settings_text() {
 recorded_ray_settings() {
   # shellcheck disable=SC2016 # $1 expands in the container's shell
   timeout -k 5 "${PROBE_TIMEOUT_S:-30}" docker exec "$CONTAINER_NAME" sh -c 'if [ -e "$1" ]; then cat -- "$1"; fi' \
-    read-settings "$RAY_RECORD_DIR/settings" 2>>"$ROLL_STEP_LOG"
+    read-settings "$RAY_RECORD_DIR/settings" 2>>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 # settings_differences OLD NEW: the names of the settings that differ ("--object-store-memory", "RAY_GENERATION",
@@ -268,7 +269,7 @@ pause_ray_supervision() {
   # shellcheck disable=SC2016 # $1 and $2 expand in the container's shell
   timeout -k 5 360 docker exec "$CONTAINER_NAME" sh -c \
     ': >"$1" && mkdir -p "$(dirname "$2")" && if command -v flock >/dev/null 2>&1; then flock "$2" true; fi' \
-    pause "$RAY_PAUSE_FILE" "$RAY_RECORD_DIR/supervisor.lock" >>"$ROLL_STEP_LOG" 2>&1 ||
+    pause "$RAY_PAUSE_FILE" "$RAY_RECORD_DIR/supervisor.lock" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 ||
     fail "could not pause the supervision of Ray in container $CONTAINER_NAME"
 }
 
@@ -276,7 +277,7 @@ pause_ray_supervision() {
 # pause file left (it is on the container's /dev/shm, which a restart clears), so nothing is left to resume; any
 # other failure would leave Ray unsupervised and is loud.
 resume_ray_supervision() {
-  docker exec "$CONTAINER_NAME" rm -f -- "$RAY_PAUSE_FILE" 2>>"$ROLL_STEP_LOG" || ! container_is_running ||
+  docker exec "$CONTAINER_NAME" rm -f -- "$RAY_PAUSE_FILE" 2>>"$ROLL_CLUSTER_STEP_LOG" || ! container_is_running ||
     fail "could not resume the supervision of Ray in container $CONTAINER_NAME (remove $RAY_PAUSE_FILE there)"
 }
 

@@ -38,7 +38,7 @@ gcs_answers() {
 
 wait_until_ready() {
   local started=$SECONDS status=0 remaining reason
-  local lines_file="$ROLL_LOG_DIR/$ROLL_STEP.lines"
+  local lines_file="$ROLL_CLUSTER_LOG_DIR/$ROLL_CLUSTER_STEP.lines"
   poll_until "$READY_TIMEOUT_S" 1 gcs_answers ||
     fail "the Ray GCS $HEAD_IP:$GCS_PORT is unreachable after ${READY_TIMEOUT_S}s"
   remaining=$((READY_TIMEOUT_S - (SECONDS - started)))
@@ -49,7 +49,7 @@ wait_until_ready() {
   timeout "$((remaining + 120))" docker exec -i "$CONTAINER_NAME" python3 - <"$HELPER_RAY_READY" \
     "$HEAD_IP:$GCS_PORT" "$EXPECTED_NODE_IPS" "$GPUS_PER_NODE" "$remaining" "$READY_POLL_INTERVAL_S" "$ACCELERATOR_RESOURCE" \
     "$HEAD_GPUS" "$RAY_RECORD_DIR" \
-    2>>"$ROLL_STEP_LOG" | banner_lines "$lines_file" || status=$?
+    2>>"$ROLL_CLUSTER_STEP_LOG" | banner_lines "$lines_file" || status=$?
   if ((status != 0)); then
     reason=$(tail -n 1 "$lines_file")
     [[ "$reason" == "not ready: "* ]] || reason="the check exited $status (last said: ${reason:-nothing})"

@@ -75,7 +75,7 @@ server_log_tail() {
   {
     printf -- '--- last 40 lines of %s/server.log in %s ---\n' "$REWARD_STATE_DIR" "$CONTAINER_NAME"
     docker exec "$CONTAINER_NAME" tail -n 40 "$REWARD_STATE_DIR/server.log" 2>&1
-  } >>"$ROLL_STEP_LOG"
+  } >>"$ROLL_CLUSTER_STEP_LOG"
 }
 
 start_reward_server() {
@@ -143,7 +143,7 @@ stop_reward_servers() {
     return 0
   fi
   stopped=$(docker exec "$CONTAINER_NAME" bash -c "$(declare -f reward_stop_all); reward_stop_all $REWARD_STATE_PREFIX" \
-    2>>"$ROLL_STEP_LOG") || fail "could not stop the reward servers in $CONTAINER_NAME"
+    2>>"$ROLL_CLUSTER_STEP_LOG") || fail "could not stop the reward servers in $CONTAINER_NAME"
   if [[ -z "$stopped" ]]; then
     banner "no reward server runs in $CONTAINER_NAME"
     return 0

@@ -3,18 +3,18 @@
 # acts inside the training container with docker exec). Rendered AFTER fetch_code.sh in the same step, and only
 # when the rendered config needs it (RollAdapter.code): fetch_code.sh has checked out ROLL in CODE_DIR, installed
 # its requirements and left its functions defined; this script does what ROLL's own run script does by hand before
-# the launcher (examples/qwen2.5-7B-agentic_megatron/run_agentic_pipeline_webshop.sh:2, 6-7 at ROLL 8eb27cc):
+# the launcher (examples/qwen2.5-7B-agentic_megatron/run_agentic_pipeline_webshop.sh at ROLL 8eb27cc):
 #   1. third_party/webshop-minimal, ROLL's git submodule (.gitmodules: ZihanWang314/webshop-minimal, pinned at
 #      ec82552): a git checkout already has it (fetch_code.sh's `git submodule update --init`); a checkout from
 #      the archive has an empty folder, so the submodule's own commit is fetched there (git, then its archive).
-#      ROLL puts that folder on sys.path itself (roll/pipeline/agentic/env/__init__.py:30-43); nothing is built:
+#      ROLL puts that folder on sys.path itself (roll/pipeline/agentic/env/__init__.py); nothing is built:
 #      the Lucene indexes and the small product data are files of the repository (webshop_minimal/search_engine/,
-#      webshop_minimal/data/small/), and ROLL's WebShopEnv loads the small data set (env/webshop/env.py:8).
+#      webshop_minimal/data/small/), and ROLL's WebShopEnv loads the small data set (env/webshop/env.py).
 #   2. `pip install -r third_party/webshop-minimal/requirements.txt` (pyserini, spacy, flask, ...).
-#   3. `python -m spacy download en_core_web_sm` (webshop_minimal/goal.py:9 loads it at import).
+#   3. `python -m spacy download en_core_web_sm` (webshop_minimal/goal.py loads it at import).
 # First of all the container is checked for a Java runtime: webshop_minimal imports pyserini's LuceneSearcher
-# (webshop_minimal/engine.py:16), which runs Lucene in a JVM; ROLL's images have OpenJDK 21 with JAVA_HOME set
-# (docker/Dockerfile.torch260.vllm:51-52, docker/Dockerfile.torch280:18-19), and nothing here installs one.
+# (webshop_minimal/engine.py), which runs Lucene in a JVM; ROLL's images have OpenJDK 21 with JAVA_HOME set
+# (docker/Dockerfile.torch260.vllm, docker/Dockerfile.torch280), and nothing here installs one.
 # Idempotent: <CODE_DIR>.roll-cluster-webshop records the container, index and model it installed for; a
 # recreated container installs again.
 #
@@ -24,6 +24,7 @@
 #   WEBSHOP_ARCHIVE_URL ['']         .tar.gz of that commit, used when git fails; empty: no fallback
 #   WEBSHOP_SPACY_MODEL [en_core_web_sm]
 #   WEBSHOP_IMAGE [unknown]          the training image, named when it has no Java runtime
+# see verified-facts#roll-env-setup-run-agentic-pipeline-webshop
 
 : "${WEBSHOP_ARCHIVE_URL:=}"
 : "${WEBSHOP_SPACY_MODEL:=en_core_web_sm}"
@@ -58,9 +59,9 @@ check_java() {
 }
 
 webshop_git_once() {
-  printf '+ git fetch %s %s into %s\n' "$WEBSHOP_REPO" "$WEBSHOP_COMMIT" "$WEBSHOP_PATH" >>"$ROLL_STEP_LOG"
+  printf '+ git fetch %s %s into %s\n' "$WEBSHOP_REPO" "$WEBSHOP_COMMIT" "$WEBSHOP_PATH" >>"$ROLL_CLUSTER_STEP_LOG"
   run_in_container container_git_checkout "$WEBSHOP_REPO" "$WEBSHOP_COMMIT" "$WEBSHOP_PATH" "$CLONE_TIMEOUT_S" \
-    >>"$ROLL_STEP_LOG" 2>&1
+    >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
 }
 
 webshop_archive_once() {

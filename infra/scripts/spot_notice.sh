@@ -3,7 +3,7 @@
 #
 # Alibaba announces the release of a spot instance about 5 minutes ahead in the instance metadata:
 # `instance/spot/termination-time` answers the time then, and nothing (or 404) before
-# (../shared/reference/alibaba-cloud.md:116-118; the exact answer while safe is UNCONFIRMED, both are handled).
+# (verified-facts#spot-notice-alibaba-cloud; the exact answer while safe is UNCONFIRMED, both are handled).
 # SPOT_ACTION=install keeps a copy of this step's text (BASH_EXECUTION_STRING) and runs it as a service (systemd;
 # else a detached process: install_watcher in lib.sh) with SPOT_ACTION=watch, which polls the metadata every
 # SPOT_POLL_S and, on a notice, writes RECLAIM_DIR/NODE_NAME with the termination time.

@@ -64,7 +64,7 @@ modelscope_files() {
 read_files() {
   local file
   for file in "${FILES[@]}"; do
-    if ! cat -- "$file" >/dev/null 2>>"$ROLL_STEP_LOG"; then
+    if ! cat -- "$file" >/dev/null 2>>"$ROLL_CLUSTER_STEP_LOG"; then
       printf '%s\n' "$file" >"$READ_ERROR_FILE"
       return 1
     fi

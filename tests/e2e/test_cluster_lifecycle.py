@@ -235,7 +235,7 @@ def run_teardown(network: TestNetwork, env: Mapping[str, str]) -> CommandResult:
     # As `pulumi destroy` runs it on the admin's machine, whose home holds the stack's known-hosts file.
     local_env = {**os.environ, **env, "PATH": f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
                  "HOME": str(ADMIN_HOME),
-                 "ROLL_LOG_DIR": str(network.client_bin.parent / "teardown-logs")}
+                 "ROLL_CLUSTER_LOG_DIR": str(network.client_bin.parent / "teardown-logs")}
     return RunningCommand("the admin machine", ["bash", "infra/scripts/local/teardown.sh"],
                           env=local_env, cwd=str(REPO)).wait(300)
 

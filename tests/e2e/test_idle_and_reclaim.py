@@ -7,8 +7,8 @@ program's own autostop step (its `create`, as pulumi-command runs it over SSH) a
 notice watcher installed on the worker by the program's spot-notice step, `jobStatus` run as the user runs it, and
 curl/openssl signing the ECS call on the head.
 
-Stand-ins: Alibaba's metadata service and ECS endpoint (tests/alibaba_standin.py, on the bridge address the hosts
-reach, 198.18.0.1; never an outside address), the NAS (one directory of the test machine mounted at /mnt/shared on
+Stand-ins: Alibaba's metadata service and ECS endpoint (tests/helpers/alibaba_standin.py, on the bridge address the
+hosts reach, 198.18.0.1; never an outside address), the NAS (one directory of the test machine mounted at /mnt/shared on
 both hosts), `docker` (fake_docker.sh) and systemd: the test hosts have none, so the autostop step takes its own
 no-systemd path (the same script, with the same settings, as a detached process; the systemd unit would run that
 script with those settings too). The endpoints and poll periods reach the scripts as environment variables the
@@ -176,7 +176,7 @@ def test_after_a_pause_and_a_restart_the_watcher_waits_the_whole_time_again(
     # The resume: a new boot, and the service starts as the host comes up (as systemd would: the kept copy with the
     # kept settings; the test hosts have no systemd, so it is started here the way the no-systemd install does).
     network.run(head, f"echo boot-2 >{BOOT_ID_FILE}; (. {WATCHER_STATE}/settings.env && export AUTOSTOP_ACTION=watch "
-                      f"ROLL_STEP=autostop && exec setsid bash {WATCHER_STATE}/watcher.sh) </dev/null "
+                      f"ROLL_CLUSTER_STEP=autostop && exec setsid bash {WATCHER_STATE}/watcher.sh) </dev/null "
                       f">>{WATCHER_STATE}/watch.log 2>&1 & echo $! >{WATCHER_STATE}/watch.pid").check()
     wait_until("the booted watcher waiting for the step", lambda: watcher_log(network, head),
                lambda log: "this host booted since the step installed the watcher" in log, timeout=60)

@@ -7,7 +7,7 @@ to the requester, one stores it in the background: registry/proxy/proxyblobstore
 many nodes then pull.
 
 Self-contained: its own daemons (each with its own data root, exec root, socket and pidfile, and no bridge, iptables
-or forwarding: ../shared/reference/real-docker.md), its own loopback ports and a root under /var/tmp, all stopped and
+or forwarding: see verified-facts#real-docker-here), its own loopback ports and a root under /var/tmp, all stopped and
 removed at the end. Run it under the real-host tier's lock:
     flock /tmp/rce2e.lock .venv/bin/python -m pytest -q -p no:cacheprovider tests/e2e/test_pull_cache.py
 It installs what it needs from Debian's packages when missing (docker.io, docker-registry, busybox-static).
@@ -214,7 +214,7 @@ def _cache_env(w: World) -> dict[str, str]:
         "CACHE_DIR": str(w.root / "pull-cache"),
         "REGISTRY_USERNAME": "e2e-user",
         "REGISTRY_PASSWORD": SECRET,
-        "ROLL_LOG_DIR": str(w.root / "cache-logs"),
+        "ROLL_CLUSTER_LOG_DIR": str(w.root / "cache-logs"),
         "NODE_NAME": "node-0",
         # No systemd on this machine: the step runs the cache as a detached process (its pid in CACHE_DIR).
         "SYSTEMD_RUN_DIR": str(w.root / "no-systemd"),
@@ -234,7 +234,8 @@ def test_four_daemons_pull_through_the_cache_and_the_upstream_serves_each_layer_
 
     def pull(daemon: Daemon) -> subprocess.CompletedProcess[str]:
         env = {"IMAGE": w.image, "PULL_CACHE": f"127.0.0.1:{w.cache_port}", "CACHE_REPOSITORY": IMAGE_PATH,
-               "ROLL_LOG_DIR": str(daemon.root / "logs"), "NODE_NAME": daemon.root.name, "CHECK_IMAGE_ARCH": "1"}
+               "ROLL_CLUSTER_LOG_DIR": str(daemon.root / "logs"), "NODE_NAME": daemon.root.name,
+               "CHECK_IMAGE_ARCH": "1"}
         return _step("pull-image", ["pull_image.sh"], env,
                      {"DOCKER_HOST": daemon.host, "DOCKER_CONFIG": str(daemon.root / "cli")})
 
@@ -291,7 +292,8 @@ def test_the_caches_teardown_stops_it_and_removes_its_data(world: World) -> None
     started = _step("pull-cache", ["pull_cache.sh"], _cache_env(w))
     assert started.returncode == 0, started.stdout + started.stderr
     pid = int((w.root / "pull-cache" / "registry.pid").read_text().strip())
-    env = {"CACHE_DIR": str(w.root / "pull-cache"), "ROLL_LOG_DIR": str(w.root / "cache-logs"), "NODE_NAME": "node-0",
+    env = {"CACHE_DIR": str(w.root / "pull-cache"), "ROLL_CLUSTER_LOG_DIR": str(w.root / "cache-logs"),
+           "NODE_NAME": "node-0",
            "SYSTEMD_RUN_DIR": str(w.root / "no-systemd")}
     step = _step("pull-cache-delete", ["pull_cache_stop.sh"], env)
     assert step.returncode == 0, step.stdout + step.stderr

@@ -41,7 +41,7 @@ def run_teardown_delete(network: TestNetwork, resource: Registered) -> CommandRe
     """A local teardown's delete as pulumi-command runs it (from the old state's inputs) on the admin machine."""
     env = {**os.environ, **{k: str(v) for k, v in unwrap(resource.inputs["environment"]).items()},
            "PATH": f"{network.client_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(ADMIN_HOME),
-           "ROLL_LOG_DIR": str(network.client_bin.parent / "teardown-logs")}
+           "ROLL_CLUSTER_LOG_DIR": str(network.client_bin.parent / "teardown-logs")}
     delete = str(unwrap(resource.inputs["delete"]))
     return RunningCommand("the admin machine", ["bash", "-c", delete], env=env, cwd=str(REPO)).wait(300)
 

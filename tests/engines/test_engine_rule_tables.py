@@ -20,8 +20,9 @@ from infra.frameworks import ClusterShape, adapter_for
 # Which vLLM each stack's engine is (tests/engines/vllm_scheduler_rules.json `used_by`).
 ENGINE_OF = {"verl": "0.12.0", "openrlhf": "0.19.1", "ascend": "0.7.3"}
 BUDGET_RULE = "self.max_num_batched_tokens < self.max_model_len"  # the V0 crash of dev and multi (issue 27)
-# MindSpeed-RL 62e9928's example, for what the plan's values do not hold: configs/grpo_qwen25_7b_A3.yaml:95
-# (max_num_seqs); num_scheduler_steps: mindspeed_rl/config_cls/generate_config.py:74 (default 1).
+# MindSpeed-RL 62e9928's example, for what the plan's values do not hold: configs/grpo_qwen25_7b_A3.yaml
+# (max_num_seqs); num_scheduler_steps: mindspeed_rl/config_cls/generate_config.py (default 1).
+# see verified-facts#test-engine-rule-tables-grpo-qwen25-7b-a3
 MINDSPEED_EXAMPLE = {"generate_config.max_num_seqs": 1024, "generate_config.num_scheduler_steps": 1}
 
 
@@ -30,8 +31,9 @@ def job_entrypoint(stack: str, config: dict[str, Any] | None = None) -> str:
 
 
 def verl_engine(config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What verl v0.7.0 hands vLLM (verl/workers/rollout/vllm_rollout/vllm_async_server.py:294-302), max_model_len
-    being the model's max_position_embeddings whatever the config says (:198)."""
+    """What verl v0.7.0 hands vLLM (verl/workers/rollout/vllm_rollout/vllm_async_server.py), max_model_len
+    being the model's max_position_embeddings whatever the config says.
+    See verified-facts#test-engine-rule-tables-vllm-async-server."""
     composed = compose_verl(module_arguments(job_entrypoint("verl", config), "verl.trainer.main_ppo"))
     rollout = composed["actor_rollout_ref"]["rollout"]
     model = MODEL_CONFIGS[composed["actor_rollout_ref"]["model"]["path"]]
@@ -41,18 +43,20 @@ def verl_engine(config: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def openrlhf_engine() -> dict[str, Any]:
-    """What OpenRLHF 0.10.2 hands vLLM: max_model_len = --data.max_len (openrlhf/cli/train_ppo_ray.py:55, 74;
-    trainer/ray/vllm_engine.py:271), nothing about batching or chunked prefill (vLLM's defaults)."""
+    """What OpenRLHF 0.10.2 hands vLLM: max_model_len = --data.max_len (openrlhf/cli/train_ppo_ray.py;
+    trainer/ray/vllm_engine.py), nothing about batching or chunked prefill (vLLM's defaults).
+    See verified-facts#test-engine-rule-tables-train-ppo-ray."""
     arguments = module_arguments(job_entrypoint("openrlhf"), "openrlhf.cli.train_ppo_ray")
     args = run_openrlhf_cli("train_ppo_ray.py", arguments)
     return {"max_model_len": args.data.max_len}
 
 
 def mindspeed_engine(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What MindSpeed-RL 62e9928 hands vLLM's LLM (mindspeed_rl/models/rollout/vllm_engine.py:159-173 from
-    workers/actor_hybrid_worker.py:366-386): max_model_len, max_num_seqs, num_scheduler_steps; no
+    """What MindSpeed-RL 62e9928 hands vLLM's LLM (mindspeed_rl/models/rollout/vllm_engine.py from
+    workers/actor_hybrid_worker.py): max_model_len, max_num_seqs, num_scheduler_steps; no
     max_num_batched_tokens (the YAML's generate_config.max_num_batched_tokens is never passed) and no chunked prefill
-    (vLLM 0.7.3's V0 turns it on by itself only above 32K tokens on CUDA; vllm-ascend is not CUDA)."""
+    (vLLM 0.7.3's V0 turns it on by itself only above 32K tokens on CUDA; vllm-ascend is not CUDA).
+    See verified-facts#test-engine-rule-tables-vllm-engine."""
     training = TrainingConfig.model_validate({
         "framework": "mindspeed-rl",
         "mindspeedRl": {"exampleConfig": "grpo_qwen25_7b_A3", "tokenizerPath": "/mnt/shared/models/Qwen2.5-7B",
@@ -92,15 +96,16 @@ def test_every_other_shipped_stacks_engine_passes_its_vllm_rule_table(stack: str
 
 
 def test_the_rule_table_fails_a_verl_job_without_chunked_prefill() -> None:
-    """The table can fail: verl gives vLLM the model's 32768 tokens (vllm_async_server.py:198) against its
-    max_num_batched_tokens 8192, so without chunked prefill vLLM would refuse to start."""
+    """The table can fail: verl gives vLLM the model's 32768 tokens (vllm_async_server.py) against its
+    max_num_batched_tokens 8192, so without chunked prefill vLLM would refuse to start.
+    See verified-facts#test-engine-rule-tables-vllm-async-server-2."""
     off = verl_engine({"roll-cluster:training": {"overrides": {
         "actor_rollout_ref.rollout.enable_chunked_prefill": False}}})
     assert budget_rule(verdicts(ENGINE_OF["verl"], off)).violated is True
 
 
 def test_the_rule_table_fails_a_mindspeed_job_with_more_sequences_than_tokens() -> None:
-    """vLLM 0.7.3 fills max_num_batched_tokens with max(max_model_len, 2048) (vllm/config.py:1536) and refuses it
-    below max_num_seqs (:1586)."""
+    """vLLM 0.7.3 fills max_num_batched_tokens with max(max_model_len, 2048) (vllm/config.py) and refuses it
+    below max_num_seqs. See verified-facts#test-engine-rule-tables-config."""
     found = verdicts(ENGINE_OF["ascend"], mindspeed_engine({"generate_config.max_num_seqs": 8192}))
     assert [v.line for v in found if v.violated] == [1586]

@@ -1,4 +1,4 @@
-"""The engine venv builder (tests/engines/engine_venv.py): reused by the digest of its requirements, and a build that
+"""The engine venv builder (tests/helpers/engine_venv.py): reused by the digest of its requirements, and a build that
 cannot happen says why and leaves nothing behind."""
 
 from __future__ import annotations

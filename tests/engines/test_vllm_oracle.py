@@ -1,11 +1,12 @@
 """vLLM's own configuration checks as the oracle for every shipped ROLL stack: the arguments each vLLM worker of
 the rendered YAML hands vLLM (as ROLL 8eb27cc's vllm strategy builds them) go through vLLM 0.8.4's
-EngineArgs.create_engine_config, the version ROLL's torch260 image installs (docker/Dockerfile.torch260.vllm:27),
-with only the device stood in (tests/engines/vllm_oracle.py). The venv is built by the test itself, outside the
-clone (tests/engines/engine_venv.py); where it cannot be (no package index) the tests skip saying why, and under
+EngineArgs.create_engine_config, the version ROLL's torch260 image installs (docker/Dockerfile.torch260.vllm),
+with only the device stood in (tests/helpers/vllm_oracle.py). The venv is built by the test itself, outside the
+clone (tests/helpers/engine_venv.py); where it cannot be (no package index) the tests skip saying why, and under
 CI (`CI` set) they fail instead.
 
-What this does not cover: whether the KV cache fits in memory, kernels chosen at run time (docs/testing.md)."""
+What this does not cover: whether the KV cache fits in memory, kernels chosen at run time (docs/testing.md).
+See verified-facts#test-vllm-oracle-dockerfile-torch260."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from tools.vllm_scheduler_rules import read_sources, scheduler_table
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 REQUIREMENTS = HERE / "requirements-vllm-0.8.4.txt"
-ORACLE = HERE / "vllm_oracle.py"
+ORACLE = HERE.parent / "helpers" / "vllm_oracle.py"
 ROLL_STACKS = ("dev", "multi", "large", "hosts")
 ORACLE_TIMEOUT_S = 15 * 60  # importing torch and vLLM on 2 busy cores
 
@@ -54,7 +55,7 @@ def engine_python() -> Path:
 
 
 def ask_vllm(python: Path, cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """vLLM's answer for each case, by name (tests/engines/vllm_oracle.py, run in the engine venv)."""
+    """vLLM's answer for each case, by name (tests/helpers/vllm_oracle.py, run in the engine venv)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PYTHON", "CUDA_"))}
     result = subprocess.run([str(python), str(ORACLE)], input=json.dumps(cases), capture_output=True, text=True,
                             timeout=ORACLE_TIMEOUT_S, env=env, cwd=HERE)
@@ -74,9 +75,9 @@ def model_folder(root: Path, model_id: str) -> str:
 
 def roll_engine_args(pipeline: dict[str, Any], worker: dict[str, Any], model_dir: str) -> tuple[str, dict[str, Any]]:
     """VLLM_USE_V1 and the AsyncEngineArgs a ROLL 8eb27cc vLLM worker builds from its section of the YAML:
-    roll/distributed/strategy/vllm_strategy.py:70-130 (initialize) then roll/third_party/vllm/__init__.py:48-60
+    roll/distributed/strategy/vllm_strategy.py (initialize) then roll/third_party/vllm/__init__.py
     (create_async_llm). The model is the folder holding the test's config.json; skip_tokenizer_init stands in for
-    the tokenizer files that folder lacks."""
+    the tokenizer files that folder lacks. See verified-facts#test-vllm-oracle-vllm-strategy."""
     strategy_config = (worker.get("strategy_args") or {}).get("strategy_config") or {}
     vllm_config = copy.deepcopy(strategy_config)
     use_v1 = str(vllm_config.pop("VLLM_USE_V1", 1))
@@ -207,7 +208,8 @@ def test_vllm_refuses_todays_dev_and_the_plans_own_rule_agrees_case_by_case(engi
         plan_refuses = bool(v0_budget_problems("actor_infer", strategy_config))
         assert plan_refuses == (not answers[name]["ok"]), (name, answers[name])
         # The rule table generated from vLLM 0.8.4's source (what judges the engines that cannot run here) agrees
-        # with vLLM itself. V0 turns chunked prefill on only above 32K tokens (arg_utils.py:1572-1600).
+        # with vLLM itself. V0 turns chunked prefill on only above 32K tokens (arg_utils.py).
+        # see verified-facts#test-vllm-oracle-arg-utils
         max_model_len = strategy_config.get("max_model_len", MODEL_CONFIGS[pipeline["pretrain"]][
             "max_position_embeddings"])
         chunked = strategy_config.get("enable_chunked_prefill", max_model_len > 32768)

@@ -22,16 +22,16 @@
 #   GPUS_MISSING_GRACE_S [120]  how long fewer GPUs than expected are tolerated once the driver is up
 #   SSH_PROBE_TIMEOUT_S [60]  bound on one ssh probe (a hung session is cut and counts as an ssh failure)
 #   NODE_NAME [HOST]          shown in every line
-#   ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]   local log of probes and ssh errors
+#   ROLL_CLUSTER_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]   local log of probes and ssh errors
 #   Node-side overrides, forwarded to gpu_check.sh when set (tests point them into a temp dir):
-#   AUTO_INSTALL_DIR, ROLL_STATE_DIR, BOOT_ID_FILE, COUNT_KEY, and NODE_LOG_DIR (the node's ROLL_LOG_DIR).
+#   AUTO_INSTALL_DIR, ROLL_CLUSTER_STATE_DIR, BOOT_ID_FILE, COUNT_KEY, and NODE_LOG_DIR (the node's ROLL_CLUSTER_LOG_DIR).
 # Portable to bash 3.2 (macOS) and OpenSSH >= 7.6.
 
 GPU_READY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SCRIPTS_DIR=$(dirname "$GPU_READY_DIR")
-: "${ROLL_STEP:=gpu-ready}"
+: "${ROLL_CLUSTER_STEP:=gpu-ready}"
 : "${NODE_NAME:=${HOST:-}}"
-: "${ROLL_LOG_DIR:=${TMPDIR:-/tmp}/roll-cluster-logs}"
+: "${ROLL_CLUSTER_LOG_DIR:=${TMPDIR:-/tmp}/roll-cluster-logs}"
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$SCRIPTS_DIR/lib.sh"
 
@@ -47,7 +47,7 @@ source "$SCRIPTS_DIR/lib.sh"
 : "${GPUS_MISSING_GRACE_S:=120}"
 : "${SSH_PROBE_TIMEOUT_S:=60}"
 # Several nodes are polled in parallel from the same machine: one log per node.
-ROLL_STEP_LOG="$ROLL_LOG_DIR/gpu-ready-${NODE_NAME//\//_}.log"
+ROLL_CLUSTER_STEP_LOG="$ROLL_CLUSTER_LOG_DIR/gpu-ready-${NODE_NAME//\//_}.log"
 
 check_settings() {
   require_env HOST EXPECTED_GPUS KNOWN_HOSTS_FILE
@@ -83,15 +83,15 @@ render_check() {
   local name
   CHECK_SCRIPT=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-gpu-check.XXXXXX")
   {
-    printf 'export ROLL_STEP=gpu-check\n'
+    printf 'export ROLL_CLUSTER_STEP=gpu-check\n'
     printf 'export NODE_NAME=%q\n' "$NODE_NAME"
     printf 'export EXPECTED_GPUS=%q\n' "$EXPECTED_GPUS"
     printf 'export GPU_DRIVER=%q\n' "$GPU_DRIVER"
     printf 'export FABRIC_MANAGER=%q\n' "$FABRIC_MANAGER"
-    for name in AUTO_INSTALL_DIR ROLL_STATE_DIR BOOT_ID_FILE COUNT_KEY; do
+    for name in AUTO_INSTALL_DIR ROLL_CLUSTER_STATE_DIR BOOT_ID_FILE COUNT_KEY; do
       if [[ -n "${!name:-}" ]]; then printf 'export %s=%q\n' "$name" "${!name}"; fi
     done
-    if [[ -n "${NODE_LOG_DIR:-}" ]]; then printf 'export ROLL_LOG_DIR=%q\n' "$NODE_LOG_DIR"; fi
+    if [[ -n "${NODE_LOG_DIR:-}" ]]; then printf 'export ROLL_CLUSTER_LOG_DIR=%q\n' "$NODE_LOG_DIR"; fi
     strip_shebang "$SCRIPTS_DIR/lib.sh"
     strip_shebang "$SCRIPTS_DIR/gpu_check.sh"
   } >"$CHECK_SCRIPT"
@@ -116,7 +116,7 @@ run_check() {
   {
     printf '[%s] exit %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$CHECK_STATUS" "${CHECK_OUTPUT%%$'\n'*}"
     cat "$errors"
-  } >>"$ROLL_STEP_LOG"
+  } >>"$ROLL_CLUSTER_STEP_LOG"
   if ((CHECK_STATUS == 255)) && grep -q -e 'REMOTE HOST IDENTIFICATION HAS CHANGED' -e 'Host key verification failed' "$errors"; then
     rm -f "$errors"
     fail "the host key of $HOST does not match the key recorded for node $NODE_NAME in $KNOWN_HOSTS_FILE: another machine answers at this address, or the node was not booted with the program's user data; refusing to connect"
@@ -129,7 +129,7 @@ request_reboot() {
   banner "driver installed; rebooting $HOST once to load it (${CHECK_OUTPUT%%$'\n'*})"
   # shellcheck disable=SC2029  # SUDO is meant to expand here: it selects the remote command
   bounded "$SSH_PROBE_TIMEOUT_S" ssh "${SSH_OPTIONS[@]}" -- "$SSH_USER@$HOST" "${SUDO}systemctl reboot" </dev/null \
-    >>"$ROLL_STEP_LOG" 2>&1 || status=$?
+    >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 || status=$?
   ((status != 124)) || status=255
   # 255: the connection dropped because the node went down, which is what was asked for.
   if ((status != 0 && status != 255)); then

@@ -5,7 +5,7 @@
 # (additionalSecretOutputs, logging none), so the key is stable across updates and never shown; the node gets it
 # through its first-boot user data and every SSH client of the program verifies it (infra/node/known_hosts.py).
 #
-# Environment: NODE_NAME (shown in the key's comment), ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
+# Environment: NODE_NAME (shown in the key's comment), ROLL_CLUSTER_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
 set -euo pipefail
 
 : "${NODE_NAME:=node}"

@@ -19,15 +19,15 @@
 #   PULUMI_COMMAND_STDOUT ['']   this step's previous output: `login-key: <identity file> <public key>`
 #   REACH_TIMEOUT_S [20]         bound on each ssh
 #   BOOT_WAIT_S [600]            how long a node that does not answer yet (booting) is waited for
-#   NODE_NAME [HOST], ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
+#   NODE_NAME [HOST], ROLL_CLUSTER_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
 
 LOGIN_KEY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROLL_STEP=login-key
+ROLL_CLUSTER_STEP=login-key
 : "${NODE_NAME:=${HOST:-}}"
-: "${ROLL_LOG_DIR:=${TMPDIR:-/tmp}/roll-cluster-logs}"
+: "${ROLL_CLUSTER_LOG_DIR:=${TMPDIR:-/tmp}/roll-cluster-logs}"
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$LOGIN_KEY_DIR")/lib.sh"
-ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}-${NODE_NAME//\//_}.log"
+ROLL_CLUSTER_STEP_LOG="$ROLL_CLUSTER_LOG_DIR/${ROLL_CLUSTER_STEP}-${NODE_NAME//\//_}.log"
 
 : "${SSH_USER:=root}"
 : "${SSH_PORT:=22}"
@@ -89,13 +89,13 @@ on_node() {
   if [[ "$identity" == - ]]; then identity=''; fi
   while IFS= read -r line; do options+=("$line"); done < <(ssh_options "$identity")
   (
-    export ROLL_STEP=$2
+    export ROLL_CLUSTER_STEP=$2
     bounded "$((REACH_TIMEOUT_S * 3))" ssh "${options[@]}" -- "$SSH_USER@$HOST" sh -s
   )
 }
 
 logs_in_with() {
-  on_node "$1" login-key-check <<<"true" >>"$ROLL_STEP_LOG" 2>&1
+  on_node "$1" login-key-check <<<"true" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
 }
 
 # new_key_answer: sets NEW_KEY_ANSWER to `accepted` or `refused` (the node answers, but not to the new key), once the
@@ -106,8 +106,8 @@ new_key_answer() {
   errors=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-login-key-ssh.XXXXXX")
   while true; do
     status=0
-    on_node "$SSH_KEY_PATH" login-key-check <<<"true" >>"$ROLL_STEP_LOG" 2>"$errors" || status=$?
-    cat "$errors" >>"$ROLL_STEP_LOG"
+    on_node "$SSH_KEY_PATH" login-key-check <<<"true" >>"$ROLL_CLUSTER_STEP_LOG" 2>"$errors" || status=$?
+    cat "$errors" >>"$ROLL_CLUSTER_STEP_LOG"
     if ((status == 0)); then
       rm -f "$errors"
       NEW_KEY_ANSWER=accepted
@@ -121,7 +121,7 @@ new_key_answer() {
     fi
     if ((SECONDS >= deadline)); then
       rm -f "$errors"
-      fail "$HOST did not answer over SSH within ${BOOT_WAIT_S}s (last: $(tail -n 1 "$ROLL_STEP_LOG")); a key rotation needs every node running"
+      fail "$HOST did not answer over SSH within ${BOOT_WAIT_S}s (last: $(tail -n 1 "$ROLL_CLUSTER_STEP_LOG")); a key rotation needs every node running"
     fi
     sleep 5
   done
@@ -179,12 +179,12 @@ rotate() {
   new_key_answer
   if [[ "$NEW_KEY_ANSWER" == refused ]]; then
     banner "$HOST does not accept the new key yet: adding it with the previous one ($OLD_IDENTITY)"
-    install_script | on_node "$OLD_IDENTITY" login-key-install >>"$ROLL_STEP_LOG" 2>&1 ||
+    install_script | on_node "$OLD_IDENTITY" login-key-install >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 ||
       fail "could not log in to $SSH_USER@$HOST with the previous login key ($OLD_IDENTITY) to add the new access.sshPublicKey. Put the previous key back at $OLD_IDENTITY (or load it in ssh-agent) and run again, or add the new public key to $SSH_USER's ~/.ssh/authorized_keys on node $NODE_NAME yourself"
     logs_in_with "$SSH_KEY_PATH" ||
       fail "$HOST still refuses the new login key ($SSH_KEY_PATH) after it was added to $SSH_USER's authorized_keys"
   fi
-  revoke_script "$old_data" | on_node "$SSH_KEY_PATH" login-key-revoke >>"$ROLL_STEP_LOG" 2>&1 ||
+  revoke_script "$old_data" | on_node "$SSH_KEY_PATH" login-key-revoke >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 ||
     fail "could not remove the previous login key from $SSH_USER's authorized_keys on $HOST"
   banner "$HOST accepts the new login key; the previous one is removed"
 }

@@ -26,17 +26,17 @@
 #   REMOTE_COMMAND (required)    the rendered delete step
 #   REACH_ATTEMPTS [2], REACH_TIMEOUT_S [20]   probes of the node before it counts as gone
 #   TEARDOWN_TIMEOUT_S [300]     bound on the delete step itself
-#   NODE_NAME [HOST], ROLL_STEP [teardown], ROLL_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
+#   NODE_NAME [HOST], ROLL_CLUSTER_STEP [teardown], ROLL_CLUSTER_LOG_DIR [${TMPDIR:-/tmp}/roll-cluster-logs]
 #   TEARDOWN_RESOURCE ['']        the name of the local.Command running this, named in the advice of a failure
 # Portable to bash 3.2 (macOS): no `timeout` there, lib.sh's `bounded` cuts what hangs.
 
 TEARDOWN_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-: "${ROLL_STEP:=teardown}"
+: "${ROLL_CLUSTER_STEP:=teardown}"
 : "${NODE_NAME:=${HOST:-}}"
-: "${ROLL_LOG_DIR:=${TMPDIR:-/tmp}/roll-cluster-logs}"
+: "${ROLL_CLUSTER_LOG_DIR:=${TMPDIR:-/tmp}/roll-cluster-logs}"
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$TEARDOWN_DIR")/lib.sh"
-ROLL_STEP_LOG="$ROLL_LOG_DIR/${ROLL_STEP}-${NODE_NAME//\//_}.log"
+ROLL_CLUSTER_STEP_LOG="$ROLL_CLUSTER_LOG_DIR/${ROLL_CLUSTER_STEP}-${NODE_NAME//\//_}.log"
 
 : "${SSH_USER:=root}"
 : "${SSH_PORT:=22}"
@@ -134,7 +134,7 @@ known_hosts_pattern() {
 # refuse_teardown KIND ERROR: fail the step for a node that answers but refuses us, saying what to do about it.
 refuse_teardown() {
   local kind=$1 error=$2 file=$KNOWN_HOSTS_FILE key=$SSH_KEY_PATH resource=${TEARDOWN_RESOURCE:-this teardown}
-  local not_run="the node answers, so it does NOT count as gone: $ROLL_STEP did not run there, and what it stops may still be running"
+  local not_run="the node answers, so it does NOT count as gone: $ROLL_CLUSTER_STEP did not run there, and what it stops may still be running"
   if [[ -z "$file" ]]; then file="ssh's default known-hosts file (~/.ssh/known_hosts)"; fi
   if [[ -n "$HOST_PUBLIC_KEY" ]]; then file="the stack's state (this teardown's HOST_PUBLIC_KEY)"; fi
   if [[ -z "$key" ]]; then key="ssh's default keys"; fi
@@ -171,9 +171,9 @@ probe_node() {
   errors=$(mktemp "${TMPDIR:-/tmp}/roll-cluster-teardown-ssh.XXXXXX")
   for ((attempt = 1; attempt <= REACH_ATTEMPTS; attempt++)); do
     status=0
-    bounded "$REACH_TIMEOUT_S" node_answers >>"$ROLL_STEP_LOG" 2>"$errors" || status=$?
+    bounded "$REACH_TIMEOUT_S" node_answers >>"$ROLL_CLUSTER_STEP_LOG" 2>"$errors" || status=$?
     # ssh's words go to the step log too: fail shows its tail.
-    cat "$errors" >>"$ROLL_STEP_LOG"
+    cat "$errors" >>"$ROLL_CLUSTER_STEP_LOG"
     if ((status == 0)); then
       rm -f "$errors"
       return 0
@@ -217,4 +217,4 @@ if [[ "$NODE_GONE" == true ]]; then
   banner "$HOST is gone (stopped, released or unreachable: nothing answers at its address): nothing left to stop there; done"
   exit 0
 fi
-run_step run_delete "run $ROLL_STEP on $HOST"
+run_step run_delete "run $ROLL_CLUSTER_STEP on $HOST"

@@ -61,7 +61,7 @@ FAMILIES: dict[str, GpuFamily] = {
     ]
 }
 
-# Families Alibaba sells only on request (GPU families page, ../shared/reference/alibaba-real-account.md F9:
+# Families Alibaba sells only on request (GPU families page, verified-facts#catalog-alibaba-real-account:
 # gn8v, gn8is and ebmgn8v "contact Alibaba Cloud sales personnel"; gn7s "submit a ticket to apply"): an account
 # without that approval gets no instance, whatever the stock.
 ON_REQUEST: dict[str, str] = {
@@ -76,7 +76,7 @@ ON_REQUEST: dict[str, str] = {
 # Manager must be installed at the driver's version and started; Alibaba's ACK guide to custom GPU drivers takes a
 # Fabric Manager rpm with every custom driver ("The version of NVIDIA Fabric Manager must be the same as that of the
 # NVIDIA driver"). No Alibaba document found says which instance types need it inside the instance (UNCONFIRMED,
-# docs/verified-facts.md 3; ../shared/reference/alibaba-cloud-verified.md 11): the full 8-GPU shapes are
+# docs/verified-facts.md 3; verified-facts#catalog-alibaba-cloud-verified): the full 8-GPU shapes are
 # assumed to pass the NVSwitches through; smaller shapes of these families and the V100 (NVLink without NVSwitch)
 # and PCIe families are not.
 NVSWITCH_FAMILIES = ("ecs.gn7", "ecs.gn7e", "ecs.gn8v", "ecs.ebmgn8v")

@@ -47,9 +47,10 @@ def ingress_rules(args: NetworkArgs) -> list[IngressRule]:
         IngressRule("intra-udp", "udp", "1/65535", "this security group", "NCCL and Gloo between nodes"),
     ]
     # Named by the CIDR, not by its position: every field of a rule forces a new one (TF
-    # resource_alicloud_security_group_rule.go:28-107) and a replacement re-authorizes a rule that already exists
+    # resource_alicloud_security_group_rule.go) and a replacement re-authorizes a rule that already exists
     # (accepted, adds nothing), so the delete of the old resource would revoke a rule that is still wanted. By CIDR,
     # reordering changes nothing, removing one deletes exactly its rules, adding one creates its rules.
+    # see verified-facts#network-plan-security-group-rule
     for index, cidr in enumerate(args.admin_cidrs):
         key = rule_key(cidr)
         rules.append(IngressRule(f"ssh-{key}", "tcp", "22/22", cidr, "SSH from an admin CIDR", f"ssh-{index}"))

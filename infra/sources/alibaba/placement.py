@@ -168,17 +168,19 @@ def _available(config: ClusterConfig, type_name: str) -> Any:
     """The type's own availability answer, or None when it has no stock anywhere in the region.
 
     get_instance_types asks DescribeAvailableResource for the type and omits sold-out zones and types from
-    `availability_zones` (TF data_source_alicloud_instance_types.go:257-279). get_zones does not: it lists the
+    `availability_zones` (TF data_source_alicloud_instance_types.go). get_zones does not: it lists the
     zones that sell the type (DescribeZones) and drops only a zone sold out as a whole (TF
-    data_source_alicloud_zones.go:403-437), so a zone it names can still answer RunInstances with NoStock.
-    No zone and no sorted_by here: a sold-out zone makes the data source fail (TF service_alicloud_ecs.go:513-516),
+    data_source_alicloud_zones.go), so a zone it names can still answer RunInstances with NoStock.
+    No zone and no sorted_by here: a sold-out zone makes the data source fail (TF service_alicloud_ecs.go),
     and the price needs billing permission (_live_price).
+    See verified-facts#placement-instance-types.
     """
     answer = alicloud.ecs.get_instance_types(
         instance_type=type_name, instance_charge_type="PostPaid", spot_strategy=config.nodes.spot_strategy,
         # The nodes' system disk (components/alibaba/gpu_node.py): a zone without ESSD for the type is no zone for it
-        # (DescribeAvailableResource SystemDiskCategory, TF service_alicloud_ecs.go:459-460; RunInstances would
+        # (DescribeAvailableResource SystemDiskCategory, TF service_alicloud_ecs.go; RunInstances would
         # answer OperationDenied.ZoneSystemCategoryNotMatch).
+        # see verified-facts#placement-service-alicloud-ecs
         system_disk_category="cloud_essd",
     ).instance_types or []
     found = [t for t in answer if t.id == type_name and t.availability_zones]
@@ -280,9 +282,10 @@ def _live_price(type_name: str) -> Any:
     """The region's description of the type with its pay-as-you-go list price, or None.
 
     `price` is filled only with sorted_by="Price" (pulumi_alicloud ecs/outputs.py, the `price` docstring), for
-    which the provider asks BSS GetPayAsYouGoPrice (TF data_source_alicloud_instance_types.go:431-469): an account
+    which the provider asks BSS GetPayAsYouGoPrice (TF data_source_alicloud_instance_types.go): an account
     without billing-read permission (AliyunBSSReadOnlyAccess) gets an error. The price is information, so any
     failure is a warning and the catalog's labelled estimate stands in.
+    See verified-facts#placement-instance-types-2.
     """
     try:
         answer = alicloud.ecs.get_instance_types(
@@ -389,8 +392,9 @@ def _custom_image(config: ClusterConfig, type_name: str) -> tuple[str, str]:
 
 
 # Who may own nodes.image: the account itself, another account that shared it, or the Marketplace. get_images needs
-# one of name_regex, owners or image_owner_id (TF data_source_alicloud_images.go:29 AtLeastOneOf; `owners` allows
-# system, self, others, marketplace: :36), so each owner is asked in turn.
+# one of name_regex, owners or image_owner_id (TF data_source_alicloud_images.go AtLeastOneOf; `owners` allows
+# system, self, others, marketplace:), so each owner is asked in turn.
+# see verified-facts#placement-images
 IMAGE_OWNERS = ("self", "others", "marketplace")
 # Its `status` filter defaults to "Available" and takes one value (:55-59): an image still being made is only
 # found by asking for these.

@@ -1,5 +1,5 @@
 """What a real Alibaba account may refuse that nothing checks before resources are created: the offline plan lists
-these lines for the stack (../shared/reference/alibaba-real-account.md F8, F9, F10, F11), each UNCONFIRMED, so that a
+these lines for the stack (verified-facts#unchecked-alibaba-real-account), each UNCONFIRMED, so that a
 reader knows what the first real `pulumi up` is the first test of."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from infra.sources.alibaba import catalog
 from infra.sources.alibaba.placement import Placement
 
 # Driver / CUDA / cuDNN triples seen in Alibaba's own material (Compute Nest init_gpu.sh copies,
-# ../shared/reference/alibaba-cloud-verified.md 2.1): the installer downloads from Alibaba's mirror, not NVIDIA's.
+# verified-facts#unchecked-alibaba-cloud-verified): the installer downloads from Alibaba's mirror, not NVIDIA's.
 SEEN_ON_ALIBABAS_MIRROR = {("550.127.08", "12.4.1", "9.2.0.82"), ("570.133.20", "12.8.1", "9.8.0.87")}
 # Families Alibaba sells only after approval (GPU families page: "contact Alibaba Cloud sales personnel" / ticket).
 RESTRICTED_FAMILIES = ("ecs.gn8v", "ecs.gn8is", "ecs.ebmgn8v", "ecs.gn7s")

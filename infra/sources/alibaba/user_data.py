@@ -10,13 +10,13 @@ from infra.config import NodesConfig
 from infra.node import remote
 
 # Before Base64 encoding, user data "can only be up to 32 KB in size" (help/en/ecs/user-guide/overview-of-ecs-
-# instance-user-data, Jun 2024; older pages say 16 KB): ../shared/reference/alibaba-cloud-verified.md 1.2; the
+# instance-user-data, Jun 2024; older pages say 16 KB): verified-facts#user-data-user-data; the
 # RunInstances API's UserData says the same ("需要以Base64方式编码，原始数据最多为32 KB", "Base64-encoded, raw data
 # at most 32 KB"), so the limit counts the bytes sent before Base64: here the gzip bytes (docs/verified-facts.md 1).
 # The first-boot script (lib.sh included) is about 35 KB, so it travels compressed: gzip (about 12 KB), then Base64,
 # inside a short plain-text bash script that unpacks and runs it (about 17 KB in all). Plain text rather than the
 # raw gzip bytes Alibaba also lists as a user-data format ("Gzip-compressed script", help/doc-detail/49121.htm) and
-# cloud-init would unpack (cloudinit/user_data.py:381): no source says the metadata service hands binary user data
+# cloud-init would unpack (cloudinit/user_data.py): no source says the metadata service hands binary user data
 # back unchanged (docs/verified-facts.md 1), while a `#!` script is the format every path takes as it is.
 USER_DATA_LIMIT_BYTES = 32 * 1024
 

@@ -75,7 +75,7 @@ def probe_command(accelerator: Accelerator, target: HostTarget) -> str:
         "RETRY_ATTEMPTS": "2",
         "RETRY_DELAY_S": "2",
         # Nothing under /var/log: the look leaves only its log in /tmp, per node for hosts that share one /tmp.
-        "ROLL_LOG_DIR": f"/tmp/roll-cluster-probe-{target.name}",
+        "ROLL_CLUSTER_LOG_DIR": f"/tmp/roll-cluster-probe-{target.name}",
     }
     return remote.render_inline(PROBE_STEP, PROBE_SCRIPTS, env, sudo=target.user != "root")
 
