@@ -48,8 +48,9 @@ IMAGE_PATH = "/opt/ray/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sb
 DEBIAN_SUITE = "bookworm"  # Python 3.11, as the wheels below are chosen for
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # procps: `ray stop` and the steps' process probes; iproute2: Ray's address; git, curl, ca-certificates: the steps'
-# code and model fetches in the container; libstdc++6: Ray's native parts.
-IMAGE_PACKAGES = ("python3", "python3-venv", "procps", "iproute2", "curl", "ca-certificates", "libstdc++6", "git")
+# code and model fetches in the container; libstdc++6: Ray's native parts; libjemalloc2: what MindSpeed-RL preloads.
+IMAGE_PACKAGES = ("python3", "python3-venv", "procps", "iproute2", "curl", "ca-certificates", "libstdc++6", "git",
+                  "libjemalloc2")
 IMAGE_RECIPE = (DEBIAN_SUITE, DEBIAN_MIRROR, IMAGE_PACKAGES, IMAGE_PATH, "cp311", "recipe-1")
 # Leftover processes and mounts of the tier on the test machine are those that name this directory.
 STATE_ROOT = Path("/var/tmp/roll-cluster-e2e")
@@ -238,6 +239,10 @@ def ensure_test_image() -> Path:
     (building / ".complete").write_text(image_key() + "\n")
     shutil.rmtree(storage, ignore_errors=True)
     building.rename(storage)
+    # The images of earlier pins are of no further use: the cache keeps the current one only.
+    for earlier in CACHE_ROOT.glob("image-registry-*"):
+        if earlier != storage:
+            shutil.rmtree(earlier, ignore_errors=True)
     return storage
 
 
