@@ -9,7 +9,7 @@ curl/openssl signing the ECS call on the head.
 
 Stand-ins: Alibaba's metadata service and ECS endpoint (tests/alibaba_standin.py, on the bridge address the hosts
 reach, 198.18.0.1; never an outside address), the NAS (one directory of the test machine mounted at /mnt/shared on
-both hosts), `docker` (fake_docker.sh) and systemd: the test hosts have none, so the autostop step takes its own
+both hosts, and in their real containers) and systemd: the test hosts have none, so the autostop step takes its own
 no-systemd path (the same script, with the same settings, as a detached process; the systemd unit would run that
 script with those settings too). The endpoints and poll periods reach the scripts as environment variables the
 program never sets (ECS_ENDPOINT, METADATA_URL, AUTOSTOP_POLL_S, SPOT_POLL_S: documented test seams), exported

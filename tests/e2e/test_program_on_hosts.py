@@ -4,7 +4,7 @@ would run them, with seed 004's ports. Then the user's jobStatus and jobLogs out
 built by the program before deployment and is submitted through the program's own job step, and the delete
 commands that `pulumi destroy` runs.
 
-Stand-ins: `docker` (the "container" is the host itself, fake_docker.sh), GPUs (Ray is told --num-gpus=2) and
+Stand-ins: GPUs (Ray is told --num-gpus=2; the containers are real, on each host's dockerd) and
 ROLL's launcher (a script at examples/start_agentic_pipeline.py that reads and checks the shipped YAML against
 the running cluster instead of training: there is no ROLL, torch or GPU here).
 """
