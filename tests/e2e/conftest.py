@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from e2e_harness import TestNetwork, ensure_docker, ensure_sshd, ensure_test_image, unavailable_reason
+from e2e_docker import ensure_docker, ensure_test_image
+from e2e_harness import TestNetwork, ensure_sshd, unavailable_reason
 
 HOST_COUNT = 3
 

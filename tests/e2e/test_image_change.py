@@ -13,7 +13,8 @@ the `docker run` they amount to (program_commands.docker_run_command), and the C
 from __future__ import annotations
 
 import pytest
-from e2e_harness import CHANGED_IMAGE_TAG, CHANGED_TEST_IMAGE, TEST_IMAGE, TestHost, TestNetwork
+from e2e_docker import CHANGED_IMAGE_TAG
+from e2e_harness import CHANGED_TEST_IMAGE, TEST_IMAGE, TestHost, TestNetwork
 from program_commands import HostsProgram, render_hosts_program
 from test_program_on_own_hosts import install_standins, run_step
 

@@ -19,16 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from e2e_harness import (
-    BRIDGE_IP,
-    CHANGED_IMAGE_TAG,
-    CHANGED_TEST_IMAGE,
-    IMAGE_REPOSITORY,
-    REGISTRY_ADDRESS,
-    REPO,
-    TEST_IMAGE,
-    TestNetwork,
-)
+from e2e_docker import CHANGED_IMAGE_TAG, IMAGE_REPOSITORY
+from e2e_harness import BRIDGE_IP, CHANGED_TEST_IMAGE, REGISTRY_ADDRESS, REPO, TEST_IMAGE, TestNetwork
 from program_commands import render_hosts_program
 
 pytestmark = pytest.mark.e2e
