@@ -370,12 +370,14 @@ class TestNetwork:
 
     def create_container(
         self, host: TestHost, name: str, env: Mapping[str, str] | None = None, command: Sequence[str] = (),
-        image: str = TEST_IMAGE, volumes: Sequence[str] = ("/workspace",),
+        image: str = TEST_IMAGE, volumes: Sequence[str] = ("/workspace", "/tmp"),
     ) -> None:
         """`docker run -d --init --restart unless-stopped --name NAME --network host -v PATH:PATH... IMAGE CMD`
         (CMD: the given command, by default `sleep infinity`; the image pulled from the tier's registry when the
         host lacks it), unless it runs already. The host's /workspace is the container's, as the product mounts
-        the node's /data/workspace there: a test puts the job's files on the host (TestHost.private_path)."""
+        the node's /data/workspace there, and so is the host's private /tmp: a test puts the job's files on the
+        host and reads what the steps and Ray left in the container (job files, spilled objects, Ray's logs)
+        through TestHost.private_path. The program's own containers (program_commands) mount what it says only."""
         options = " ".join(f"-e {shlex.quote(f'{key}={value}')}" for key, value in (env or {}).items())
         options += "".join(f" -v {shlex.quote(f'{path}:{path}')}" for path in volumes)
         argv = " ".join(shlex.quote(word) for word in (command or ["sleep", "infinity"]))
