@@ -95,8 +95,11 @@ start_reward_server() {
     fail "port $REWARD_PORT is taken by something other than the reward server (listener: $(port_listener "$REWARD_PORT"))"
   fi
   collect_container_env
+  # No setsid: `docker exec` starts its command as the leader of a session of its own already (runc; seen on Docker
+  # 20.10), so setsid would fork and leave the supervisor a child of the container's init, where real Docker ended
+  # it together with its server the first time the server exited: nothing restarted it (the real-host tier).
   logged exec_with_env -d -e REWARD_COMMAND -e REWARD_WORKDIR -e REWARD_STATE_DIR -- \
-    setsid bash -c "$(declare -f reward_supervise); reward_supervise"
+    bash -c "$(declare -f reward_supervise); reward_supervise"
   banner "started the reward server; its log: $REWARD_STATE_DIR/server.log in $CONTAINER_NAME"
 }
 

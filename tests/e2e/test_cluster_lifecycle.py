@@ -6,13 +6,14 @@ teardown against a host whose key changed fails and stops nothing; `pulumi destr
 one host gone.
 
 Two of the session's hosts: e2e-h0 the head, e2e-h1 a worker. The containers run the program's own container
-command (container_main.sh) with restart policy unless-stopped, which the docker stand-in honours at "boot".
+command (container_main.sh) with restart policy unless-stopped, which the host's real dockerd honours at boot.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -93,9 +94,8 @@ def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramC
     network.run_user_command(commands.known_hosts, timeout=30).check()
     for host in (head, worker):
         # Ray left running by another module in its own container would share this host's ports and GPUs.
-        others = [p.name for p in (host.root / "docker" / "containers").glob("*.env") if p.stem != CONTAINER]
-        for other in others:
-            network.run(host, f"docker exec {other.removesuffix('.env')} ray stop --force || true", timeout=120)
+        for other in [name for name in network.containers(host) if name != CONTAINER]:
+            network.run(host, f"docker exec {other} ray stop --force || true", timeout=120)
         network.create_container(host, CONTAINER, command=commands.container_command)
     network.run(head, commands.head).check()
     network.run(worker, commands.workers[0]).check()
@@ -137,7 +137,7 @@ def test_a_rebooted_worker_rejoins_without_pulumi_up(network, cluster):
     head, worker, _ = cluster
     wait_for_nodes(network, head, 2, timeout=120)
     network.reboot(worker)
-    # The stand-in dockerd restarted the container; its main process rejoins from the recorded settings.
+    # The host's dockerd restarted the container at boot; its main process rejoins from the recorded settings.
     wait_for_nodes(network, head, 2, timeout=300)
     log = network.run(worker, f"docker exec {CONTAINER} cat /var/lib/roll-cluster/ray/supervisor.log").check()
     assert "starting Ray (worker" in log.stdout and SECRET not in log.stdout
@@ -212,8 +212,13 @@ def test_a_rebooted_head_comes_back_the_workers_rejoin_and_job_status_says_the_j
 def test_a_hung_probe_is_cut_at_its_bound(network, cluster):
     head, _, _ = cluster
     commands = commands_for(network, 0.2)
-    hang = head.root / "docker" / "hang-exec"
-    hang.write_text("ray status\n")  # every `docker exec ... ray status` on the head hangs from now on
+    # From now on every `ray status` in the head's container hangs (the image's `ray` moved aside for one that
+    # sleeps, named e2e-hung-exec, on `status`): the probe's `docker exec` never returns.
+    ray = "/opt/ray/bin/ray"
+    hang = (f"mv {ray} {ray}.e2e-real && printf '%s\\n' '#!/bin/bash' "
+            f"'[ \"$1\" != status ] || exec -a e2e-hung-exec sleep 3600' 'exec {ray}.e2e-real \"$@\"' >{ray} "
+            f"&& chmod +x {ray}")
+    network.run(head, f"docker exec {CONTAINER} sh -c {shlex.quote(hang)}", timeout=60).check()
     try:
         bound, probe = 6, 3
         started = time.monotonic()
@@ -221,11 +226,15 @@ def test_a_hung_probe_is_cut_at_its_bound(network, cluster):
         result = network.run(head, commands.head.prefixed(limits), timeout=120)
         seconds = time.monotonic() - started
     finally:
-        hang.unlink()
+        # What the hung `ray status` calls left inside the container: Docker does not end an exec's process when
+        # its client is killed, so the probe's watchdog (which ends the client) leaves them; the test removes them.
+        restore = f"mv {ray}.e2e-real {ray}; pkill -f '[e]2e-hung-exec' || true"
+        network.run(head, f"docker exec {CONTAINER} sh -c {shlex.quote(restore)}", timeout=60).check()
     assert result.returncode != 0 and f"timed out after {bound}s waiting for ray status" in result.output, result.output
     assert "did not answer within" in result.output
     assert seconds < bound + probe + 15, seconds  # the rest: ssh and the step's own checks before the wait
-    leftover = network.run(head, "pgrep -f '[e]2e-hung-exec' || true").stdout.strip()
+    # The watchdog ended the probe's whole process tree on the host: no `docker exec` client is left hanging.
+    leftover = network.run(head, "pgrep -af '[d]ocker exec .*ray status' || true").stdout.strip()
     assert leftover == "", leftover
 
 

@@ -8,8 +8,8 @@ notice watcher installed on the worker by the program's spot-notice step, `jobSt
 curl/openssl signing the ECS call on the head.
 
 Stand-ins: Alibaba's metadata service and ECS endpoint (tests/helpers/alibaba_standin.py, on the bridge address the
-hosts reach, 198.18.0.1; never an outside address), the NAS (one directory of the test machine mounted at /mnt/shared on
-both hosts), `docker` (fake_docker.sh) and systemd: the test hosts have none, so the autostop step takes its own
+hosts reach, 198.18.0.1; never an outside address), the NAS (one directory of the test machine mounted at /mnt/shared
+on both hosts, and in their real containers) and systemd: the test hosts have none, so the autostop step takes its own
 no-systemd path (the same script, with the same settings, as a detached process; the systemd unit would run that
 script with those settings too). The endpoints and poll periods reach the scripts as environment variables the
 program never sets (ECS_ENDPOINT, METADATA_URL, AUTOSTOP_POLL_S, SPOT_POLL_S: documented test seams), exported
@@ -77,15 +77,14 @@ def cluster(network: TestNetwork) -> Iterator[tuple[TestHost, TestHost, ProgramC
     SHARED.mkdir(parents=True, exist_ok=True)
     for host in (head, worker):
         # Ray left running by another module in its own container would share this host's ports.
-        for other in (host.root / "docker" / "containers").glob("*.env"):
-            if other.stem != CONTAINER:
-                network.run(host, f"docker exec {other.stem} ray stop --force || true", timeout=120)
+        for other in [name for name in network.containers(host) if name != CONTAINER]:
+            network.run(host, f"docker exec {other} ray stop --force || true", timeout=120)
         # The NAS: the same directory at /mnt/shared on both hosts (a tmpfs over /mnt first, in the host's own
-        # mount namespace, so that nothing is created in the test machine's /mnt); before the container, whose
-        # mount namespace (the docker stand-in's) is a copy taken when it starts, as a real bind mount would be.
+        # mount namespace, so that nothing is created in the test machine's /mnt); before the container, which
+        # mounts it as the product's container mounts the NAS (a bind mount keeps what was mounted when it started).
         network.run(host, f"mountpoint -q /mnt/shared || {{ mount -t tmpfs e2e-mnt /mnt && mkdir -p /mnt/shared && "
                           f"mount --bind {SHARED} /mnt/shared; }}", timeout=30).check()
-        network.create_container(host, CONTAINER)
+        network.create_container(host, CONTAINER, volumes=("/workspace", "/mnt/shared"))
     network.run(head, commands.head).check()
     network.run(worker, commands.workers[0]).check()
     network.run(head, commands.ready).check()

@@ -4,7 +4,7 @@ would run them, with seed 004's ports. Then the user's jobStatus and jobLogs out
 built by the program before deployment and is submitted through the program's own job step, and the delete
 commands that `pulumi destroy` runs.
 
-Stand-ins: `docker` (the "container" is the host itself, fake_docker.sh), GPUs (Ray is told --num-gpus=2) and
+Stand-ins: GPUs (Ray is told --num-gpus=2; the containers are real, on each host's dockerd) and
 ROLL's launcher (a script at examples/start_agentic_pipeline.py that reads and checks the shipped YAML against
 the running cluster instead of training: there is no ROLL, torch or GPU here).
 """
@@ -51,7 +51,7 @@ def cluster(network: TestNetwork) -> Iterator[tuple[list[TestHost], ProgramComma
         str(network.client_key),
         ports=(8100, 8101, 8102),
         entrypoint="python3 probe.py",
-        working_dir="/tmp/program-job",
+        working_dir="/workspace/program-job",
         ray={"readyTimeoutSeconds": 60, "headWaitTimeoutSeconds": 120},
         secrets={"hfToken": SECRET},
         host_key_files=[h.root / "ssh_host_ed25519_key" for h in hosts],
@@ -61,7 +61,9 @@ def cluster(network: TestNetwork) -> Iterator[tuple[list[TestHost], ProgramComma
     network.run_user_command(commands.known_hosts, timeout=30).check()
     for host in hosts:
         network.create_container(host, CONTAINER)
-    network.run(hosts[0], f"mkdir -p /tmp/program-job && cat > /tmp/program-job/probe.py <<'EOF'\n{PROBE}\nEOF").check()
+    # The job's file in the head's /workspace, which its container mounts (as the product's mounts /data/workspace).
+    network.run(hosts[0], f"mkdir -p /workspace/program-job && cat > /workspace/program-job/probe.py <<'EOF'\n"
+                          f"{PROBE}\nEOF").check()
     yield hosts, commands
     network.run_parallel([(host, stop) for host, stop in zip(hosts, commands.ray_stop, strict=True)])
 

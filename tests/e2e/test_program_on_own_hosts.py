@@ -6,18 +6,20 @@ The program runs under the offline cloud (program_commands.render_hosts_program)
 `nodes.hosts`. Stand-ins, only for what cannot exist on a test machine:
 - the accelerators and their drivers: nvidia-smi / npu-smi (tests/e2e/standins), NPU device files (character
   devices made with mknod in the host's private /dev) and empty Ascend driver directories;
-- dockerd: the docker CLI stand-in (fake_docker.sh) reports the runtimes of the host's /etc/docker/daemon.json,
-  the systemctl and nvidia-ctk stand-ins manage that file; a "container" is a PID namespace on the host;
+- the NVIDIA Container Toolkit: nvidia-ctk (registers the runtime in daemon.json, as the real one does) and
+  nvidia-container-runtime-hook (the prestart hook real dockerd runs for `--gpus`; with no GPU it mounts nothing);
+- systemd: a systemctl that starts, restarts and probes the host's real dockerd (tests/e2e/host_dockerd.sh);
 - pulumi-docker: under mocks its RemoteImage and Container do not run, so the tier performs what they specify:
   the image must be on the node, and the Container's inputs become the `docker run` they amount to
-  (program_commands.docker_run_command), which the docker stand-in checks as dockerd would (devices exist, --gpus
-  needs the nvidia runtime).
-Everything else is real: SSH, the node scripts, the docker step's decisions, Ray 2.48.0 with its GPU or NPU
-resources and jemalloc preloaded (Debian's libjemalloc2), the job.
+  (program_commands.docker_run_command), run against the host's real dockerd.
+Everything else is real: SSH, the node scripts, dockerd and the docker step's changes to its daemon.json, the pull
+from the tier's registry, the containers, Ray 2.48.0 in them with its GPU or NPU resources and jemalloc preloaded
+(Debian's libjemalloc2 in the test image), the job.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -51,10 +53,13 @@ for ip, preload in sorted(ray.get([where.remote() for _ in range(TASKS)])):
 
 
 def install_standins(network: TestNetwork, host: TestHost, accelerator: str) -> None:
-    """What a real host would have: the accelerator driver (stand-ins), the NVIDIA toolkit CLI, systemd for docker."""
+    """What a real host would have: the accelerator driver (stand-ins), the NVIDIA toolkit CLI and its OCI hook,
+    systemd for docker."""
     files = {"systemctl": "/usr/local/bin/systemctl", "nvidia-ctk": "/usr/local/bin/nvidia-ctk"}
     if accelerator == "nvidia":
         files["nvidia-smi"] = "/usr/local/bin/nvidia-smi"
+        # dockerd looks for it when it starts: the docker step restarts dockerd after registering the runtime.
+        files["nvidia-container-runtime-hook"] = "/usr/local/bin/nvidia-container-runtime-hook"
     else:
         files["npu-smi"] = "/usr/local/sbin/npu-smi"
     script = ["set -euo pipefail"]
@@ -79,9 +84,6 @@ def add_sudo_user(network: TestNetwork, host: TestHost, user: str) -> None:
         f"set -euo pipefail\nid {user} >/dev/null 2>&1 || useradd -M -p '*' -d /tmp/home-{user} -s /bin/bash {user}\n"
         f"mkdir -p /tmp/home-{user} && chown {user} /tmp/home-{user}\n"
         f"install -m 0440 /dev/stdin /etc/sudoers.d/{user} <<<'{user} ALL=(ALL) NOPASSWD:ALL'\n"
-        # sudo runs commands with its secure_path, where a real host's docker is (/usr/bin): the host's docker
-        # stand-in goes there too (its /usr/local is private), besides the login PATH's copy.
-        f"install -m 0755 {host.root / 'bin' / 'docker'} /usr/local/bin/docker\n"
         # sudo looks the host's name up: without it every call warns.
         'grep -q " $(hostname)$" /etc/hosts || echo "127.0.1.1 $(hostname)" >>/etc/hosts\n'
     )
@@ -96,8 +98,8 @@ def variant_of(name: str) -> tuple[str, str]:
 
 
 def as_root(command: str, user: str) -> str:
-    """A user-facing command (docker exec in the head's container) as root: the docker stand-in needs root, where a
-    real host's docker group lets the user in (README, 'Your own servers')."""
+    """A user-facing command (docker exec in the head's container) as root: the test user is not in the host's
+    docker group, which lets the user in on a real host (README, 'Your own servers')."""
     return command.replace(f" {user}@", " root@")
 
 
@@ -115,7 +117,7 @@ def run_step(network: TestNetwork, hosts: dict[str, TestHost], step: ProgramStep
     if step.kind == "remote":
         # As pulumi-command logs in: the step's connection user (its scripts run under `sudo -n` when not root).
         return network.run(host, step.command, timeout=300, user=step.user)
-    # The image check and the docker run stand for pulumi-docker's API calls: as root (the docker stand-in's need).
+    # The image check and the docker run stand for pulumi-docker's API calls: as root (dockerd's socket is root's).
     return network.run(host, step.command, timeout=300)
 
 
@@ -157,13 +159,14 @@ def own_hosts(
         ports={"nvidia": (8200, 8201, 8202), "ascend": (8300, 8301, 8302), "nvidia-as-ops": (8400, 8401, 8402)}[
             request.param],
         entrypoint=f"E2E_RESOURCE={'GPU' if accelerator == 'nvidia' else 'NPU'} python3 probe.py",
-        working_dir="/tmp/own-hosts-job",
+        working_dir="/workspace/own-hosts-job",
         user=user,
     )
     for host in hosts:
         install_standins(network, host, accelerator)
-    network.run(hosts[0], f"mkdir -p /tmp/own-hosts-job && cat > /tmp/own-hosts-job/probe.py <<'EOF'\n{PROBE}\nEOF"
-                ).check()
+    # The job's file where the program's container finds it: the node's /data/workspace is its /workspace.
+    network.run(hosts[0], f"mkdir -p /data/workspace/own-hosts-job && cat > /data/workspace/own-hosts-job/probe.py "
+                          f"<<'EOF'\n{PROBE}\nEOF").check()
     yield request.param, hosts, program
     if program.job_stop:
         network.run(hosts[0], program.job_stop)
@@ -224,15 +227,16 @@ def test_every_program_step_runs_on_the_hosts_and_the_job_uses_every_accelerator
         assert keys.index("container") > keys.index(ready_step) > keys.index("pull-image") > keys.index("docker")
     assert done[-1] == "node-0/job" and done.index("node-0/ray-ready") > done.index("node-1/ray-worker")
 
-    # The container got what the program specified, checked by the docker stand-in as dockerd would.
-    run_spec = (hosts[1].root / "docker" / "containers" / f"rc-{variant}.run").read_text().splitlines()
+    # The container got what the program specified, as the worker's dockerd recorded it.
+    inspect = network.run(hosts[1], f"docker inspect --format '{{{{json .HostConfig}}}}' rc-{variant}").check()
+    spec = json.loads(inspect.stdout)
+    devices = {f"{d['PathOnHost']}:{d['PathInContainer']}:{d['CgroupPermissions']}" for d in spec["Devices"] or []}
     if accelerator == "nvidia":
-        assert "gpus all" in run_spec and not any(line.startswith("device") for line in run_spec)
+        assert [r["Capabilities"] for r in spec["DeviceRequests"] or []] == [[["gpu"]]] and not devices, spec
     else:
-        assert "device /dev/davinci1:/dev/davinci1:rwm" in run_spec
-        assert "device /dev/hisi_hdc:/dev/hisi_hdc:rwm" in run_spec
-        assert "volume /usr/local/Ascend/driver:/usr/local/Ascend/driver:ro" in run_spec
-        assert not any(line.startswith("gpus") for line in run_spec) and "privileged" not in run_spec
+        assert {"/dev/davinci1:/dev/davinci1:rwm", "/dev/hisi_hdc:/dev/hisi_hdc:rwm"} <= devices, spec
+        assert "/usr/local/Ascend/driver:/usr/local/Ascend/driver:ro" in spec["Binds"], spec
+        assert not spec["DeviceRequests"] and not spec["Privileged"], spec
 
     outputs = program.outputs
     assert f" {user}@{hosts[0].ip}" in outputs["jobStatus"]

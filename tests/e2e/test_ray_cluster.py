@@ -3,9 +3,9 @@ that start before the head, the readiness gate, a custom job with a task on ever
 jobLogs commands, the reward server, a worker moving to another head (Ray's default ports), and teardown. Every
 step runs twice and the second run changes nothing.
 
-Stand-ins: `docker` (no dockerd here: the "container" is the host itself, see fake_docker.sh), GPUs (Ray is told
-`--num-gpus=2` per node; nothing here uses a GPU) and the reward model (a plain HTTP server in place of
-OpenRLHF's serve_rm, which needs a GPU and a model). SSH, sshd, bash, the scripts and Ray 2.48.0 are real.
+Stand-ins: GPUs (Ray is told `--num-gpus=2` per node; nothing here uses a GPU) and the reward model (a plain HTTP
+server in place of OpenRLHF's serve_rm, which needs a GPU and a model). SSH, sshd, bash, the scripts, each host's
+dockerd with its containers and Ray 2.48.0 in them are real.
 """
 
 from __future__ import annotations

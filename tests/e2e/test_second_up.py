@@ -5,7 +5,7 @@ What is real: sshd and the SSH clients with their host-key checks, the node scri
 step commands and its local known-hosts command run from two checkouts. What is modelled: the engine's decisions
 (which resource is created, updated, replaced or deleted on the second `up`: devtools/engine_model.py through
 `cloud.ops` / `cloud.changes`), and pulumi-docker's RemoteImage and Container, which the tier performs as the image
-check and the `docker run` they amount to, against the docker stand-in (program_commands.docker_run_command).
+check and the `docker run` they amount to, against the hosts' real dockerd (program_commands.docker_run_command).
 """
 
 from __future__ import annotations
@@ -48,9 +48,8 @@ def run_teardown_delete(network: TestNetwork, resource: Registered) -> CommandRe
 
 def stop_other_rays(network: TestNetwork, host: TestHost) -> None:
     # Ray left running by another module in its own container would share this host's GPUs in `ray status`.
-    for other in (host.root / "docker" / "containers").glob("*.env"):
-        if other.stem != CONTAINER:
-            network.run(host, f"docker exec {other.stem} ray stop --force || true", timeout=120)
+    for other in [name for name in network.containers(host) if name != CONTAINER]:
+        network.run(host, f"docker exec {other} ray stop --force || true", timeout=120)
 
 
 def test_a_replaced_worker_gets_its_container_and_joins_the_head(network: TestNetwork) -> None:

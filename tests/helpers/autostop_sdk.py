@@ -1,6 +1,6 @@
 """Alibaba's Python SDK for the autostop stopper, installed by the node's own installation (autostop.sh
 AUTOSTOP_ACTION=sdk, as the step runs it on the head) into a virtualenv outside the repository, kept between runs
-and keyed by the requirements file's hash (like tests/helpers/e2e_harness.py's ensure_ray_venv). Under /var/cache: the
+and keyed by the requirements file's hash (like tests/helpers/e2e_docker.py's test image). Under /var/cache: the
 real-host tier's hosts see it at the same path (their /tmp is private)."""
 
 from __future__ import annotations

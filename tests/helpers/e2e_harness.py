@@ -2,10 +2,10 @@
 
 Each test host is a network namespace (its own address in 198.18.0.0/15, the benchmarking range, on a bridge in
 the root namespace) whose PID 1 (host_init.sh) runs in its own mount, PID and UTS namespaces with a private /tmp,
-/dev/shm and /var/log, and starts a stock sshd (own config and host key, port 22, root by key only). Commands
-reach a host exactly as pulumi-command sends them: `ssh root@<ip> '<rendered command>'`, run by the remote login
-shell. The only stand-in is `docker` (fake_docker.sh): there is no dockerd here, so `docker exec` runs on the
-host itself with the Ray 2.48.0 virtualenv as the "image's" Python.
+/dev/shm, /run and /var/log, starts the host's own real dockerd (host_dockerd.sh) and a stock sshd (own config and
+host key, port 22, root by key only). Commands reach a host exactly as pulumi-command sends them: `ssh root@<ip>
+'<rendered command>'`, run by the remote login shell. The hosts pull the test image (e2e_docker.py: Debian with
+Python and Ray 2.48.0) from a real registry on the bridge (TEST_IMAGE), and Ray runs in real containers.
 
 This module knows how to make hosts and run a command on one; how the commands are made is e2e_steps.py's job.
 """
@@ -13,7 +13,7 @@ This module knows how to make hosts and run a command on one; how the commands a
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -23,27 +23,42 @@ import subprocess
 import sys
 import tempfile
 import time
-import venv
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from e2e_docker import (
+    CHANGED_IMAGE_TAG,
+    DOCKER_CLI,
+    IMAGE_REPOSITORY,
+    IMAGE_TAG,
+    STATE_ROOT,
+    Registry,
+    apt_install,
+    ensure_docker,
+    ensure_test_image,
+    remove_docker_leftovers,
+)
+
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = REPO / "tests" / "e2e"
-STATE_ROOT = Path("/var/tmp/roll-cluster-e2e")  # fixed, so a crashed run's leftovers are found and removed
+# STATE_ROOT (e2e_docker): /var/tmp/roll-cluster-e2e, fixed, so a crashed run's leftovers are found and removed
 NETNS_PREFIX = "rce2e-"
 BRIDGE = "rce2e-br0"
 SUBNET = "198.18.0"
 BRIDGE_IP = f"{SUBNET}.1"
 UNREACHABLE_IP = f"{SUBNET}.250"  # on the bridge's subnet, held by no host
-# Outside the repository and outside /tmp: the hosts mount a private /tmp over the machine's, so nothing they
-# run may live there (a CI clone may well be under /tmp). Built once and reused across runs.
-RAY_VENV = Path(os.environ.get("ROLL_CLUSTER_E2E_RAY_VENV", "/var/cache/roll-cluster-e2e/ray-venv"))
+# The tier's registry, on the bridge: the hosts pull the test image from it. Plain HTTP, which dockerd allows for
+# 127.0.0.0/8 only: each host's daemon.json (as its image ships it, host_init.sh) lists the bridge's subnet in
+# insecure-registries; the program's docker step merges its own keys into that file (install_docker.sh).
+REGISTRY_ADDRESS = f"{BRIDGE_IP}:5000"
+TEST_IMAGE = f"{REGISTRY_ADDRESS}/{IMAGE_REPOSITORY}:{IMAGE_TAG}"
+CHANGED_TEST_IMAGE = f"{REGISTRY_ADDRESS}/{IMAGE_REPOSITORY}:{CHANGED_IMAGE_TAG}"  # TEST_IMAGE and one layer more
+HOST_DAEMON_JSON = json.dumps({"insecure-registries": [f"{SUBNET}.0/24"]})
 ADMIN_HOME = STATE_ROOT / "admin-home"  # HOME of the user-facing commands (the stack's known-hosts file is there)
-SUPPORT_DIR = STATE_ROOT / "support"  # copies of host_init.sh and fake_docker.sh, visible inside the hosts
-RAY_REQUIREMENTS = REPO / "requirements-e2e.txt"
+SUPPORT_DIR = STATE_ROOT / "support"  # copies of host_init.sh and host_dockerd.sh, visible inside the hosts
 SSHD = Path("/usr/sbin/sshd")
 
 
@@ -51,7 +66,7 @@ def unavailable_reason() -> str | None:
     """Why the tier cannot run on this machine, or None."""
     if os.geteuid() != 0:
         return "the real-host tier needs root (network namespaces, mounts, sshd)"
-    for tool in ("ip", "unshare", "ssh", "ssh-keygen", "setsid"):
+    for tool in ("ip", "unshare", "nsenter", "ssh", "ssh-keygen", "setsid"):
         if shutil.which(tool) is None:
             return f"the real-host tier needs `{tool}`, which this machine lacks"
     if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
@@ -64,15 +79,6 @@ def _run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> subproces
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {result.returncode}: {result.stdout}{result.stderr}")
     return result
-
-
-def apt_install(package: str) -> None:
-    """One Debian package, non-interactively (apt-get update only when the package is not found)."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
-    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
-        _run(["apt-get", "update", "-q"], env=env)
-        _run(install, env=env)
 
 
 def ensure_sshd() -> None:
@@ -94,21 +100,6 @@ def ensure_jemalloc() -> Path:
     if not library.exists():
         apt_install("libjemalloc2")
     return library
-
-
-def ensure_ray_venv() -> Path:
-    """The virtualenv with Ray at the version ROLL pins and huggingface_hub (requirements-e2e.txt), built once and
-    reused."""
-    python = RAY_VENV / "bin" / "python"
-    stamp = RAY_VENV / ".requirements-sha256"
-    wanted = hashlib.sha256(RAY_REQUIREMENTS.read_bytes()).hexdigest()
-    if python.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
-        return RAY_VENV
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True).create(RAY_VENV)
-    _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(RAY_REQUIREMENTS)])
-    stamp.write_text(wanted + "\n")
-    return RAY_VENV
 
 
 @dataclass(frozen=True)
@@ -180,12 +171,14 @@ class RunningCommand:
 
 
 class TestNetwork:
-    """`count` hosts e2e-h0.. at 198.18.0.11.. with sshd, the docker stand-in and one container each."""
+    """`count` hosts e2e-h0.. at 198.18.0.11.. with sshd and dockerd each, and the registry on the bridge that serves
+    the test image (`registry`, from `image_storage`: e2e_docker.ensure_test_image)."""
 
     __test__ = False
 
-    def __init__(self, count: int, ray_venv: Path) -> None:
-        self.ray_venv = ray_venv
+    def __init__(self, count: int, image_storage: Path) -> None:
+        self.image_storage = image_storage
+        self.registry = Registry("hosts", REGISTRY_ADDRESS, image_storage, read_only=True)
         self.hosts = [
             TestHost(f"e2e-h{i}", f"{SUBNET}.{11 + i}", f"{NETNS_PREFIX}h{i}", STATE_ROOT / "hosts" / f"e2e-h{i}")
             for i in range(count)
@@ -207,6 +200,7 @@ class TestNetwork:
             _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
             _run(["ip", "addr", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE])
             _run(["ip", "link", "set", BRIDGE, "up"])
+            self.registry.start()
             self._write_support_files()
             for index, host in enumerate(self.hosts):
                 self._start_host(index, host)
@@ -219,6 +213,7 @@ class TestNetwork:
     def stop(self, keep_state: bool = False) -> None:
         """Kill every process of every host, delete the namespaces and the bridge; keep the hosts' files (Ray and
         step logs) for a look after a failure, else remove them."""
+        self.registry.stop()
         remove_leftovers(remove_state=not keep_state)
         for init in self._inits:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -254,7 +249,7 @@ class TestNetwork:
         """Once, before any host starts, and each file replaced whole (a new inode): bash reads a script as it runs,
         so rewriting host_init.sh in place while a host's init was reading it ended that init early (no sshd)."""
         SUPPORT_DIR.mkdir(parents=True, exist_ok=True)
-        for script in ("host_init.sh", "fake_docker.sh"):
+        for script in ("host_init.sh", "host_dockerd.sh"):
             staged = SUPPORT_DIR / f".{script}.new"
             shutil.copyfile(E2E_DIR / script, staged)
             staged.replace(SUPPORT_DIR / script)
@@ -262,7 +257,7 @@ class TestNetwork:
     def _start_host(self, index: int, host: TestHost) -> None:
         # The hosts mount their own /data over this one (host_init.sh); a machine without /data gets an empty one.
         Path("/data").mkdir(exist_ok=True)
-        for sub in ("tmp", "log", "workspace", "bin", "data", "docker/containers"):
+        for sub in ("tmp", "log", "workspace", "data", "docker-data"):
             (host.root / sub).mkdir(parents=True, exist_ok=True)
         (host.root / "tmp").chmod(0o1777)
         veth = f"{NETNS_PREFIX}v{index}"
@@ -278,15 +273,6 @@ class TestNetwork:
         ):
             _run(["ip", "-n", host.netns, *argv])
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host.root / "ssh_host_ed25519_key")])
-        docker = host.root / "bin" / "docker"
-        docker.write_text(
-            "#!/bin/sh\n"
-            "# The docker stand-in of this test host (see tests/e2e/fake_docker.sh).\n"
-            f"export E2E_DOCKER_STATE={host.root / 'docker'}\n"
-            f"export E2E_RAY_VENV={self.ray_venv}\n"
-            f'exec bash {SUPPORT_DIR / "fake_docker.sh"} "$@"\n'
-        )
-        docker.chmod(0o755)
         config = host.root / "sshd_config"
         config.write_text(
             "Port 22\n"
@@ -305,16 +291,19 @@ class TestNetwork:
             "MaxSessions 100\n"
             # A stock sshd's SFTP subsystem (pulumi-command's CopyToRemote copies the script library over SFTP).
             "Subsystem sftp internal-sftp\n"
-            # The docker stand-in first in PATH for every session of this host (a stock login shell keeps it).
-            f"SetEnv PATH={host.root / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
         )
         env = {
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
             "E2E_HOST_DIR": str(host.root),
             "E2E_HOSTNAME": host.name,
             "E2E_SSHD_CONFIG": str(config),
+            "E2E_SUPPORT_DIR": str(SUPPORT_DIR),
+            "E2E_DAEMON_JSON": HOST_DAEMON_JSON,
         }
-        argv = ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--uts"]
+        # nsenter, not `ip netns exec`: that one mounts a fresh /sys, without the cgroup mounts dockerd needs
+        # ("Devices cgroup isn't mounted"); host_init.sh mounts the namespace's sysfs itself, cgroups kept.
+        argv = ["nsenter", f"--net=/var/run/netns/{host.netns}", "--", "unshare", "--mount", "--pid", "--fork",
+                "--mount-proc", "--uts"]
         argv += ["--", "bash", str(SUPPORT_DIR / "host_init.sh")]
         self._init_argv[host.name] = (argv, env)
         self._launch_init(host)
@@ -340,8 +329,8 @@ class TestNetwork:
                 init.wait(timeout=10)
 
     def reboot(self, host: TestHost) -> None:
-        """power_off, then start the host's init again (which starts, like dockerd at boot, the containers whose
-        restart policy says so, then sshd); returns once sshd answers."""
+        """power_off, then start the host's init again (which starts dockerd, which starts again the containers
+        whose restart policy says so, then sshd); returns once sshd answers."""
         self.power_off(host)
         self._launch_init(host)
         self._wait_for_ssh(host)
@@ -351,16 +340,22 @@ class TestNetwork:
             if name == host.name:
                 self.copy_library(host, Path(source), remote_path, user).check()
 
-    def _wait_for_ssh(self, host: TestHost, timeout: float = 30) -> None:
+    def _wait_for_ssh(self, host: TestHost, timeout: float = 240) -> None:
+        """Until sshd answers (the host's init starts it once dockerd answers: a bound for a broken host, under load
+        three dockerds start at once)."""
         deadline = time.monotonic() + timeout
         while True:
             with contextlib.suppress(OSError), socket.create_connection((host.ip, 22), timeout=1):
-                result = self.run(host, "command -v docker", timeout=20)
+                result = self.run(host, "command -v docker && docker version --format '{{.Server.Version}}'",
+                                  timeout=60)
                 if result.returncode == 0:
-                    docker = result.stdout.strip()
-                    if docker != str(host.root / "bin" / "docker"):
-                        raise RuntimeError(f"on {host.name}, `docker` is {docker}, not the stand-in")
+                    docker = result.stdout.split()[0]
+                    if docker != str(DOCKER_CLI):
+                        raise RuntimeError(f"on {host.name}, `docker` is {docker}, not {DOCKER_CLI}")
                     return
+                dockerd_log = (host.root / "log" / "dockerd.log")
+                raise RuntimeError(f"dockerd on {host.name} does not answer:\n{result.output}\n"
+                                   f"{dockerd_log.read_text()[-3000:] if dockerd_log.exists() else ''}")
             if time.monotonic() > deadline:
                 log = (host.root / "sshd.log").read_text() if (host.root / "sshd.log").exists() else ""
                 init = self._init_of.get(host.name)
@@ -371,21 +366,32 @@ class TestNetwork:
                                    f"init: {state})\nsshd.log:\n{log}\ninit.log:\n{init_log}")
             time.sleep(0.2)
 
-    # ---- containers (the docker stand-in's) ----
+    # ---- containers ----
 
     def create_container(
-        self, host: TestHost, name: str, env: Mapping[str, str] | None = None, command: Sequence[str] = ()
+        self, host: TestHost, name: str, env: Mapping[str, str] | None = None, command: Sequence[str] = (),
+        image: str = TEST_IMAGE, volumes: Sequence[str] = ("/workspace", "/tmp"),
     ) -> None:
-        """`docker run -d --init --restart unless-stopped --name NAME --network host IMAGE CMD` (CMD: the given
-        command, by default `sleep infinity`), unless it runs already."""
+        """`docker run -d --init --restart unless-stopped --name NAME --network host -v PATH:PATH... IMAGE CMD`
+        (CMD: the given command, by default `sleep infinity`; the image pulled from the tier's registry when the
+        host lacks it), unless it runs already. The host's /workspace is the container's, as the product mounts
+        the node's /data/workspace there, and so is the host's private /tmp: a test puts the job's files on the
+        host and reads what the steps and Ray left in the container (job files, spilled objects, Ray's logs)
+        through TestHost.private_path. The program's own containers (program_commands) mount what it says only."""
         options = " ".join(f"-e {shlex.quote(f'{key}={value}')}" for key, value in (env or {}).items())
+        options += "".join(f" -v {shlex.quote(f'{path}:{path}')}" for path in volumes)
         argv = " ".join(shlex.quote(word) for word in (command or ["sleep", "infinity"]))
         script = (
             f"docker inspect --format '{{{{.State.Running}}}}' {name} >/dev/null 2>&1 || "
             f"docker run -d --init --restart unless-stopped --name {name} --network host {options} "
-            f"e2e-training-image {argv}"
+            f"{image} {argv}"
         )
-        self.run(host, script, timeout=30).check()
+        self.run(host, script, timeout=300).check()
+
+    def containers(self, host: TestHost) -> list[str]:
+        """The names of the host's containers, running or not."""
+        listing = self.run(host, "docker ps -a --format '{{.Names}}'", timeout=60).check()
+        return listing.stdout.split()
 
     def remove_container(self, host: TestHost, name: str) -> None:
         self.run(host, f"docker rm -f {name}", timeout=30).check()
@@ -458,10 +464,12 @@ def _kill_namespace_processes(netns: str) -> None:
 
 
 def remove_leftovers(remove_state: bool = True) -> None:
-    """Remove this tier's namespaces, bridge and (optionally) files, also those of a run that crashed."""
+    """Remove this tier's namespaces (with every process of the hosts: their dockerd, containerd and containers),
+    registries, bridge and (optionally) files, also those of a run that crashed."""
     for netns in _namespaces():
         _kill_namespace_processes(netns)
         subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+    remove_docker_leftovers()
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:
         _run(["ip", "link", "del", BRIDGE])
     # A run killed between creating a host's veth pair and moving its peer leaves the host end behind.
@@ -480,7 +488,8 @@ def hosts_for_script(count: int, keep_state_on_error: bool = True) -> Iterator[T
     if reason is not None:
         sys.exit(f"cannot run: {reason}")
     ensure_sshd()
-    network = TestNetwork(count, ensure_ray_venv())
+    ensure_docker()
+    network = TestNetwork(count, ensure_test_image())
     network.start()
     failed = True
     try:

@@ -9,7 +9,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from e2e_harness import RAY_VENV, TestHost
+from e2e_docker import CACHE_ROOT
+from e2e_harness import TestHost
 
 from infra.node.remote import local_library, render_plain
 from infra.ray import step_env
@@ -17,10 +18,10 @@ from infra.ray import step_env
 
 def hosts_library() -> str:
     """The staged script library where the hosts see it: the repository may lie under /tmp (a CI clone), and every
-    host mounts a private /tmp; the tier's cache beside Ray's virtualenv is shared with them and outlives a run
+    host mounts a private /tmp; the tier's cache (beside the test image) is shared with them and outlives a run
     (commands may be rendered before the session's hosts start and wipe the tier's state)."""
     source = Path(local_library())
-    target = RAY_VENV.parent / "library" / source.name  # the name is the library's hash: a changed script, a new copy
+    target = CACHE_ROOT / "library" / source.name  # the name is the library's hash: a changed script, a new copy
     if not target.is_dir():
         staging = target.with_name(target.name + ".copying")
         shutil.rmtree(staging, ignore_errors=True)

@@ -8,6 +8,7 @@ Ray step builders or the scripts changes what the tier runs.
 
 from __future__ import annotations
 
+import resource
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -236,10 +237,13 @@ def render_hosts_program(
     user: str = "root",
     prior: OfflineCloud | None = None,
     training: Mapping[str, Any] | None = None,
+    image: str | None = None,
 ) -> HostsProgram:
     """Run the program for `stack` (a `hosts` stack) with the test hosts as nodes.hosts and a `custom` job (or,
     given `training`, that training section); given `prior` (an earlier run's cloud), as the next `pulumi up` of
-    that state."""
+    that state. `image`: the container image (by default the tier's test image, e2e_harness.TEST_IMAGE)."""
+    from e2e_harness import TEST_IMAGE
+
     gcs, dashboard_port, client = ports
     base = stack_config(stack)["roll-cluster:nodes"]
     nodes = {
@@ -255,7 +259,7 @@ def render_hosts_program(
         replace_config={
             "roll-cluster:nodes": nodes,
             "roll-cluster:access": {"sshPrivateKeyPath": key_path},
-            "roll-cluster:container": {"name": container, "image": "e2e.example/training:1", "shmSize": "1g"},
+            "roll-cluster:container": {"name": container, "image": image or TEST_IMAGE, "shmSize": "1g"},
             "roll-cluster:ray": {"gcsPort": gcs, "dashboardPort": dashboard_port, "clientPort": client,
                                  "objectStoreMemoryGb": 0.1, "readyTimeoutSeconds": 90,
                                  "headWaitTimeoutSeconds": 120},
@@ -282,7 +286,8 @@ def render_hosts_program(
         elif record.step == "image":
             kind, command = "image", f"docker image inspect {shlex.quote(inputs['name'])} >/dev/null"
         else:
-            kind, command = "container", docker_run_command(inputs)
+            node_image = dict(unwrap(cloud.named(f"{record.node}-image").inputs))["name"]
+            kind, command = "container", docker_run_command(inputs, node_image)
         depends_on = (*record.depends_on, f"{record.node}/scripts") if kind == "remote" else record.depends_on
         steps.append(ProgramStep(f"{record.node}/{record.step}", record.node, kind, depends_on, command, env,
                                  login, record.resource_name))
@@ -305,10 +310,38 @@ def _teardown_command(cloud: OfflineCloud, step_resource: str) -> str:
     return str(environment["REMOTE_COMMAND"])
 
 
-def docker_run_command(inputs: Mapping[str, Any]) -> str:
+# CAP_SYS_RESOURCE, bit 24 of a capability set (linux/capability.h).
+_CAP_SYS_RESOURCE = 1 << 24
+_RLIMITS = {"memlock": resource.RLIMIT_MEMLOCK, "nofile": resource.RLIMIT_NOFILE, "stack": resource.RLIMIT_STACK}
+
+
+def _ulimit_here(name: str, soft: int, hard: int) -> str:
+    """`--ulimit NAME=SOFT:HARD`, as this machine can grant it. runc sets a container's limits with the capabilities
+    of dockerd, and raising a hard limit needs CAP_SYS_RESOURCE: a real node's root has it, a test machine that is
+    itself a container may not (ours has not: "error setting rlimit type 8: operation not permitted"). There a limit
+    above the machine's hard limit becomes that hard limit: the one part of the container's specification the tier
+    cannot reproduce (program_commands' callers assert the program's own inputs, -1:-1 for memlock)."""
+    effective = next(line for line in Path("/proc/self/status").read_text().splitlines()
+                     if line.startswith("CapEff:"))
+    limit = _RLIMITS.get(name)
+    if limit is None or int(effective.split()[1], 16) & _CAP_SYS_RESOURCE:
+        return f"{name}={soft}:{hard}"
+    ceiling = resource.getrlimit(limit)[1]
+    if ceiling == resource.RLIM_INFINITY:
+        return f"{name}={soft}:{hard}"
+
+    def clamp(value: int) -> int:
+        return ceiling if value < 0 or value > ceiling else value
+
+    return f"{name}={clamp(soft)}:{clamp(hard)}"
+
+
+def docker_run_command(inputs: Mapping[str, Any], image_name: str) -> str:
     """The `docker run` that pulumi-docker's Container with these inputs amounts to (the provider creates the
     container through the Docker API; under mocks it does not run, so the tier performs the same creation with the
-    docker stand-in). Every input the program sets is translated; an input this does not know fails the test."""
+    node's real dockerd). Every input the program sets is translated; an input this does not know fails the test.
+    The container's `image` is the RemoteImage's imageId, which the mocks make up: on the node it is the real ID of
+    the image named `image_name` (the RemoteImage's name), as the provider reads it."""
     known = {"name", "image", "command", "gpus", "networkMode", "ipcMode", "shmSize", "volumes", "devices", "envs",
              "restart", "init", "mustRun", "ulimits", "privileged"}
     unknown = sorted(set(inputs) - known)
@@ -335,11 +368,12 @@ def docker_run_command(inputs: Mapping[str, Any]) -> str:
         mode = ":ro" if volume.get("readOnly") else ""
         args += ["-v", f"{volume['hostPath']}:{volume['containerPath']}{mode}"]
     for limit in inputs.get("ulimits") or []:
-        args += ["--ulimit", f"{limit['name']}={int(limit['soft'])}:{int(limit['hard'])}"]
+        args += ["--ulimit", _ulimit_here(limit["name"], int(limit["soft"]), int(limit["hard"]))]
     for env in inputs.get("envs") or []:
         args += ["-e", env]
-    args += [inputs["image"], *(inputs.get("command") or [])]
-    run = " ".join(shlex.quote(str(a)) for a in args)
+    image_id = f"\"$(docker image inspect --format '{{{{.Id}}}}' -- {shlex.quote(image_name)})\""
+    run = " ".join([*(shlex.quote(str(a)) for a in args), image_id,
+                    *(shlex.quote(str(a)) for a in inputs.get("command") or [])])
     # must_run: an existing running container of that name is kept, as the provider keeps its resource.
     name = shlex.quote(inputs["name"])
     return f"docker inspect --format '{{{{.State.Running}}}}' {name} >/dev/null 2>&1 || {run}"
