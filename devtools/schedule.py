@@ -41,8 +41,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
+from devtools.schedule_cache import cache_minutes, cache_used, with_cache, without_cache
 from devtools.schedule_figures import (
     BAKED_NODE_MINUTES,
     BASE_IMAGE_STEPS,
@@ -54,16 +54,30 @@ from devtools.schedule_figures import (
     Constant,
     constant,
 )
-from infra import model_cache, parallelism, pull_cache
+from devtools.schedule_rates import (
+    NO_OPTIONS,
+    NO_SNAPSHOT_PREFETCH,
+    OPTIONS,
+    OPTIONS_ON_STACK_DISK,
+    RESUME,
+    RESUMED,
+    Options,
+    Path,
+    disk_bound_mbyte_s,
+    disk_mbyte_s,
+    pull_minutes,
+    registry_backend_gbit_s,
+    transfer_minutes,
+)
+from infra import model_cache, parallelism
 from infra.config import ClusterConfig
-from infra.config.training import is_mainland_region
 from infra.image_path import ImagePath, image_path, inbound_mbps
 from infra.node.steps import StepRecord
 
-Path = Literal["new", "in-region", "warm"]
 PATHS: tuple[Path, ...] = ("new", "in-region", "warm")
 NODE_COUNTS: tuple[int, ...] = (2, 16, 64, 256)
-# The figures live in devtools/schedule_figures.py; the plan, the bench and the tests read them here as well.
+# The figures live in devtools/schedule_figures.py, the rates and options in schedule_rates.py, the pull cache's
+# terms in schedule_cache.py; the plan, the bench and the tests read them here as well.
 __all__ = [
     "BAKED_NODE_MINUTES",
     "BASE_IMAGE_STEPS",
@@ -72,8 +86,25 @@ __all__ = [
     "MEASURED_SECONDS",
     "MEASURED_STATE",
     "NEW_NODE_MINUTES",
+    "NO_OPTIONS",
+    "NO_SNAPSHOT_PREFETCH",
+    "OPTIONS",
+    "OPTIONS_ON_STACK_DISK",
+    "RESUME",
+    "RESUMED",
     "Constant",
+    "Options",
+    "Path",
+    "cache_minutes",
+    "cache_used",
     "constant",
+    "disk_bound_mbyte_s",
+    "disk_mbyte_s",
+    "pull_minutes",
+    "registry_backend_gbit_s",
+    "transfer_minutes",
+    "with_cache",
+    "without_cache",
 ]
 
 
@@ -316,15 +347,6 @@ default_parallel = parallelism.default_slots
 waves = parallelism.waves
 
 
-def registry_backend_gbit_s(config: ClusterConfig) -> float:
-    """The OSS bandwidth cap behind the region's registry [26]: 100 Gbit/s for downloads in Beijing, Shanghai and
-    Shenzhen, 10 in the other mainland regions, 5 outside the mainland."""
-    region = config.region or ""
-    if region in ("cn-beijing", "cn-shanghai", "cn-shenzhen"):
-        return constant("registry-backend-large")
-    return constant("registry-backend") if is_mainland_region(region) else constant("registry-backend-abroad")
-
-
 def framework_start_minutes(config: ClusterConfig, nodes: int) -> float:
     """The framework's start-up at `nodes` nodes: the 2-node build-up, plus framework-start-growth per doubling of
     the ranks beyond 16 (an assumption: nothing measures it at scale)."""
@@ -365,63 +387,6 @@ def scale_minutes(config: ClusterConfig, nodes: int) -> float:
     saves and the start-up's growth with the ranks."""
     growth = framework_start_minutes(config, nodes) - constant("framework-start")
     return api_wait_minutes(nodes) + state_write_minutes(nodes) + growth
-
-
-def transfer_minutes(size_gb: float, mbyte_s: float) -> float:
-    """Minutes to move size_gb (10^9 bytes) at mbyte_s (10^6 bytes/s)."""
-    return size_gb * 1000.0 / mbyte_s / 60.0
-
-
-def pull_minutes(size_gb: float, node_mbyte_s: float, backend_gbit_s: float, pullers: int, p2p: bool) -> float:
-    """One node's pull while `pullers` nodes pull at once: the node's own rate, or its share of the backend."""
-    own = transfer_minutes(size_gb, node_mbyte_s)
-    copies = min(pullers, constant("p2p-seed-copies")) if p2p else pullers
-    shared = copies * size_gb * 8.0 / backend_gbit_s / 60.0
-    return max(own, shared)
-
-
-@dataclass(frozen=True)
-class Options:
-    """The modelled techniques (docs/performance.md, 'Modelled options'): which are on."""
-
-    base_image: bool = False  # driver, Docker, the toolkit (and pigz) in a maintained boot image
-    tuned_pull: bool = False  # unpigz, more concurrent downloads, a disk that keeps up
-    p2p: bool = False  # P2P image distribution above CONSTANTS["p2p-above"] nodes
-    requirements_in_image: bool = False
-    snapshot_prefetch: bool = False  # the baked disk's data is there at first read [7]
-    model_on_local_disk: bool = False  # the weights in the baked data disk (with prefetch)
-    resume: bool = False  # the nodes restart from an economical-mode stop: no new resources, disks intact [36b]
-    # The data disk the tuned pull assumes (nodes.dataDiskCategory cloud_auto with dataDiskBursting): its burst
-    # does not cap the pull. False: the stack's own disk bounds it (disk_mbyte_s / pull-io-factor).
-    burst_disk: bool = False
-
-
-NO_OPTIONS = Options()
-OPTIONS = Options(True, True, True, True, True, True, burst_disk=True)
-RESUME = Options(True, True, True, True, True, True, resume=True, burst_disk=True)
-# What the program builds today for a resume (nodes.paused removed): the same nodes started again, no option.
-RESUMED = Options(resume=True)
-# The options with the stack's own data disk (PL1 by default): what a tuned pull gets without AutoPL's burst.
-OPTIONS_ON_STACK_DISK = replace(OPTIONS, burst_disk=False)
-NO_SNAPSHOT_PREFETCH = replace(OPTIONS, snapshot_prefetch=False)  # the options as implementable today (no API)
-
-
-def disk_mbyte_s(config: ClusterConfig, options: Options = NO_OPTIONS) -> float:
-    """The throughput of the disk Docker's images land on: the data disk (nodes.dataDiskCategory, its level and
-    size), or the system disk (an ESSD PL1 of nodes.systemDiskGb) without one; AutoPL's burst with the option."""
-    nodes = config.nodes  # own hosts: their disks are unknown; the system disk default stands in (no stock cap)
-    if options.burst_disk or (nodes.data_disk_gb and nodes.data_disk_burst):
-        return constant("autopl-burst")
-    size, level = (nodes.data_disk_gb, nodes.data_disk_performance_level or "PL1") if nodes.data_disk_gb else (
-        nodes.system_disk_gb, "PL1")
-    auto = nodes.data_disk_category == "cloud_auto"
-    cap = constant("essd-pl1-max") if auto else constant(f"essd-{level.lower()}-max")
-    return min(constant("essd-base") + constant("essd-per-gib") * size, cap)
-
-
-def disk_bound_mbyte_s(config: ClusterConfig, options: Options = NO_OPTIONS) -> float:
-    """The fastest a node can pull onto its disk: the disk's throughput / the pull's I/O factor."""
-    return disk_mbyte_s(config, options) / constant("pull-io-factor")
 
 
 def _download(config: ClusterConfig, nodes: int) -> tuple[float, str]:
@@ -568,66 +533,6 @@ def _pull_rates(config: ClusterConfig, path: Path, options: Options, image: Imag
         return min(image.rate_mbps / 8.0, disk), constant("public-source")
     rate = constant("tuned-pull") if options.tuned_pull else constant("vpc-pull")
     return min(rate, disk), registry_backend_gbit_s(config)
-
-
-def cache_used(config: ClusterConfig, path: Path, nodes: int) -> bool:
-    """Whether the program builds the pull cache for `nodes` nodes on `path` (infra/pull_cache.py's choice, with the
-    image in the region's registry on the in-region path)."""
-    if path == "warm" or nodes < 2 or "@" in config.container.pull_image:
-        return False
-    setting = config.container.pull_cache
-    if setting != "auto":
-        return setting == "on"
-    over_vpc = path == "in-region" or image_path(config).kind == "vpc"
-    return nodes > pull_cache.AUTO_ABOVE and over_vpc
-
-
-def cache_minutes(config: ClusterConfig, path: Path, nodes: int, options: Options = NO_OPTIONS,
-                  image_gb: float | None = None) -> tuple[float, float, str]:
-    """(the cache step: the head's fill and then the fan-out caches', one node's pull through its cache, how): the
-    head fetches every blob cache-fill-fetches times from the registry (over the VPC at its NIC or the backend's cap,
-    over its public IP on the new path) and writes it once to its data disk; each fan-out cache does the same from
-    the head, all sharing the head's NIC; a node then pulls at its own rate or its share of its cache's NIC."""
-    image = image_path(config, image_gb)
-    size, fetches = image.size_gb, constant("cache-fill-fetches")
-    nic = constant("cache-nic") * 1000.0 / 8.0  # MB/s
-    if path == "new" and image.kind == "public":
-        upstream = min(image.rate_mbps / 8.0, nic)
-    else:
-        upstream = min(nic, registry_backend_gbit_s(config) * 1000.0 / 8.0)
-    disk = disk_mbyte_s(config, options)
-    head = max(transfer_minutes(fetches * size, upstream), transfer_minutes(size, disk))
-    caches = len(pull_cache.layout(nodes).caches)
-    fan_out = 0.0
-    if caches > 1:
-        fan_out = max(transfer_minutes((caches - 1) * fetches * size, nic), transfer_minutes(size, disk))
-    node_rate = min(constant("tuned-pull") if options.tuned_pull else constant("vpc-pull"),
-                    disk_bound_mbyte_s(config, options))
-    served = min(nodes, pull_cache.NODES_PER_CACHE)
-    pull = max(transfer_minutes(size, node_rate), transfer_minutes(served * size, nic))
-    how = (f"the head's cache fills from the registry ({fetches:g} fetches per blob at {upstream:g} MB/s, "
-           f"{head:.1f} min)" + (f", then {caches - 1} fan-out caches from the head's ({fan_out:.1f} min)"
-                                 if caches > 1 else "")
-           + f"; each node pulls through its cache, {served} nodes per cache: {pull:.1f} min")
-    return head + fan_out, pull, how
-
-
-def without_cache(config: ClusterConfig) -> ClusterConfig:
-    """The stack with container.pullCache off (the plan's comparison row)."""
-    return config.model_copy(update={"container": config.container.model_copy(update={"pull_cache": "off"})})
-
-
-def with_cache(records: Sequence[StepRecord], used: bool) -> list[StepRecord]:
-    """The step graph with the head's pull-cache step before every pull (used), or without it: the program's choice
-    at a node count other than the recorded one."""
-    key = "node-0/pull-cache"
-    kept = [r for r in records if r.key != key]
-    kept = [replace(r, depends_on=tuple(d for d in r.depends_on if d != key)) for r in kept]
-    if not used:
-        return kept
-    cache = StepRecord("node-0", "pull-cache", "remote", ("pull_cache.sh",), ("node-0/prepare-host",),
-                       "node-0-pull-cache")
-    return [cache, *(replace(r, depends_on=(*r.depends_on, key)) if r.step == "pull-image" else r for r in kept)]
 
 
 def backend_bound_pull(config: ClusterConfig, parallel: int,

@@ -2,9 +2,8 @@
 cluster with.
 
 The role (alicloud ram Role, Policy, RolePolicyAttachment; attached to the head with ecs RamRoleAttachment, the
-provider's replacement for the instance's deprecated `role_name`: terraform-provider-alicloud
-alicloud/resource_alicloud_instance.go:765-769 and resource_alicloud_ecs_ram_role_attachment.go:31-53 at 81c43b67)
-may only stop instances tagged with this stack (infra/autostop.py). Only the head carries it.
+provider's replacement for the instance's deprecated `role_name`: see verified-facts#autostop-instance) may only stop
+instances tagged with this stack (infra/autostop.py). Only the head carries it.
 """
 
 from __future__ import annotations

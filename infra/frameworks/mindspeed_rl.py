@@ -100,7 +100,7 @@ def pin_archive_url(repo: str, ref: str, explicit: str | None) -> str | None:
 class MindSpeedRlAdapter(FrameworkFacts):
     name = "mindspeed-rl"
     accelerators: ClassVar[tuple[str, ...]] = ("ascend",)
-    # MindSpeed-RL 2.0.0: "iteration: N / M | ..." (mindspeed_rl/utils/loggers.py:30-35, grpo_trainer_hybrid.py:185).
+    # MindSpeed-RL 2.0.0 logs "iteration: N / M | ..." once per step (see verified-facts#base-loggers).
     first_step_pattern = "iteration: [0-9]+ / [0-9]+ [|]"
     overrides_on_command_line = True  # Hydra
     checks_override_sizes = True  # with the cluster's sizes (mindspeed_rl_checks.py)

@@ -118,8 +118,7 @@ def _flag_value(value: Any) -> str:
 
 class OpenRlhfAdapter(FrameworkFacts):
     name = "openrlhf"
-    # OpenRLHF v0.10.2: logger.info(f"... Global step {global_step}: {log_status}")
-    # (openrlhf/trainer/ppo_trainer.py:545).
+    # OpenRLHF v0.10.2 logs "... Global step N: ..." once per step (see verified-facts#base-ppo-trainer).
     first_step_pattern = "Global step [0-9]+: "
     prefetches_models = True
     overrides_on_command_line = True  # argparse

@@ -109,12 +109,12 @@ class Built:
 
 class RollAdapter(FrameworkFacts):
     name = "roll"
-    # ROLL 8eb27cc: logger.info(f"pipeline step {global_step} finished") at the end of every step
-    # (roll/pipeline/agentic/agentic_pipeline.py:619, roll/pipeline/rlvr/rlvr_pipeline.py:840).
+    # ROLL 8eb27cc logs "pipeline step N finished" at the end of every step, agentic and RLVR pipelines alike
+    # (see verified-facts#base-agentic-pipeline).
     first_step_pattern = "pipeline step [0-9]+ finished"
     prefetches_models = True
-    # ROLL's default download type is ModelScope's (checkpoint_manager.py:74; a YAML model_download_type may say
-    # otherwise).
+    # ROLL's default download type is ModelScope's; a YAML model_download_type may say otherwise (see
+    # verified-facts#model-cache-checkpoint-manager).
     own_hub = "modelscope"
     cluster_keys: ClassVar[tuple[tuple[str, str], ...]] = (("num_gpus_per_node", "gpus_per_node"),)
 

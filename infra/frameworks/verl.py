@@ -101,9 +101,8 @@ def hydra_value(value: Any) -> str:
 
 class VerlAdapter(FrameworkFacts):
     name = "verl"
-    # verl v0.7.0: logger.log(data=metrics, step=global_steps) (verl/trainer/ppo/ray_trainer.py:1630) prints
-    # "step:N - key:val - ..." through the console backend (verl/utils/logger/aggregate_logger.py:26-32); the
-    # metrics hold training/global_step (ray_trainer.py:1612-1616), which the validation-only line does not.
+    # verl v0.7.0 prints "step:N - key:val - ..." through its console logger; a training step's metrics hold
+    # training/global_step, which the validation-only line does not (see verified-facts#base-ray-trainer).
     first_step_pattern = "step:[0-9]+ - .*training/global_step:[0-9]+"
     prefetches_models = True
     overrides_on_command_line = True  # Hydra

@@ -206,15 +206,17 @@ def library_archive() -> pulumi.FileArchive:
 
 
 def _body(scripts: Sequence[str], library: str) -> str:
-    """The inner bash's text: check that every file is there (naming the one missing), name the Python helpers the
-    scripts use (HELPER_<NAME>), then source each script in turn."""
+    """The inner bash's text: name the Python helpers the scripts use (HELPER_<NAME>), check that every file is
+    there (naming the one missing), then source each script in turn. The check names a helper by its variable,
+    so its path is written once: every step of every node stores this text."""
     used = helpers(scripts)
-    files = " ".join(f"{library}/{library_name(n)}" for n in [LIB_SCRIPT, *scripts, *used])
+    named = "".join(f"{_helper_variable(h)}={library}/{library_name(h)}\n" for h in used)
+    files = " ".join([*(f"{library}/{library_name(n)}" for n in [LIB_SCRIPT, *scripts]),
+                      *(f'"${_helper_variable(h)}"' for h in used)])
     check = (f'for roll_script in {files}; do [ -r "$roll_script" ] || {{ echo "$0: $roll_script is missing: '
              'the node script library step (${NODE_NAME:-node}-scripts) installs it" >&2; exit 1; }; done')
-    named = "".join(f"{_helper_variable(h)}={library}/{library_name(h)}\n" for h in used)
     sources = "\n".join(f". {library}/{library_name(n)}" for n in [LIB_SCRIPT, *scripts])
-    return f"{check}\nunset roll_script\n{named}{sources}\n"
+    return f"{named}{check}\nunset roll_script\n{sources}\n"
 
 
 def _exports(step: str, env: Mapping[str, str]) -> list[str]:
