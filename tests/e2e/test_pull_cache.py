@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -32,21 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_harness import apt_install
+from e2e_docker import Registry, apt_install, ensure_docker, free_loopback_port
 
 from infra.node.remote import local_library, render_plain
 
 DAEMONS = 4
 IMAGE_PATH = "e2e/tiny:v1"
 SECRET = "pull-cache-e2e-password-7f3a"  # stands in for the upstream's password: must reach the config file only
-BLOB_GET = re.compile(r'"GET /v2/[^ ]*/blobs/(sha256:[0-9a-f]{64}) HTTP/[0-9.]+" 200 ')
 READY_TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(what: str, check: object, timeout: float = READY_TIMEOUT_S) -> None:
@@ -90,23 +82,6 @@ class Daemon:
         return _run(["docker", *args], env=self.env())
 
 
-def _registry(root: Path, port: int, proxy: str | None = None) -> subprocess.Popen[bytes]:
-    root.mkdir(parents=True)
-    config = [
-        "version: 0.1", "log:", "  level: info", "storage:", "  filesystem:", f"    rootdirectory: {root}/data",
-        "http:", f"  addr: 127.0.0.1:{port}",
-    ]
-    (root / "config.yml").write_text("\n".join(config) + "\n")
-    log = open(root / "access.log", "wb")  # noqa: SIM115 - kept open for the registry's life
-    return subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _answers(port: int) -> bool:
-    return subprocess.run(["curl", "-fsS", "-o", "/dev/null", f"http://127.0.0.1:{port}/v2/"],
-                          capture_output=True).returncode == 0
-
-
 def _step(step: str, scripts: list[str], env: dict[str, str], extra: dict[str, str] | None = None,
           ) -> subprocess.CompletedProcess[str]:
     """A product step run here as pulumi-command runs it on a node: its rendered command over the staged library."""
@@ -115,14 +90,14 @@ def _step(step: str, scripts: list[str], env: dict[str, str], extra: dict[str, s
                           env={**os.environ, **(extra or {})})
 
 
-def _blob_gets(log: Path) -> Counter[str]:
-    return Counter(BLOB_GET.findall(log.read_text(errors="replace")))
+def _blob_gets(registry: Registry) -> Counter[str]:
+    return Counter(registry.blob_downloads())
 
 
 @dataclass
 class World:
     root: Path
-    upstream_port: int
+    upstream: Registry
     cache_port: int
     daemons: list[Daemon]
     image: str  # the name the program uses: the upstream's reference
@@ -143,10 +118,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def _install() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root (dockerd)")
-    for binary, package in (("dockerd", "docker.io"), ("docker-registry", "docker-registry"),
-                            ("curl", "curl")):
-        if shutil.which(binary) is None:
-            apt_install(package)
+    ensure_docker()
+    if shutil.which("curl") is None:
+        apt_install("curl")
     if not Path("/bin/busybox").exists() and shutil.which("busybox") is None:
         apt_install("busybox-static")
 
@@ -157,15 +131,15 @@ def world() -> Iterator[World]:
     root = Path(tempfile.mkdtemp(prefix="roll-cluster-e2e-pull-cache-", dir="/var/tmp"))
     processes: list[subprocess.Popen[bytes]] = []
     cache_pid = root / "pull-cache" / "registry.pid"
+    upstream_port, cache_port = free_loopback_port(), free_loopback_port()
+    upstream = Registry("pull-cache-upstream", f"127.0.0.1:{upstream_port}", root / "upstream")
     try:
-        upstream_port, cache_port = _free_port(), _free_port()
-        processes.append(_registry(root / "upstream", upstream_port))
         daemons = [Daemon(root / f"node-{i}") for i in range(DAEMONS + 1)]  # the last one builds and pushes
         processes += [d.start() for d in daemons]
-        _wait("the upstream registry", lambda: _answers(upstream_port))
+        upstream.start()
         for d in daemons:
             _wait(f"dockerd in {d.root}", d.answers)
-        image = f"127.0.0.1:{upstream_port}/{IMAGE_PATH}"
+        image = f"{upstream.address}/{IMAGE_PATH}"
         builder = daemons[-1]
         rootfs = root / "rootfs"
         (rootfs / "bin").mkdir(parents=True)
@@ -184,13 +158,15 @@ def world() -> Iterator[World]:
         builder.docker("build", "--network", "none", "-t", image, str(context))
         builder.docker("push", image)
         manifest = _run(["curl", "-fsS", "-H", "Accept: application/vnd.docker.distribution.manifest.v2+json",
-                         f"http://127.0.0.1:{upstream_port}/v2/e2e/tiny/manifests/v1"]).stdout
+                         f"{upstream.url}/v2/e2e/tiny/manifests/v1"]).stdout
         layers = re.findall(r'"digest":\s*"(sha256:[0-9a-f]{64})"', manifest)
-        yield World(root, upstream_port, cache_port, daemons[:DAEMONS], image, layers[1:], layers[0])
+        yield World(root, upstream, cache_port, daemons[:DAEMONS], image, layers[1:], layers[0])
     finally:
         if cache_pid.exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(cache_pid.read_text().strip()), signal.SIGTERM)
+        upstream.stop()
+        shutil.rmtree(upstream.directory, ignore_errors=True)
         for process in reversed(processes):
             _stop(process)
         _unmount_under(root)
@@ -207,7 +183,7 @@ def _unmount_under(root: Path) -> None:
 
 def _cache_env(w: World) -> dict[str, str]:
     return {
-        "CACHE_UPSTREAM": f"http://127.0.0.1:{w.upstream_port}",
+        "CACHE_UPSTREAM": w.upstream.url,
         "CACHE_REPOSITORY": IMAGE_PATH,
         "CACHE_LISTEN_ADDR": "127.0.0.1",
         "CACHE_PORT": str(w.cache_port),
@@ -224,11 +200,11 @@ def _cache_env(w: World) -> dict[str, str]:
 def test_four_daemons_pull_through_the_cache_and_the_upstream_serves_each_layer_once(world: World) -> None:
     w = world
     assert len(w.layers) == 2, w.layers  # the imported root file system and the COPY
-    before = _blob_gets(w.root / "upstream" / "access.log")
+    before = _blob_gets(w.upstream)
     step = _step("pull-cache", ["pull_cache.sh"], _cache_env(w))
     assert step.returncode == 0, step.stdout + step.stderr
     assert "cache holds 3 blobs (3 fetched now" in step.stdout
-    filled = _blob_gets(w.root / "upstream" / "access.log") - before
+    filled = _blob_gets(w.upstream) - before
     # The fill: each blob's two fetches by distribution 2.8's proxy (one to the requester, one stored), and no more.
     assert filled == Counter({digest: 2 for digest in (*w.layers, w.config_digest)}), filled
 
@@ -249,7 +225,7 @@ def test_four_daemons_pull_through_the_cache_and_the_upstream_serves_each_layer_
             "pulled through the cache\n")
         tags = daemon.docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
         assert tags == [w.image], tags
-    after = _blob_gets(w.root / "upstream" / "access.log") - before
+    after = _blob_gets(w.upstream) - before
     # Every layer's blob (and the config's) came from the upstream once per cache, during its fill; the four pulls
     # fetched nothing more from it.
     assert after == filled, (after, filled)
@@ -275,7 +251,7 @@ def test_the_cache_step_again_changes_nothing_and_keeps_the_password_in_its_conf
 def test_a_cache_that_cannot_fill_fails_the_step_by_name(world: World) -> None:
     w = world
     env = {**_cache_env(w), "CACHE_REPOSITORY": "e2e/missing:v1", "CACHE_DIR": str(w.root / "missing" / "pull-cache"),
-           "CACHE_PORT": str(_free_port()), "RETRY_ATTEMPTS": "1"}
+           "CACHE_PORT": str(free_loopback_port()), "RETRY_ATTEMPTS": "1"}
     step = _step("pull-cache", ["pull_cache.sh"], env)
     try:
         assert step.returncode != 0
