@@ -30,7 +30,6 @@ from devtools.offline_cloud import (
     stack_config,
     unwrap,
 )
-from devtools.plan_time import PATH_LABELS as PATH_LABELS
 from devtools.plan_time import backend_lines, time_to_first_step
 from infra import cost, image_path, parallelism, summary
 from infra.autostop import plan_lines as autostop_plan_lines

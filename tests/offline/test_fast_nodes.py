@@ -11,7 +11,7 @@ import pytest
 from offline_helpers import INSTANCE, env_of, run, step_command
 from script_harness import FakeNode
 
-from devtools import plan, schedule
+from devtools import plan, plan_time, schedule
 from devtools.offline_cloud import OfflineCloud, unwrap
 from devtools.schedule import (
     CONSTANTS,
@@ -323,7 +323,7 @@ def test_the_plan_prints_each_path_at_four_node_counts_with_critical_paths_and_c
     assert "== Time to the first training step" in text
     header = next(line for line in text.splitlines() if "minutes to the first step at N nodes" in line)
     assert header.split()[8:12] == ["2", "16", "64", "256"]
-    for label in plan.PATH_LABELS.values():
+    for label in plan_time.PATH_LABELS.values():
         cells = next(line for line in text.splitlines() if line.startswith(f"  {label}"))[64:].split()
         assert len(cells) >= 5 and all(float(cell) > 0 for cell in cells[:5]), cells
     for name in ("new", "in-region", "warm"):
