@@ -55,8 +55,11 @@ def time_to_first_step(config: ClusterConfig, records: Sequence[steps.StepRecord
                  f"{pull_cache.NODES_PER_CACHE} nodes; docs/performance.md, 'The pull cache')")
     writes = schedule.state_write_minutes(count)
     lines.append(f"  (each figure includes Pulumi's state saves with a self-managed backend: {writes:.1f} min at "
-                 f"{count} nodes, {schedule.state_write_minutes(64):.1f} at 64; Pulumi Cloud journals instead; "
-                 "docs/performance.md, 'Pulumi's state saves')")
+                 f"{count} nodes, {schedule.state_write_minutes(64):.1f} at 64, "
+                 f"{schedule.state_write_minutes(256):.0f} at 256; with Pulumi Cloud as the backend (it journals "
+                 "each step) every figure is that much lower, and `PULUMI_SKIP_CHECKPOINTS=true pulumi up` saves once "
+                 "at the end, at the risk of instances the state does not know after a crash; docs/performance.md, "
+                 "'Pulumi's state saves')")
     lines.append("  (figures for what the program builds; modelled options that are not built: docs/performance.md, "
                  "'Modelled options, not built')")
     lines.append("  (columns: `pulumi up --parallel N` or more; last column: this machine's parallelism)")
