@@ -57,6 +57,7 @@ INSECURE_REGISTRIES_CHANGED=0 # the program's insecure-registries entry changed:
 INSECURE_PRIOR_DIGEST=''      # daemon.json's digest before that change
 INSECURE_REMOVED=''           # the program's addresses that change took out of the list
 # `docker info`: the registries the running dockerd treats as insecure by name (host:port entries; CIDRs are apart).
+# shellcheck disable=SC2016  # a Go template for docker, written literally
 INSECURE_INFO_FORMAT='{{range $name, $index := .RegistryConfig.IndexConfigs}}{{if not $index.Secure}}{{$name}} {{end}}{{end}}'
 # The digest of the daemon.json dockerd was last (re)started with by this script: a restart is due when it differs.
 APPLIED_CONFIG_RECORD=$ROLL_CLUSTER_STATE_DIR/docker-daemon-json.applied
@@ -310,8 +311,9 @@ reload_docker() {
     banner "docker reloaded (SIGHUP through systemd): insecure-registries applied without a restart"
   else
     if [[ -s "$DOCKER_PIDFILE" ]]; then pid=$(cat -- "$DOCKER_PIDFILE"); fi
-    [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null ||
+    if [[ ! "$pid" =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
       fail "docker could not be reloaded: 'systemctl reload docker' failed and $DOCKER_PIDFILE names no running dockerd; send SIGHUP to dockerd (it re-reads insecure-registries from $DOCKER_DAEMON_JSON) and run again"
+    fi
     kill -HUP "$pid"
     banner "docker reloaded (SIGHUP to dockerd, pid $pid): insecure-registries applied without a restart"
   fi
