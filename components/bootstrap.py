@@ -200,7 +200,6 @@ class NodeBootstrap(pulumi.ComponentResource):
                 "KEEP_EXISTING_DOCKER": "1" if machine.existing else "0",
                 "MOUNTS": " ".join(mounts),
                 "INSECURE_REGISTRIES": cache_address,  # the cache's plain HTTP, exactly its address
-                "IMAGE": config.container.pull_image,  # present already: the address is not needed (no restart)
             },
             after=[(f"{node_name}/prepare-host", prepare)],
         )

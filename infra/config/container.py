@@ -118,8 +118,9 @@ class ContainerConfig(Section):
         "public IP): where 33 nodes' pulls at a stock 35 MB/s each exceed the 10 Gbit/s OSS cap behind most "
         "regions' registries (docs/performance.md, 'The pull cache'). `on`: from 2 nodes, any registry. "
         "`off`: every node pulls from the registry. "
-        "A running node that already has the image is left as it is (no dockerd restart); a node that pulls gets the "
-        "cache's address in daemon.json's insecure-registries, which restarts its dockerd once.",
+        "Every node lists its cache's address in daemon.json's insecure-registries; on a running node a change of "
+        "it (the cache turned on or off, the cluster grown or shrunk across 32 nodes) is applied by a reload of "
+        "dockerd (SIGHUP), never a restart: a running training container keeps running.",
     )
     privileged: bool = Field(
         False,

@@ -8,7 +8,8 @@ OSes). Usage:
   daemon_json.py replace-owned PATH KEY PREVIOUS WANTED
                                              KEY's list with the entries this program added last time (PREVIOUS,
                                              space-separated) replaced by WANTED, the host's own entries kept and
-                                             the key dropped when nothing is left; prints `unchanged` or `changed`
+                                             an emptied list kept as [] (dockerd's reload changes only the keys
+                                             the file has); prints `unchanged` or `changed`
 """
 
 from __future__ import annotations
@@ -47,10 +48,7 @@ def replace_owned_entries(path: str, key: str, previous: list[str], wanted: list
     updated = [entry for entry in current if entry not in previous and entry not in wanted] + wanted
     if updated == current:
         return "unchanged"
-    if updated:
-        config[key] = updated
-    else:
-        config.pop(key, None)
+    config[key] = updated
     return write_config(path, config)
 
 

@@ -15,10 +15,11 @@
 #   INSECURE_REGISTRIES ['']      host:port of the pull cache this node pulls through over plain HTTP inside the
 #                                  security group (infra/pull_cache.py): listed in daemon.json's insecure-registries,
 #                                  beside any the host already lists; the one this step added before is removed
-#                                  when it changes or is emptied (recorded in ROLL_CLUSTER_STATE_DIR)
-#   IMAGE ['']                     the training image: a node whose running dockerd already has it needs no cache,
-#                                  and its insecure-registries is left as it is (no dockerd restart under a running
-#                                  container when the cache is turned on or off, or the cluster grows past 32 nodes)
+#                                  when it changes or is emptied (recorded in ROLL_CLUSTER_STATE_DIR). A change of
+#                                  only this entry is applied by a reload of the running dockerd (SIGHUP), never by a
+#                                  restart: a training container keeps running when the cache is turned on or off
+#   DOCKER_PIDFILE [/var/run/docker.pid]   dockerd's pidfile: the reload's SIGHUP goes to its pid where systemd
+#                                  cannot reload docker
 #   DOCKER_START_TIMEOUT_S [120]   bound for dockerd to answer after a (re)start
 #   PARALLEL_GUNZIP_PACKAGE [pigz] the package that puts `unpigz` on dockerd's PATH (best effort, see below)
 #   YUM_REPOS_DIR [/etc/yum.repos.d], APT_SOURCES_DIR [/etc/apt/sources.list.d], APT_KEYRINGS_DIR [/etc/apt/keyrings]
@@ -38,7 +39,7 @@
 : "${DOCKER_MAX_CONCURRENT_DOWNLOADS:=10}"
 : "${DOCKER_START_TIMEOUT_S:=120}"
 : "${INSECURE_REGISTRIES:=}"
-: "${IMAGE:=}"
+: "${DOCKER_PIDFILE:=/var/run/docker.pid}"
 : "${PARALLEL_GUNZIP_PACKAGE:=pigz}"
 : "${YUM_REPOS_DIR:=/etc/yum.repos.d}"
 : "${APT_SOURCES_DIR:=/etc/apt/sources.list.d}"
@@ -51,7 +52,13 @@
 ENGINE_PACKAGES=(docker-ce docker-ce-cli containerd.io)
 TOOLKIT_PACKAGES=(nvidia-container-toolkit)
 DOCKER_PACKAGES=()
-DAEMON_JSON_CHANGED=0
+DAEMON_JSON_CHANGED=0 # a setting that dockerd applies at start only changed: a restart is due
+INSECURE_REGISTRIES_CHANGED=0 # the program's insecure-registries entry changed: a reload applies it
+INSECURE_PRIOR_DIGEST=''      # daemon.json's digest before that change
+INSECURE_REMOVED=''           # the program's addresses that change took out of the list
+# `docker info`: the registries the running dockerd treats as insecure by name (host:port entries; CIDRs are apart).
+# shellcheck disable=SC2016  # a Go template for docker, written literally
+INSECURE_INFO_FORMAT='{{range $name, $index := .RegistryConfig.IndexConfigs}}{{if not $index.Secure}}{{$name}} {{end}}{{end}}'
 # The digest of the daemon.json dockerd was last (re)started with by this script: a restart is due when it differs.
 APPLIED_CONFIG_RECORD=$ROLL_CLUSTER_STATE_DIR/docker-daemon-json.applied
 
@@ -254,29 +261,65 @@ configure_pull_concurrency() {
 
 # configure_insecure_registries: the pull cache's address (plain HTTP inside the security group) in daemon.json's
 # insecure-registries, and nothing else of the program's: the addresses this step added last time (its record) are
-# replaced, the host's own kept. dockerd reads the list at start only: a change restarts it (start_docker).
+# replaced, the host's own kept. Applied on every node, one that has the image too (its next pull of a new tag goes
+# through the cache). dockerd re-reads the list on SIGHUP without a restart: start_docker reloads it when nothing
+# else changed (see verified-facts#dockerd-reload-insecure-registries). An emptied list stays in the file as []:
+# dockerd's reload changes only the keys the file has.
 configure_insecure_registries() {
-  local record="$ROLL_CLUSTER_STATE_DIR/insecure-registries.added" previous='' result
+  local record="$ROLL_CLUSTER_STATE_DIR/insecure-registries.added" previous='' result address
   if [[ -f "$record" ]]; then previous=$(cat -- "$record"); fi
   if [[ -z "$INSECURE_REGISTRIES" && -z "$previous" ]]; then
     banner "no pull cache to reach over plain HTTP; skipped"
     return 0
   fi
-  if [[ "$INSECURE_REGISTRIES" != "$previous" && -n "$IMAGE" ]] && docker info >/dev/null 2>&1 &&
-    docker image inspect -- "$IMAGE" >/dev/null 2>&1; then
-    banner "$IMAGE is already here: no pull through a cache, insecure-registries left as it is (no dockerd restart)"
-    return 0
-  fi
+  INSECURE_PRIOR_DIGEST=$(daemon_json_digest)
   result=$(python3 "$HELPER_DAEMON_JSON" replace-owned "$DOCKER_DAEMON_JSON" insecure-registries "$previous" \
     "$INSECURE_REGISTRIES")
   mkdir -p -- "$ROLL_CLUSTER_STATE_DIR"
   write_file_if_changed "$record" "$INSECURE_REGISTRIES"
   if [[ "$result" == unchanged ]]; then
     banner "insecure-registries already lists '${INSECURE_REGISTRIES}' in $DOCKER_DAEMON_JSON; skipped"
-  else
-    banner "insecure-registries in $DOCKER_DAEMON_JSON: '${INSECURE_REGISTRIES}' (the pull cache, plain HTTP inside the security group)"
-    DAEMON_JSON_CHANGED=1
+    return 0
   fi
+  for address in $previous; do
+    [[ " $INSECURE_REGISTRIES " == *" $address "* ]] || INSECURE_REMOVED+="$address "
+  done
+  banner "insecure-registries in $DOCKER_DAEMON_JSON: '${INSECURE_REGISTRIES}' (the pull cache, plain HTTP inside the security group)"
+  INSECURE_REGISTRIES_CHANGED=1
+}
+
+# insecure_registries_applied: whether the running dockerd lists every address of INSECURE_REGISTRIES as insecure and
+# none of those this run removed.
+insecure_registries_applied() {
+  local listed address
+  listed=" $(docker info --format "$INSECURE_INFO_FORMAT" 2>/dev/null) " || return 1
+  for address in $INSECURE_REGISTRIES; do
+    [[ "$listed" == *" $address "* ]] || return 1
+  done
+  for address in $INSECURE_REMOVED; do
+    [[ "$listed" != *" $address "* ]] || return 1
+  done
+}
+
+# reload_docker: SIGHUP to the running dockerd, which re-reads daemon.json and applies insecure-registries without a
+# restart; its containers keep running (see verified-facts#dockerd-reload-insecure-registries). Through systemd where
+# it runs dockerd (Docker CE's unit reloads with `kill -s HUP $MAINPID`), else to the pid in dockerd's pidfile. A
+# daemon.json dockerd refuses leaves its old list (its log says why): the step fails saying so.
+reload_docker() {
+  local pid=''
+  if log_cmd systemctl reload docker; then
+    banner "docker reloaded (SIGHUP through systemd): insecure-registries applied without a restart"
+  else
+    if [[ -s "$DOCKER_PIDFILE" ]]; then pid=$(cat -- "$DOCKER_PIDFILE"); fi
+    if [[ ! "$pid" =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
+      fail "docker could not be reloaded: 'systemctl reload docker' failed and $DOCKER_PIDFILE names no running dockerd; send SIGHUP to dockerd (it re-reads insecure-registries from $DOCKER_DAEMON_JSON) and run again"
+    fi
+    kill -HUP "$pid"
+    banner "docker reloaded (SIGHUP to dockerd, pid $pid): insecure-registries applied without a restart"
+  fi
+  POLL_WHAT="dockerd to list insecure-registries '${INSECURE_REGISTRIES}'" \
+    poll_until "$DOCKER_START_TIMEOUT_S" 1 insecure_registries_applied ||
+    fail "dockerd did not apply insecure-registries '${INSECURE_REGISTRIES}' from $DOCKER_DAEMON_JSON after its reload within ${DOCKER_START_TIMEOUT_S}s: its log (journalctl -u docker) says why it refused the file"
 }
 
 daemon_json_digest() {
@@ -289,6 +332,7 @@ daemon_json_digest() {
 
 # enable --now when needed; restart only a dockerd that was running before with another daemon.json (the Ubuntu
 # package starts dockerd before the nvidia runtime is configured; a dockerd started by enable --now already has it).
+# A running dockerd whose daemon.json changed in the program's insecure-registries entry only is reloaded instead.
 start_docker() {
   local digest applied='' enabled=0 active=0
   digest=$(daemon_json_digest)
@@ -305,9 +349,14 @@ start_docker() {
   fi
   # A dockerd this script never restarted (no record: say on your own host) is restarted only when this run changed
   # daemon.json; a recorded one whenever its configuration differs from what it was restarted with.
-  if ((active)) && [[ "$digest" != "$applied" ]] && { ((DAEMON_JSON_CHANGED)) || [[ -n "$applied" ]]; }; then
-    banner "docker was running with another configuration: restarting it"
-    logged systemctl restart docker
+  if ((active)) && [[ "$digest" != "$applied" ]]; then
+    if ((INSECURE_REGISTRIES_CHANGED && !DAEMON_JSON_CHANGED)) &&
+      [[ -z "$applied" || "$INSECURE_PRIOR_DIGEST" == "$applied" ]]; then
+      reload_docker
+    elif ((DAEMON_JSON_CHANGED)) || [[ -n "$applied" ]]; then
+      banner "docker was running with another configuration: restarting it"
+      logged systemctl restart docker
+    fi
   fi
   mkdir -p "$ROLL_CLUSTER_STATE_DIR"
   write_file_if_changed "$APPLIED_CONFIG_RECORD" "$digest"

@@ -5,7 +5,7 @@
 # boot (dockerd then restarts the containers whose restart policy says so, as at a real boot), and the systemctl
 # stand-in (standins/systemctl) starts, restarts and probes it for the program's docker step.
 #
-#   host_dockerd.sh start | stop | restart | is-active
+#   host_dockerd.sh start | stop | restart | reload | is-active
 #
 # Everything dockerd keeps is this host's own: the default socket, exec root and pidfile under /run (a tmpfs of the
 # host, gone at a reboot as on a real node), the default data root /var/lib/docker (host_init.sh mounts the host's
@@ -68,10 +68,18 @@ stop_dockerd() {
   done
 }
 
+# reload_dockerd: what systemd's reload of Docker CE's unit does (ExecReload=/bin/kill -s HUP $MAINPID): SIGHUP,
+# on which dockerd re-reads daemon.json and applies what it can without a restart.
+reload_dockerd() {
+  running || die "dockerd is not running: nothing to reload"
+  kill -HUP "$(<"$PIDFILE")"
+}
+
 case "${1:-}" in
   start) start_dockerd ;;
   stop) stop_dockerd ;;
   restart) stop_dockerd && start_dockerd ;;
+  reload) reload_dockerd ;;
   is-active) running ;;
-  *) die "usage: host_dockerd.sh start|stop|restart|is-active (got '$*')" ;;
+  *) die "usage: host_dockerd.sh start|stop|restart|reload|is-active (got '$*')" ;;
 esac

@@ -123,12 +123,24 @@ class _Remote:
     def options(self, scheduling_strategy=None, **_):
         return _Remote(self.function, scheduling_strategy)
     def remote(self, *args):
+        # The task runs here, as on its node; the processes it starts (a detached `ray stop`) are awaited, so that
+        # the world file has one writer at a time (many nodes leaving at once would race on it otherwise). A real
+        # node leaves on its own time; the gate polls until it has either way.
+        import subprocess
         node = self.strategy.node_id[len("id-"):]
-        old = os.environ.get("RAY_STANDIN_NODE")
         os.environ["RAY_STANDIN_NODE"] = node
+        started, popen = [], subprocess.Popen
+        class Recorded(popen):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                started.append(self)
+        subprocess.Popen = Recorded
         try:
             self.function(*args)
         finally:
+            subprocess.Popen = popen
+            for process in started:
+                process.wait()
             os.environ.pop("RAY_STANDIN_NODE")
 def remote(*args, **kwargs):
     if args and callable(args[0]):
@@ -363,7 +375,7 @@ class World:
         self.gpus_per_node = int(env["GPUS_PER_NODE"])
         self.save()
         driver = (SCRIPTS / "ray_ready.py").read_text()
-        arguments = [f"{env['HEAD_IP']}:{env['GCS_PORT']}", env["EXPECTED_NODE_IPS"], env["GPUS_PER_NODE"], "30",
+        arguments = [f"{env['HEAD_IP']}:{env['GCS_PORT']}", env["EXPECTED_NODE_IPS"], env["GPUS_PER_NODE"], "120",
                      "0.05", env.get("ACCELERATOR_RESOURCE", "GPU"), env.get("HEAD_GPUS", env["GPUS_PER_NODE"]),
                      str(self.record)]
         done = subprocess.run([sys.executable, "-c", driver, *arguments], capture_output=True, text=True,

@@ -1044,7 +1044,11 @@ def test_fetch_code_runs_the_openrlhf_spec_like_upstreams_dockerfile(node: FakeN
     assert len(node.calls("pip")) == 2
 
 
-def test_install_docker_lists_exactly_the_pull_caches_address_as_insecure_and_replaces_it_when_it_changes(
+def _restarts(node: FakeNode) -> int:
+    return sum(call.startswith("restart") for call in node.calls("systemctl"))
+
+
+def test_install_docker_lists_exactly_the_pull_caches_address_as_insecure_and_reloads_dockerd_when_it_changes(
         node: FakeNode) -> None:
     daemon_json = node.etc / "docker" / "daemon.json"
     daemon_json.parent.mkdir(parents=True, exist_ok=True)
@@ -1054,32 +1058,64 @@ def test_install_docker_lists_exactly_the_pull_caches_address_as_insecure_and_re
     assert_ok(first)
     assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443", "10.20.0.1:5000"]
     assert docker_info(node)["insecure-registries"] == ["192.168.9.9:443", "10.20.0.1:5000"]  # dockerd has it
+    restarts = _restarts(node)
 
     moved = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.7:5000")
     assert_ok(moved)
     assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443", "10.20.0.7:5000"]
-    assert any(call.startswith("restart") for call in node.calls("systemctl"))  # dockerd reads it at start only
+    # The running dockerd has the new address through a reload (SIGHUP), not a restart.
+    assert docker_info(node)["insecure-registries"] == ["192.168.9.9:443", "10.20.0.7:5000"]
+    assert _restarts(node) == restarts and "reload docker" in node.calls("systemctl")
+    assert "docker reloaded (SIGHUP through systemd)" in moved.stdout
 
     off = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="")
     assert_ok(off)
     assert json.loads(daemon_json.read_text())["insecure-registries"] == ["192.168.9.9:443"]
+    assert docker_info(node)["insecure-registries"] == ["192.168.9.9:443"] and _restarts(node) == restarts
 
     refused = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="0.0.0.0/0")
     assert refused.returncode != 0 and "INSECURE_REGISTRIES must list IPv4:port addresses" in refused.stderr
 
 
-def test_install_docker_leaves_insecure_registries_alone_on_a_node_that_has_the_image_already(node: FakeNode) -> None:
-    # A running node of a cluster that grows past 32 nodes (the cache comes on): it pulls nothing, so its dockerd
-    # (and the training container under it) is not restarted for the cache's address.
+def test_install_docker_reloads_a_running_dockerd_for_the_cache_and_leaves_its_container_running(
+        node: FakeNode) -> None:
+    # A running node of a cluster that grows past 32 nodes (the cache comes on), then shrinks below (it goes): its
+    # dockerd gets the cache's address and then loses it by reloads, and the training container under it runs on.
     first = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="")
     assert_ok(first)
-    node.set_state("docker/images/registry.example.com_me_roll:v1", "sha256:abc")
-    restarts = sum(call.startswith("restart") for call in node.calls("systemctl"))
+    node.set_state("docker/containers/roll", "true")
+    restarts = _restarts(node)
 
-    second = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="",
-                           IMAGE="registry.example.com/me/roll:v1", INSECURE_REGISTRIES="10.20.0.1:5000")
+    on = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.1:5000")
+    assert_ok(on)
+    assert docker_info(node)["insecure-registries"] == ["10.20.0.1:5000"]
+    off = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="")
+    assert_ok(off)
+    # Emptied, the list stays as [] so that the reload clears the running dockerd's (it reloads the keys it finds).
+    assert json.loads((node.etc / "docker" / "daemon.json").read_text())["insecure-registries"] == []
+    assert docker_info(node)["insecure-registries"] == []
+    assert _restarts(node) == restarts and node.calls("systemctl").count("reload docker") == 2
+    assert (node.state / "docker" / "containers" / "roll").read_text().strip() == "true"
 
-    assert_ok(second)
-    assert "is already here: no pull through a cache, insecure-registries left as it is" in second.stdout
-    assert "insecure-registries" not in json.loads((node.etc / "docker" / "daemon.json").read_text())
-    assert sum(call.startswith("restart") for call in node.calls("systemctl")) == restarts
+
+def test_install_docker_restarts_when_another_setting_changed_with_the_cache_address(node: FakeNode) -> None:
+    first = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="")
+    assert_ok(first)
+    restarts = _restarts(node)
+
+    both = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.1:5000",
+                         DOCKER_MAX_CONCURRENT_DOWNLOADS="7")
+    assert_ok(both)
+    assert _restarts(node) == restarts + 1 and "reload docker" not in node.calls("systemctl")
+    assert docker_info(node)["max-concurrent-downloads"] == 7
+
+
+def test_install_docker_fails_when_the_reload_leaves_the_old_list(node: FakeNode) -> None:
+    first = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="")
+    assert_ok(first)
+    node.fail_next("docker-reload", 1)  # a dockerd that refuses the reloaded file keeps its list
+
+    refused = node.run_step("docker", ["install_docker.sh"], DOCKER_DATA_ROOT="", INSECURE_REGISTRIES="10.20.0.1:5000",
+                            DOCKER_START_TIMEOUT_S="2")
+    assert refused.returncode != 0
+    assert "dockerd did not apply insecure-registries '10.20.0.1:5000'" in refused.stderr, refused
