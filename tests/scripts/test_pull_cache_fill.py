@@ -300,3 +300,14 @@ def test_refused_credentials_fail_with_one_line_that_holds_no_secret(cache: Regi
         assert env["REGISTRY_PASSWORD"] not in result.stdout + result.stderr
         anonymous = fill(upstream, cache, REGISTRY_USERNAME="", REGISTRY_PASSWORD="")
         assert anonymous.returncode == 1 and not upstream.served
+
+
+def test_the_caches_registry_config_is_plain_and_holds_no_secret_whatever_the_environment() -> None:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CACHE_DIR": "/data/pull-cache",
+           "CACHE_LISTEN_ADDR": "10.20.0.1", "CACHE_PORT": "5000", "CACHE_UPSTREAM": "https://registry.example.com",
+           "REGISTRY_USERNAME": USER, "REGISTRY_PASSWORD": PASSWORD}
+    config = subprocess.run([sys.executable, str(HELPER.with_name("pull_cache_config.py"))], capture_output=True,
+                            text=True, env=env, timeout=60, check=True).stdout
+    assert PASSWORD not in config and USER not in config and "proxy" not in config
+    assert 'addr: "10.20.0.1:5000"' in config and 'rootdirectory: "/data/pull-cache/registry"' in config
+    assert "delete:\n    enabled: false" in config
