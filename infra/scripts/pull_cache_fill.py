@@ -361,7 +361,7 @@ def fill(upstream: Upstream, cache: Cache, tag: str, arch: str, threads: int) ->
     return f"cache holds {len(unique)} blobs ({len(missing)} fetched now, {copied / 1e9:.2f} GB)"
 
 
-def _number(env: Mapping[str, str], name: str, default: str) -> float:
+def _float_setting(env: Mapping[str, str], name: str, default: str) -> float:
     value = env.get(name) or default
     try:
         return float(value)
@@ -369,10 +369,10 @@ def _number(env: Mapping[str, str], name: str, default: str) -> float:
         raise FillError(f"{name} must be a number, got '{value}'") from None
 
 
-def run(env: Mapping[str, str]) -> str:
-    settings = Settings(attempts=max(1, int(_number(env, "CACHE_FILL_ATTEMPTS", "5"))),
-                        delay_s=_number(env, "CACHE_FILL_RETRY_DELAY_S", "2"),
-                        stall_s=_number(env, "CACHE_FILL_STALL_S", "120"))
+def fill_from_env(env: Mapping[str, str]) -> str:
+    settings = Settings(attempts=max(1, int(_float_setting(env, "CACHE_FILL_ATTEMPTS", "5"))),
+                        delay_s=_float_setting(env, "CACHE_FILL_RETRY_DELAY_S", "2"),
+                        stall_s=_float_setting(env, "CACHE_FILL_STALL_S", "120"))
     missing = [name for name in ("CACHE_UPSTREAM", "CACHE_REPOSITORY", "CACHE_URL") if not env.get(name)]
     if missing:
         raise FillError(f"{', '.join(missing)} not set")
@@ -380,14 +380,14 @@ def run(env: Mapping[str, str]) -> str:
     upstream = Upstream(env["CACHE_UPSTREAM"], repository, env.get("REGISTRY_USERNAME", ""),
                         env.get("REGISTRY_PASSWORD", ""), settings)
     cache = Cache(env["CACHE_URL"], repository, settings)
-    threads = int(_number(env, "CACHE_FILL_THREADS", "4"))
+    threads = int(_float_setting(env, "CACHE_FILL_THREADS", "4"))
     return fill(upstream, cache, tag or "latest", env.get("CACHE_ARCH") or "amd64", threads)
 
 
 def main() -> int:
     password = os.environ.get("REGISTRY_PASSWORD", "")
     try:
-        print(run(os.environ))
+        print(fill_from_env(os.environ))
         return 0
     except (FillError, OSError, http.client.HTTPException) as error:
         reason = str(error) if isinstance(error, FillError) else f"{type(error).__name__}: {error}"
