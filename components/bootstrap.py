@@ -117,7 +117,7 @@ class NodeBootstrap(pulumi.ComponentResource):
     def _pull_cache(self, args: NodeBootstrapArgs, ctx: remote_steps.StepContext,
                     prepared: tuple[str, pulumi.Resource], has_data_disk: bool) -> CacheRef | None:
         """The cache this node pulls through (None: none), after the pull-cache step of a node that runs one: the
-        head's proxies the image's registry with its credentials; a fan-out cache proxies the head's."""
+        head's fills from the image's registry with its credentials; a fan-out cache fills from the head's."""
         plan, index = args.cache_plan, args.node_index
         if plan is None:
             return None
@@ -209,8 +209,8 @@ class NodeBootstrap(pulumi.ComponentResource):
             ["pull_image.sh"],
             {
                 "IMAGE": config.container.pull_image,
-                "REGISTRY_USERNAME": config.container.registry_username or "",
-                # Through a cache the node never logs in to the registry: the cache holds the credentials.
+                # Through a cache the node never logs in to the registry: the head's fill had the credentials.
+                "REGISTRY_USERNAME": (config.container.registry_username or "") if through is None else "",
                 "REGISTRY_PASSWORD": (args.registry_password or "") if through is None else "",
                 "CHECK_IMAGE_ARCH": "1",
                 **cache_env,

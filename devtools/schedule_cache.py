@@ -57,7 +57,8 @@ def cache_minutes(config: ClusterConfig, path: Path, nodes: int, options: Option
                     disk_bound_mbyte_s(config, options))
     served = min(nodes, pull_cache.NODES_PER_CACHE)
     pull = max(transfer_minutes(size, node_rate), transfer_minutes(served * size, nic))
-    how = (f"the head's cache fills from the registry ({fetches:g} fetches per blob at {upstream:g} MB/s, "
+    plural = "" if fetches == 1 else "es"
+    how = (f"the head's cache fills from the registry ({fetches:g} fetch{plural} per blob at {upstream:g} MB/s, "
            f"{head:.1f} min)" + (f", then {caches - 1} fan-out caches from the head's ({fan_out:.1f} min)"
                                  if caches > 1 else "")
            + f"; each node pulls through its cache, {served} nodes per cache: {pull:.1f} min")

@@ -58,12 +58,10 @@ CONSTANTS: Mapping[str, Constant] = {
     "cache-nic": Constant(5.0, "Gbit/s", "[27] estimate: a cache node's VPC bandwidth; gn6v gets 2.5 / 10 / 20 "
                           "Gbit/s with 1 / 4 / 8 V100, so a 2-V100 gn6v-c8g1.4xlarge (multi) about 5 (UNCONFIRMED for "
                           "that type; larger types get more, so this is a floor for the V100 stacks)"),
-    "cache-fill-fetches": Constant(2.0, "x", "[42] measured by tests/e2e/test_pull_cache.py: the distribution "
-                                   "registry 2.8 in proxy mode fetches a blob twice on its first request (one "
-                                   "stream to the requester, one stored in the background: "
-                                   "registry/proxy/proxyblobstore.go ServeBlob at v2.8), then serves it from its "
-                                   "storage; the nodes' pulls fetch "
-                                   "nothing more from the upstream"),
+    "cache-fill-fetches": Constant(1.0, "x", "program: infra/scripts/pull_cache_fill.py copies each blob with one "
+                                   "GET from the upstream into the cache's plain registry; measured by "
+                                   "tests/e2e/test_pull_cache.py on the real-host tier (each blob fetched once in "
+                                   "the whole test, none by the nodes' pulls; see verified-facts#pull-cache-fill)"),
     "cache-serves-from-memory": Constant(1.0, "yes", "ASSUMPTION: a cache serves the image from its page cache (the "
                                          "25 GB image fits in a GPU node's memory), so its disk does not bound "
                                          "serving; its NIC does (cache-nic)"),

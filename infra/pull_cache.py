@@ -1,25 +1,27 @@
-"""The pull-through cache of the training image inside the VPC (container.pullCache): whether the stack uses one,
-which nodes run a cache and which cache each node pulls through. Registers nothing; components/bootstrap.py builds
-the steps (infra/scripts/pull_cache.sh, pull_image.sh) and devtools/schedule.py models the time.
+"""The cache of the training image inside the VPC (container.pullCache): whether the stack uses one, which nodes
+run a cache and which cache each node pulls through. Registers nothing; components/bootstrap.py builds the steps
+(infra/scripts/pull_cache.sh, pull_image.sh) and devtools/schedule.py models the time.
 
-Why the distribution registry in proxy mode (`docker-registry` on Debian/Ubuntu, `docker-distribution` on
-EL-family systems): it is the reference registry, packaged by the distributions whose mirrors the nodes already
-use, a single static binary with no database, and it speaks to any registry (ACR, Docker Hub) with the upstream's
-credentials in its own config file. Dragonfly needs a scheduler, a seed peer, a manager and dockerd's HTTP proxy
-with its own CA; overlaybd needs containerd's image store and an ACR EE instance (reference, performance-frontier
-"Techniques usable on plain ECS + Docker").
+Why a plain distribution registry (`docker-registry` on Debian/Ubuntu, `docker-distribution` on EL-family systems)
+filled by the program's own copier (infra/scripts/pull_cache_fill.py, over the registry HTTP API): the registry is
+the reference one, packaged by the distributions whose mirrors the nodes already use, a single static binary with no
+database; the copier speaks to any registry (ACR, Docker Hub: Basic or Bearer-token auth) with the upstream's
+credentials in its own environment only, and fetches each blob from the upstream exactly once per fill. The
+registry's proxy mode fetches a missing blob twice (a background store beside the stream to the client) and again
+for every request that comes while it is in flight (see verified-facts#pull-cache-fill). Dragonfly needs a
+scheduler, a seed peer, a manager and dockerd's HTTP proxy with its own CA; overlaybd needs containerd's image store
+and an ACR EE instance (reference, performance-frontier "Techniques usable on plain ECS + Docker").
 
 How the nodes use it:
-- The head runs the cache; it proxies the image's registry and, before anything pulls through it, fetches every
-  blob of the image's manifest once (`warm`): the distribution registry serves a second request for a blob that is
-  still being fetched straight from the upstream (registry/proxy/proxyblobstore.go ServeBlob: "If the blob has been
-  serving in other requests. Will return the blob from the remote store directly."), so only a cache filled
-  before the pulls start makes the upstream serve each blob once.
-- Above NODES_PER_CACHE nodes, fan-out caches on evenly spaced workers proxy the head's cache and fill from it;
+- The head runs the cache and, before anything pulls through it, fills it: the image's platform manifest read from
+  the registry, every blob the cache lacks streamed from one GET into an upload to the cache, then the manifest put
+  under the tag. A second fill (a resumed cluster) fetches no blob; a new tag copies only its new blobs.
+- Above NODES_PER_CACHE nodes, fan-out caches on evenly spaced workers fill the same way from the head's cache;
   every node pulls through one cache (the head's own pull too), named in the image reference (dockerd's
   registry-mirrors applies to Docker Hub only), then tags the image with the name the rest of the program uses.
 - The caches speak plain HTTP on PORT inside the security group (its intra-cluster rule; never the admin CIDRs):
-  every node lists exactly its cache's address in daemon.json's insecure-registries.
+  every node lists exactly its cache's address in daemon.json's insecure-registries. The registry takes pushes
+  from anyone who reaches it there (it has no auth): the security group is what keeps others out.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ PORT = 5000  # the distribution registry's own default; outside Ray's ports (637
 # node (infra/image_path.py), 33 nodes draw 9.2 Gbit/s, about the 10 Gbit/s OSS cap behind the registry in
 # cn-hangzhou and most mainland regions (reference, performance-frontier); below it each node's own rate bounds its
 # pull and a cache would only add a hop. Not for an image pulled over the public IPs: the cache's fill would come
-# over the head's public IP (at most 100 Mbit/s), and the distribution registry fetches each blob twice while it
-# fills (tests/e2e/test_pull_cache.py), so the head's fill alone would take twice one node's direct pull.
+# over the head's public IP (at most 100 Mbit/s), as long as one node's direct pull before any node could start its
+# own (the fill fetches each blob once: tests/e2e/test_pull_cache.py), for no gain over pulling directly.
 AUTO_ABOVE = 32
 # Nodes one cache serves (itself included): a 2-GPU gn6v's VPC bandwidth, about 5 Gbit/s (an estimate between the
 # 2.5 and 10 Gbit/s of the 1- and 4-GPU types, reference [27]), over a stock pull's 35 MB/s (0.28 Gbit/s) per node
@@ -72,8 +74,8 @@ def why_not(config: ClusterConfig) -> str | None:
     if setting == "auto" and config.nodes.count <= AUTO_ABOVE:
         return f"{config.nodes.count} nodes, at most {AUTO_ABOVE}: each node's own pull rate bounds its pull"
     if setting == "auto" and image_path(config).kind != "vpc":
-        return ("the image comes over the nodes' public IPs: the cache would fill over the head's public IP, twice "
-                "one node's pull (copy the image into your ACR in the region: docs/performance.md)")
+        return ("the image comes over the nodes' public IPs: the cache would fill over the head's public IP, as long "
+                "as one node's pull (copy the image into your ACR in the region: docs/performance.md)")
     return None
 
 

@@ -109,8 +109,9 @@ class ContainerConfig(Section):
         return host_path
     pull_cache: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="A pull-through cache of the training image inside the VPC (the distribution registry in proxy "
-        "mode on the head, plus one fan-out cache on a worker for every 16 nodes beyond the head's): the image's "
+        description="A cache of the training image inside the VPC (a plain distribution registry on the head, "
+        "filled from the image's registry with one fetch per layer, plus one fan-out cache on a worker for every 16 "
+        "nodes beyond the head's, filled from the head's): the image's "
         "registry serves each layer once per cluster instead of once per node, and the nodes pull from the cache "
         "over the VPC (plain HTTP on port 5000, open only inside the cluster's security group). `auto`: on above 32 "
         "nodes pulling an image from the region's Container Registry over the VPC (not with nodes.image, not for "

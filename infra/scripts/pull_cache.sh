@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# pull-cache (over SSH, root): a pull-through cache of the training image on this node (infra/pull_cache.py): the
-# distribution registry in proxy mode (`docker-registry` on Debian/Ubuntu, `docker-distribution` on EL-family
-# systems), serving plain HTTP on CACHE_LISTEN_ADDR:CACHE_PORT inside the security group, its data under CACHE_DIR,
-# run as the systemd unit CACHE_UNIT (or, without systemd, a detached process whose pid is in CACHE_DIR). Then it
-# fetches every blob of the image once through the cache (`warm`), so that the nodes' pulls find the cache full:
-# the registry fetches a blob that is requested again while still in flight from the upstream a second time.
-# The upstream's credentials go into the cache's config file only (mode 0600), never on a command line or in a log.
-# A second run changes nothing unless a setting changed (then the cache restarts with it). Fails by name: a cache
-# that does not start, answer or fill stops this step, and every node that pulls through it waits for it.
+# pull-cache (over SSH, root): a cache of the training image on this node (infra/pull_cache.py): a plain distribution
+# registry (`docker-registry` on Debian/Ubuntu, `docker-distribution` on EL-family systems; no proxy mode, no auth,
+# no deletes), serving plain HTTP on CACHE_LISTEN_ADDR:CACHE_PORT inside the security group, its data under
+# CACHE_DIR, run as the systemd unit CACHE_UNIT (or, without systemd, a detached process whose pid is in CACHE_DIR).
+# Then the fill copies the image into it over the registry HTTP API ($HELPER_PULL_CACHE_FILL): every blob the cache
+# lacks fetched once from the upstream, then the manifest under the tag, so the nodes' pulls find the cache full.
+# The upstream's credentials reach the fill only, through its environment: never a file, a command line or a log.
+# A second run changes nothing unless a setting changed (then the cache restarts with it) and fetches no blob. Fails
+# by name: a cache that does not start, answer or fill stops this step, and every node that pulls through it waits.
 #
 # Environment (defaults in brackets):
-#   CACHE_UPSTREAM (required)        the registry the cache proxies: https://registry.example.com, or another cache
-#                                    http://10.20.0.1:5000 (a fan-out cache)
+#   CACHE_UPSTREAM (required)        the registry the cache fills from: https://registry.example.com, or another
+#                                    cache http://10.20.0.1:5000 (a fan-out cache)
 #   CACHE_REPOSITORY (required)      the image as pulled through the cache: path[:tag] (e.g. roll/pytorch:tag)
 #   CACHE_LISTEN_ADDR (required)     the address the cache listens on (the node's private IP)
 #   CACHE_PORT [5000]
 #   CACHE_DIR (required)             the cache's data, config and (without systemd) pid and log
 #   CACHE_UNIT [roll-pull-cache]     the systemd unit's name
 #   CACHE_START_TIMEOUT_S [60]       bound for the cache to answer after a (re)start
-#   CACHE_WARM_TIMEOUT_S [3600]      bound for one fill of the cache
+#   CACHE_FILL_TIMEOUT_S [CACHE_WARM_TIMEOUT_S, or 3600]   bound for one fill of the cache
 #   CACHE_PLATFORM_ARCH ['']         the platform picked from a multi-platform image (empty: this host's)
 #   REGISTRY_USERNAME [''], REGISTRY_PASSWORD ['']   the upstream's credentials (a private registry)
 #   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR, SYSTEMD_UNIT_DIR, SYSTEMD_RUN_DIR, package manager settings
@@ -26,7 +26,7 @@
 : "${CACHE_PORT:=5000}"
 : "${CACHE_UNIT:=roll-pull-cache}"
 : "${CACHE_START_TIMEOUT_S:=60}"
-: "${CACHE_WARM_TIMEOUT_S:=3600}"
+: "${CACHE_FILL_TIMEOUT_S:=${CACHE_WARM_TIMEOUT_S:-3600}}"
 : "${CACHE_PLATFORM_ARCH:=}"
 : "${REGISTRY_USERNAME:=}"
 : "${REGISTRY_PASSWORD:=}"
@@ -37,7 +37,7 @@ CACHE_CONFIG_CHANGED=0
 
 check_settings() {
   require_env CACHE_UPSTREAM CACHE_REPOSITORY CACHE_LISTEN_ADDR CACHE_DIR
-  require_int CACHE_PORT CACHE_START_TIMEOUT_S CACHE_WARM_TIMEOUT_S
+  require_int CACHE_PORT CACHE_START_TIMEOUT_S CACHE_FILL_TIMEOUT_S
   [[ "$CACHE_UPSTREAM" =~ ^https?://[A-Za-z0-9.-]+(:[0-9]+)?$ ]] ||
     fail "CACHE_UPSTREAM must be http(s)://host[:port], got '$CACHE_UPSTREAM'"
   [[ "$CACHE_REPOSITORY" =~ ^[a-z0-9]+([._/-]+[a-z0-9]+)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$ ]] ||
@@ -51,6 +51,8 @@ check_settings() {
     fail "REGISTRY_USERNAME is set but REGISTRY_PASSWORD is empty"
   fi
   [[ "$REGISTRY_PASSWORD" != *$'\n'* ]] || fail "REGISTRY_PASSWORD must be one line"
+  # Only the fill gets the credentials (in its own environment): not the registry, curl or systemctl.
+  export -n REGISTRY_USERNAME REGISTRY_PASSWORD
 }
 
 # The registry's binary: Debian/Ubuntu's docker-registry package installs /usr/bin/docker-registry, the EL-family
@@ -92,8 +94,8 @@ install_cache_registry() {
   fi
 }
 
-# The config, as YAML whose strings are JSON strings (a subset of YAML): no value can break out of its field. The
-# password comes from the environment, never from argv.
+# The config, as YAML whose strings are JSON strings (a subset of YAML): no value can break out of its field. It
+# holds no secret.
 cache_config_text() {
   python3 "$HELPER_PULL_CACHE_CONFIG"
 }
@@ -105,12 +107,10 @@ write_cache_config() {
   text=$(cache_config_text)
   write_file_if_changed "$CACHE_DIR/config.yml" "$text" 0600
   CACHE_CONFIG_CHANGED=$FILE_CHANGED
-  # Nothing after this needs the password.
-  unset REGISTRY_PASSWORD
   if ((CACHE_CONFIG_CHANGED)); then
-    banner "cache config written: $CACHE_DIR/config.yml (mode 0600), proxying $CACHE_UPSTREAM"
+    banner "cache config written: $CACHE_DIR/config.yml"
   else
-    banner "cache config unchanged ($CACHE_DIR/config.yml, proxying $CACHE_UPSTREAM); skipped"
+    banner "cache config unchanged ($CACHE_DIR/config.yml); skipped"
   fi
 }
 
@@ -121,7 +121,7 @@ cache_answers() {
 start_cache_unit() {
   local unit_file="$SYSTEMD_UNIT_DIR/$CACHE_UNIT.service"
   write_file_if_changed "$unit_file" "[Unit]
-Description=roll-cluster pull-through cache of the training image
+Description=roll-cluster pull cache of the training image
 After=network-online.target local-fs.target
 RequiresMountsFor=$CACHE_DIR
 
@@ -191,19 +191,19 @@ platform_arch() {
   esac
 }
 
-# warm_once: every blob of the image's manifest (its platform's, from a multi-platform index) that the cache's storage
-# does not hold yet fetched once through the cache, one request per blob, then each blob's file in the storage
-# awaited, so that no node's pull finds a blob still in flight. A second run (a resumed cluster) reads the manifest
-# and fetches nothing.
-warm_once() {
-  CACHE_URL="http://$CACHE_LISTEN_ADDR:$CACHE_PORT" CACHE_ARCH=$(platform_arch) \
-    timeout "$CACHE_WARM_TIMEOUT_S" python3 "$HELPER_PULL_CACHE_WARM" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1
-}
-
-warm_cache() {
-  local started=$SECONDS
-  retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" warm_once ||
-    fail "filling the pull cache with $CACHE_REPOSITORY from $CACHE_UPSTREAM failed after $RETRY_ATTEMPTS attempts"
+# fill_cache: the image copied from CACHE_UPSTREAM into the cache (pull_cache_fill.py), bounded as a whole; its
+# retries are its own (a transient failure only), so a failure here is final and its one-line reason is the step's.
+fill_cache() {
+  local started=$SECONDS status=0 reason
+  REGISTRY_USERNAME=$REGISTRY_USERNAME REGISTRY_PASSWORD=$REGISTRY_PASSWORD \
+    CACHE_URL="http://$CACHE_LISTEN_ADDR:$CACHE_PORT" CACHE_ARCH=$(platform_arch) \
+    timeout "$CACHE_FILL_TIMEOUT_S" python3 "$HELPER_PULL_CACHE_FILL" >>"$ROLL_CLUSTER_STEP_LOG" 2>&1 || status=$?
+  if ((status == 124)); then
+    fail "filling the pull cache with $CACHE_REPOSITORY from $CACHE_UPSTREAM took over ${CACHE_FILL_TIMEOUT_S}s"
+  elif ((status != 0)); then
+    reason=$(grep '^pull-cache fill: ' -- "$ROLL_CLUSTER_STEP_LOG" | tail -n 1)
+    fail "filling the pull cache with $CACHE_REPOSITORY from $CACHE_UPSTREAM failed: ${reason#pull-cache fill: }"
+  fi
   banner "$(tail -n 1 -- "$ROLL_CLUSTER_STEP_LOG") in $((SECONDS - started))s"
 }
 
@@ -211,4 +211,4 @@ check_settings
 run_step install_cache_registry "the distribution registry"
 run_step write_cache_config "the cache's configuration"
 run_step start_cache "the pull cache on $CACHE_LISTEN_ADDR:$CACHE_PORT"
-run_step warm_cache "the cache filled with $CACHE_REPOSITORY"
+run_step fill_cache "the cache filled with $CACHE_REPOSITORY"

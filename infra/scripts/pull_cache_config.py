@@ -1,8 +1,8 @@
 """The pull cache's registry configuration (pull_cache.sh cache_config_text), printed to stdout.
 
-YAML whose strings are JSON strings (a subset of YAML), so no value can break out of its field. Everything comes
-from the environment (CACHE_DIR, CACHE_LISTEN_ADDR, CACHE_PORT, CACHE_UPSTREAM, REGISTRY_USERNAME/PASSWORD): the
-password never appears in argv.
+A plain registry (no proxy section, no auth, deletes off): the fill (pull_cache_fill.py) puts the image into it, the
+nodes pull from it. YAML whose strings are JSON strings (a subset of YAML), so no value can break out of its field.
+Everything comes from the environment (CACHE_DIR, CACHE_LISTEN_ADDR, CACHE_PORT); it holds no secret.
 """
 
 from __future__ import annotations
@@ -13,23 +13,19 @@ import os
 
 def cache_config(env: dict[str, str]) -> str:
     quote = json.dumps
-    lines = [
-        "# roll-cluster pull-through cache (infra/scripts/pull_cache.sh); written by the pull-cache step",
+    return "\n".join([
+        "# roll-cluster pull cache (infra/scripts/pull_cache.sh); written by the pull-cache step",
         "version: 0.1",
         "log:",
         "  level: info",
         "storage:",
         "  filesystem:",
         f"    rootdirectory: {quote(env['CACHE_DIR'] + '/registry')}",
+        "  delete:",
+        "    enabled: false",
         "http:",
         f"  addr: {quote(env['CACHE_LISTEN_ADDR'] + ':' + env['CACHE_PORT'])}",
-        "proxy:",
-        f"  remoteurl: {quote(env['CACHE_UPSTREAM'])}",
-    ]
-    if env.get("REGISTRY_USERNAME"):
-        lines.append(f"  username: {quote(env['REGISTRY_USERNAME'])}")
-        lines.append(f"  password: {quote(env['REGISTRY_PASSWORD'])}")
-    return "\n".join(lines)
+    ])
 
 
 def main() -> None:

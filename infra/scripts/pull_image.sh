@@ -10,12 +10,13 @@
 #   PULL_TIMEOUT_S [3600]            bound for one pull attempt (a stalled pull is retried)
 #   PULL_PROGRESS_S [30]             a progress line (time so far, layers done) this often while a pull runs:
 #                                    a 25 GB image over a public IP takes half an hour, which is otherwise silent
-#   PULL_CACHE ['']                  host:port of the pull-through cache inside the VPC to pull through
+#   PULL_CACHE ['']                  host:port of the pull cache inside the VPC to pull through
 #                                    (infra/pull_cache.py): the image is pulled as PULL_CACHE/CACHE_REPOSITORY, then
 #                                    tagged IMAGE (the name every later step uses) and the cache's name removed. No
-#                                    login: the cache holds the registry's credentials. A failed pull through the
-#                                    cache fails this step naming the cache (no fallback to the registry: at the node
-#                                    counts that use a cache, every node pulling directly is what the cache avoids)
+#                                    login: the cache serves its own copy (its fill had the registry's credentials).
+#                                    A failed pull through the cache fails this step naming the cache (no fallback to
+#                                    the registry: at the node counts that use a cache, every node pulling directly
+#                                    is what the cache avoids)
 #   CACHE_REPOSITORY ['']            the image's path[:tag] behind the cache (required with PULL_CACHE)
 #   CHECK_IMAGE_ARCH [0]             1: fail unless the image is built for this host's CPU (an amd64 image on an
 #                                    arm64 Ascend server would only fail later, with `exec format error`). Docker
@@ -111,7 +112,7 @@ pull_progress() {
 # pull_through_cache: IMAGE pulled as PULL_CACHE/CACHE_REPOSITORY, tagged IMAGE, the cache's name removed.
 pull_through_cache() {
   local started=$SECONDS cached="$PULL_CACHE/$CACHE_REPOSITORY"
-  unset REGISTRY_PASSWORD # the cache holds the registry's credentials: no login here
+  unset REGISTRY_PASSWORD # the cache serves its own copy of the image: no login here
   banner "pulling $IMAGE through the pull cache as $cached (a progress line every ${PULL_PROGRESS_S}s)"
   retry "$RETRY_ATTEMPTS" "$RETRY_DELAY_S" pull_once "$cached" ||
     fail "pulling $IMAGE through the pull cache at $PULL_CACHE failed after $RETRY_ATTEMPTS attempts: see the pull-cache step of the node at ${PULL_CACHE%:*} (/var/log/roll-cluster/pull-cache.log there); container.pullCache off pulls from the registry directly"

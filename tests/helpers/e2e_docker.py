@@ -6,8 +6,8 @@ a test starts and reads the access log of.
   with mmdebstrap and `docker import`, plus a second tag with one more small layer (a changed image). It is built
   once into a registry's storage under /var/cache/roll-cluster-e2e (outside the clone and outside /tmp), keyed by
   its pins, so a second run on the same machine serves it from there without building anything.
-- `Registry` runs the distribution registry (also as a pull-through cache of another registry), plain HTTP, with its
-  HTTP access log in a file a test reads (`requests`, `blob_downloads`).
+- `Registry` runs the distribution registry (optionally behind htpasswd Basic auth), plain HTTP, with its HTTP
+  access log in a file a test reads (`requests`, `blob_downloads`).
 
 Nothing here imports the harness (the harness imports this); every process started here is found again and ended by
 `remove_leftovers`, also after a crashed run.
@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -110,18 +111,18 @@ _ACCESS_LINE = re.compile(r'^(\S+) \S+ \S+ \[[^\]]*\] "(\S+) (\S+) [^"]*" (\d{3}
 
 class Registry:
     """The distribution registry serving `storage` on `address` (HOST:PORT), plain HTTP, started by `start` and ended
-    by `stop` (or by `remove_leftovers`). `proxy_of`: a pull-through cache of that registry URL (then `storage` is
-    the cache's). `read_only`: pushes are refused (a shared, cached storage stays as it was).
+    by `stop` (or by `remove_leftovers`). `htpasswd`: an htpasswd file (bcrypt) whose users alone may pull and push
+    (Basic auth). `read_only`: pushes are refused (a shared, cached storage stays as it was).
 
     Its HTTP access log, one line per request, is `access_log`; `requests()` parses it and `blob_downloads()` lists
     the blobs it served (GET .../blobs/<digest> answered 200), for a test that counts what a pull fetched where."""
 
-    def __init__(self, name: str, address: str, storage: Path, *, proxy_of: str | None = None,
+    def __init__(self, name: str, address: str, storage: Path, *, htpasswd: Path | None = None,
                  read_only: bool = False) -> None:
         self.name = name
         self.address = address
         self.storage = storage
-        self.proxy_of = proxy_of
+        self.htpasswd = htpasswd
         self.read_only = read_only
         self.directory = REGISTRIES_DIR / name
         self.access_log = self.directory / "access.log"
@@ -153,8 +154,8 @@ class Registry:
             "http:",
             f"  addr: {host}:{int(port)}",
         ]
-        if self.proxy_of:
-            lines += ["proxy:", f"  remoteurl: {self.proxy_of}"]
+        if self.htpasswd:
+            lines += ["auth:", "  htpasswd:", "    realm: roll-cluster-e2e", f"    path: {self.htpasswd}"]
         return "\n".join(lines) + "\n"
 
     def start(self) -> Registry:
@@ -180,6 +181,8 @@ class Registry:
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
             with opener.open(f"{self.url}/v2/", timeout=2) as response:
                 return bool(response.status == 200)
+        except urllib.error.HTTPError as error:  # behind auth, /v2/ answers 401 to a request without credentials
+            return self.htpasswd is not None and error.code == 401
         except OSError:
             return False
 

@@ -190,6 +190,7 @@ class TestNetwork:
         self._libraries: set[tuple[str, str, str, str]] = set()  # (host, user, remote path, source) copied
         self._init_of: dict[str, subprocess.Popen[bytes]] = {}
         self._init_argv: dict[str, tuple[list[str], dict[str, str]]] = {}
+        self._extra: list[TestHost] = []  # add_hosts
 
     # ---- life cycle ----
 
@@ -220,6 +221,7 @@ class TestNetwork:
                 init.wait(timeout=10)
         self._inits.clear()
         self._libraries.clear()
+        self._extra.clear()
 
     def _write_client(self) -> None:
         self.client_key.parent.mkdir(parents=True, exist_ok=True)
@@ -316,6 +318,29 @@ class TestNetwork:
             )
         self._inits.append(init)
         self._init_of[host.name] = init
+
+    # ---- hosts beyond the session's ----
+
+    def add_hosts(self, count: int) -> list[TestHost]:
+        """`count` more hosts, started as the session's (their addresses after them), for a test that needs more;
+        not in `hosts` (the other tests use those), and gone with `remove_hosts` or the session."""
+        first = len(self.hosts) + len(self._extra)
+        added = [TestHost(f"e2e-h{i}", f"{SUBNET}.{11 + i}", f"{NETNS_PREFIX}h{i}", STATE_ROOT / "hosts" / f"e2e-h{i}")
+                 for i in range(first, first + count)]
+        self._extra += added
+        for offset, host in enumerate(added):
+            self._start_host(first + offset, host)
+        for host in added:
+            self._wait_for_ssh(host)
+        return added
+
+    def remove_hosts(self, hosts: Sequence[TestHost]) -> None:
+        """Every process of these added hosts killed (their dockerd and containers too) and their namespaces gone."""
+        for host in hosts:
+            _kill_namespace_processes(host.netns)
+            subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
+            self._extra.remove(host)
+            self._libraries = {entry for entry in self._libraries if entry[0] != host.name}
 
     # ---- a host going away, or rebooting ----
 
