@@ -400,7 +400,10 @@ class OfflineCloud(pulumi.runtime.Mocks):
             self._refuse(typ, args.name, inputs, replacing=old)
             if typ == "alicloud:ecs/instance:Instance":
                 outputs.update(self._instance_addresses(args.name))
-                outputs.update(power_state(inputs, None, self._instances, lambda: self._instance_addresses(args.name)))
+                # The start time by the node's rank too: by creation order, two runs of one configuration would
+                # give the head different start times (the autostop step's trigger) as the nodes register.
+                outputs.update(power_state(inputs, None, _node_rank(args.name, self._instances),
+                                           lambda: self._instance_addresses(args.name)))
                 outputs["osName"] = "Alibaba Cloud Linux 3.2104 LTS 64 bit"
             elif typ == "alicloud:vpc/switch:Switch":
                 outputs["availabilityZone"] = inputs.get("zoneId")
@@ -475,8 +478,7 @@ class OfflineCloud(pulumi.runtime.Mocks):
     def _instance_addresses(self, name: str) -> dict[str, str]:
         # By the node's rank in the name ("node-1-instance"), not by creation order: the program registers its
         # nodes concurrently, and two runs of one configuration must hand out the same addresses.
-        rank = re.fullmatch(r"node-(\d+)-instance", name)
-        index = int(rank.group(1)) if rank else self._instances
+        index = _node_rank(name, self._instances)
         self._instances += 1
         # Addresses of instances that still exist (a previous run's included) are never handed out twice.
         live = self.live("alicloud:ecs/instance:Instance")
@@ -663,3 +665,9 @@ __all__: Sequence[str] = [
     "run_program",
     "unwrap",
 ]
+
+
+def _node_rank(name: str, otherwise: int) -> int:
+    """The node's rank in an instance's name ("node-1-instance"), else `otherwise` (the creation order)."""
+    rank = re.fullmatch(r"node-(\d+)-instance", name)
+    return int(rank.group(1)) if rank else otherwise
