@@ -18,7 +18,7 @@
 #   CACHE_DIR (required)             the cache's data, config and (without systemd) pid and log
 #   CACHE_UNIT [roll-pull-cache]     the systemd unit's name
 #   CACHE_START_TIMEOUT_S [60]       bound for the cache to answer after a (re)start
-#   CACHE_FILL_TIMEOUT_S [CACHE_WARM_TIMEOUT_S, or 3600]   bound for one fill of the cache
+#   CACHE_FILL_TIMEOUT_S [3600]      bound for one fill of the cache
 #   CACHE_PLATFORM_ARCH ['']         the platform picked from a multi-platform image (empty: this host's)
 #   REGISTRY_USERNAME [''], REGISTRY_PASSWORD ['']   the upstream's credentials (a private registry)
 #   lib.sh: RETRY_ATTEMPTS, RETRY_DELAY_S, ROLL_CLUSTER_LOG_DIR, SYSTEMD_UNIT_DIR, SYSTEMD_RUN_DIR, package manager settings
@@ -26,7 +26,7 @@
 : "${CACHE_PORT:=5000}"
 : "${CACHE_UNIT:=roll-pull-cache}"
 : "${CACHE_START_TIMEOUT_S:=60}"
-: "${CACHE_FILL_TIMEOUT_S:=${CACHE_WARM_TIMEOUT_S:-3600}}"
+: "${CACHE_FILL_TIMEOUT_S:=3600}"
 : "${CACHE_PLATFORM_ARCH:=}"
 : "${REGISTRY_USERNAME:=}"
 : "${REGISTRY_PASSWORD:=}"
